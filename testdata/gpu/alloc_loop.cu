@@ -1,0 +1,80 @@
+// alloc_loop: a CUDA program with a known number of allocations, for checking what `record` sees.
+//
+//   alloc_loop N M          N cudaMalloc/cudaFree pairs (sizes cycle 256 B .. 64 MiB), then
+//                           M cudaMallocAsync/cudaFreeAsync pairs on a non-default stream.
+//   alloc_loop bench K S    K cudaMallocAsync/cudaFreeAsync pairs of S bytes on one stream with a
+//                           retaining pool; prints the median ns per pair (for shim overhead).
+//
+// Build: nvcc -O2 -o alloc_loop_static alloc_loop.cu              (static cudart, the default)
+//        nvcc -O2 -cudart shared -o alloc_loop_shared alloc_loop.cu
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include <time.h>
+#include <algorithm>
+#include <vector>
+
+#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+  fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e)); exit(3); } } while (0)
+
+static int64_t now_ns() {
+  struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int run_counts(int n, int m) {
+  static const size_t sizes[] = {256, 4096, 1 << 20, 3 << 20, 16 << 20, 64 << 20};
+  uint64_t bytes = 0;
+  for (int i = 0; i < n; i++) {
+    void *p = NULL;
+    size_t s = sizes[i % 6];
+    CHECK(cudaMalloc(&p, s));
+    CHECK(cudaMemset(p, 0, s < 4096 ? s : 4096));
+    CHECK(cudaFree(p));
+    bytes += s;
+  }
+  cudaStream_t st;
+  CHECK(cudaStreamCreate(&st));
+  for (int i = 0; i < m; i++) {
+    void *p = NULL;
+    size_t s = sizes[i % 6];
+    CHECK(cudaMallocAsync(&p, s, st));
+    CHECK(cudaFreeAsync(p, st));
+    bytes += s;
+  }
+  CHECK(cudaStreamSynchronize(st));
+  CHECK(cudaStreamDestroy(st));
+  printf("expected: cudaMalloc=%d cudaFree=%d cudaMallocAsync=%d cudaFreeAsync=%d bytes=%llu\n",
+         n, n, m, m, (unsigned long long)bytes);
+  return 0;
+}
+
+static int run_bench(int k, size_t s) {
+  cudaStream_t st;
+  CHECK(cudaStreamCreate(&st));
+  cudaMemPool_t pool;
+  CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t thr = UINT64_MAX;
+  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
+  std::vector<int64_t> t(k);
+  for (int i = 0; i < k; i++) {
+    void *p = NULL;
+    int64_t a = now_ns();
+    CHECK(cudaMallocAsync(&p, s, st));
+    CHECK(cudaFreeAsync(p, st));
+    t[i] = now_ns() - a;
+  }
+  CHECK(cudaStreamSynchronize(st));
+  std::sort(t.begin(), t.end());
+  printf("bench: pairs=%d size=%zu median_ns=%lld p99_ns=%lld\n", k, s, (long long)t[k / 2],
+         (long long)t[(size_t)(k * 0.99)]);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "bench") == 0) return run_bench(atoi(argv[2]), strtoull(argv[3], 0, 10));
+  if (argc != 3) { fprintf(stderr, "usage: alloc_loop N M | alloc_loop bench K S\n"); return 2; }
+  return run_counts(atoi(argv[1]), atoi(argv[2]));
+}
