@@ -1,0 +1,169 @@
+package record
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/version"
+	"github.com/allocscope/allocscope/trace"
+)
+
+// progressThreshold is the number of events above which conversion shows a progress bar.
+const progressThreshold = 1 << 20
+
+func unixTcgetpgrp(fd int) (int, error) { return unix.IoctlGetInt(fd, unix.TIOCGPGRP) }
+
+// newConvertCommand returns `record convert DIR -o out.arrow`.
+func newConvertCommand(stdout, stderr io.Writer) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "convert DIR -o out.arrow",
+		Short: "Convert raw logs left behind by a killed record into an Arrow trace",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output == "" {
+				output = strings.TrimSuffix(filepath.Clean(args[0]), ".raw")
+				if !strings.HasSuffix(output, ".arrow") {
+					output += ".arrow"
+				}
+			}
+			command, err := intercept.Command(args[0])
+			if err != nil {
+				return fmt.Errorf("read raw logs: %w", err)
+			}
+			out, err := os.Create(output)
+			if err != nil {
+				return fmt.Errorf("create trace: %w", err)
+			}
+			defer out.Close()
+			info := traceInfo(command, rawStartTime(args[0]))
+			sum, err := convertDir(args[0], out, info, stderr)
+			if err != nil {
+				return err
+			}
+			printSummary(stderr, sum, 0, output)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "trace file to write (default DIR without .raw, plus .arrow)")
+	return cmd
+}
+
+// newShimCommand returns `record shim -o PATH`, which builds the shim for machines without a compiler.
+func newShimCommand(stdout io.Writer) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "shim -o PATH",
+		Short: "Build the shim library, to copy to a machine without a C compiler (use it with --shim)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output == "" {
+				return fmt.Errorf("shim: -o PATH is required")
+			}
+			if err := intercept.BuildShim(output); err != nil {
+				return fmt.Errorf("build shim: %w", err)
+			}
+			fmt.Fprintf(stdout, "wrote %s\n", output)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "where to write the shared library")
+	return cmd
+}
+
+// rawStartTime is the modification time of the raw log directory, the best start time a convert knows.
+func rawStartTime(dir string) time.Time {
+	if st, err := os.Stat(dir); err == nil {
+		return st.ModTime()
+	}
+	return time.Now()
+}
+
+// convertDir merges the raw logs of dir into an Arrow trace written to out.
+func convertDir(dir string, out *os.File, info trace.Info, stderr io.Writer) (intercept.Summary, error) {
+	bw := bufio.NewWriterSize(out, 1<<20)
+	w, err := trace.NewWriter(bw, info)
+	if err != nil {
+		return intercept.Summary{}, fmt.Errorf("write trace %s: %w", out.Name(), err)
+	}
+	var bar *progressbar.ProgressBar
+	opts := intercept.ConvertOptions{Progress: func(done, total int64) {
+		if total < progressThreshold {
+			return
+		}
+		if bar == nil {
+			bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(stderr),
+				progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(),
+				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+		}
+		_ = bar.Set64(done)
+	}}
+	sum, err := intercept.Convert(dir, w, opts)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if err != nil {
+		return sum, fmt.Errorf("convert raw logs %s: %w", dir, err)
+	}
+	if err := w.Close(); err != nil {
+		return sum, fmt.Errorf("write trace %s: %w", out.Name(), err)
+	}
+	if err := bw.Flush(); err != nil {
+		return sum, fmt.Errorf("write trace %s: %w", out.Name(), err)
+	}
+	return sum, nil
+}
+
+// traceInfo is the metadata of a trace recorded now on this host.
+func traceInfo(command []string, start time.Time) trace.Info {
+	host, _ := os.Hostname()
+	driver, gpus := nvidiaInfo("/proc/driver/nvidia")
+	return trace.Info{
+		FormatVersion:   trace.FormatVersion,
+		Source:          "allocscope",
+		Command:         command,
+		Host:            host,
+		StartTime:       start,
+		RecorderVersion: version.Version,
+		DriverVersion:   driver,
+		GPUNames:        gpus,
+	}
+}
+
+// nvidiaInfo reads the driver version and GPU names from the NVIDIA kernel driver's /proc files,
+// without touching CUDA. It returns empty values where they are not there.
+func nvidiaInfo(root string) (driver string, gpus []string) {
+	if b, err := os.ReadFile(filepath.Join(root, "version")); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			if strings.Count(f, ".") >= 1 && f[0] >= '0' && f[0] <= '9' {
+				driver = f
+				break
+			}
+		}
+	}
+	infos, _ := filepath.Glob(filepath.Join(root, "gpus", "*", "information"))
+	sort.Strings(infos)
+	for _, p := range infos {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if name, ok := strings.CutPrefix(line, "Model:"); ok {
+				gpus = append(gpus, strings.TrimSpace(name))
+			}
+		}
+	}
+	return driver, gpus
+}

@@ -1,0 +1,123 @@
+// Package record implements the `record` command: it runs a program with allocscope's LD_PRELOAD
+// shim, forwards signals to it, exits with its exit code, and merges the shim's per-process raw logs
+// into one Arrow trace.
+package record
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/allocscope/allocscope/intercept"
+)
+
+// exitCodeError carries the traced program's exit code out of the command without printing anything.
+type exitCodeError struct{ code int }
+
+func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// Main runs the record command with args and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	cmd := NewCommand(stdout, stderr)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	var ec exitCodeError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ec):
+		return ec.code
+	default:
+		fmt.Fprintf(stderr, "record: %v\n", err)
+		return 1
+	}
+}
+
+// options are the flags of the main record command.
+type options struct {
+	output  string
+	shim    string
+	logDir  string
+	keepRaw bool
+	quiet   bool
+}
+
+// NewCommand returns the cobra command `record` with its subcommands `convert` and `shim`.
+func NewCommand(stdout, stderr io.Writer) *cobra.Command {
+	var opt options
+	cmd := &cobra.Command{
+		Use:   "record [flags] -- program [args...]",
+		Short: "Record every GPU memory allocation of a program into an Arrow trace",
+		Long: `record runs program with allocscope's LD_PRELOAD shim, which logs every CUDA device-memory
+allocation and free (runtime and driver API, however the program resolves them) into per-process raw
+logs. When the program ends, record merges the logs into one Arrow IPC trace and prints a summary.
+record exits with the program's exit code (128+N when a signal N ended it).`,
+		Example: `  record -o run.arrow -- python train.py
+  record -- ./my_cuda_service --flag
+  record convert run.arrow.raw -o run.arrow   # raw logs left behind by a killed record`,
+		Args:          cobra.ArbitraryArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("no program given: usage: record [flags] -- program [args...]")
+			}
+			return runRecord(opt, args, stdout, stderr)
+		},
+	}
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.Flags().SetInterspersed(false)
+	f := cmd.Flags()
+	f.StringVarP(&opt.output, "output", "o", "", "trace file to write (default allocscope-<date>-<time>.arrow)")
+	f.StringVar(&opt.shim, "shim", "", "use this prebuilt shim library instead of compiling the embedded one")
+	f.StringVar(&opt.logDir, "log-dir", "", "directory for the raw per-process logs (default <output>.raw)")
+	f.BoolVar(&opt.keepRaw, "keep-raw", false, "keep the raw logs after converting them")
+	f.BoolVarP(&opt.quiet, "quiet", "q", false, "print no summary")
+	cmd.AddCommand(newConvertCommand(stdout, stderr), newShimCommand(stdout))
+	return cmd
+}
+
+// defaultOutput names the trace after the current local time.
+func defaultOutput(now time.Time) string {
+	return "allocscope-" + now.Format("20060102-150405") + ".arrow"
+}
+
+// shimPath returns the shim library to preload: the --shim one, or the embedded source compiled
+// into the cache.
+func shimPath(flag string) (string, error) {
+	if flag != "" {
+		abs, err := filepath.Abs(flag)
+		if err != nil {
+			return "", fmt.Errorf("shim %s: %w", flag, err)
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("shim: %w", err)
+		}
+		return abs, nil
+	}
+	cache, err := intercept.DefaultCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("locate shim cache: %w", err)
+	}
+	path, err := intercept.EnsureShim(cache)
+	if err != nil {
+		return "", fmt.Errorf("build shim (use --shim PATH on machines without a C compiler): %w", err)
+	}
+	return path, nil
+}
+
+// preloadValue appends lib to an existing LD_PRELOAD value.
+func preloadValue(existing, lib string) string {
+	existing = strings.TrimSpace(existing)
+	if existing == "" {
+		return lib
+	}
+	return existing + ":" + lib
+}

@@ -1,0 +1,49 @@
+package record
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/allocscope/allocscope/intercept"
+)
+
+// printSummary writes the short report record prints after converting.
+func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, output string) {
+	devs := make([]string, len(s.Devices))
+	for i, d := range s.Devices {
+		devs[i] = fmt.Sprint(d)
+	}
+	devices := "none"
+	if len(devs) > 0 {
+		devices = strings.Join(devs, ",")
+	}
+	fmt.Fprintf(w, "allocscope: %d events from %d process(es), device(s) %s, peak live %s\n",
+		s.Events, s.Processes, devices, formatBytes(s.PeakLiveBytes))
+	inCalls := time.Duration(s.AllocCallNs)
+	if elapsed > 0 {
+		fmt.Fprintf(w, "allocscope: %s inside allocation calls (%.2f%% of %s wall time)\n",
+			inCalls.Round(time.Microsecond), 100*inCalls.Seconds()/elapsed.Seconds(), elapsed.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(w, "allocscope: %s inside allocation calls\n", inCalls.Round(time.Microsecond))
+	}
+	for _, warn := range s.Warnings {
+		fmt.Fprintf(w, "allocscope: warning: %s\n", warn)
+	}
+	fmt.Fprintf(w, "allocscope: wrote %s\n", output)
+}
+
+// formatBytes prints n with a binary unit.
+func formatBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.2f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
