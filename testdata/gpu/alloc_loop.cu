@@ -4,6 +4,8 @@
 //                           M cudaMallocAsync/cudaFreeAsync pairs on a non-default stream.
 //   alloc_loop bench K S    K cudaMallocAsync/cudaFreeAsync pairs of S bytes on one stream with a
 //                           retaining pool; prints the median ns per pair (for shim overhead).
+//   alloc_loop costs        median cost of cudaMalloc+cudaFree and of cudaMallocAsync+cudaFreeAsync
+//                           (retaining pool) pairs for sizes 256 B .. 1 GiB (README's figures).
 //
 // Build: nvcc -O2 -o alloc_loop_static alloc_loop.cu              (static cudart, the default)
 //        nvcc -O2 -cudart shared -o alloc_loop_shared alloc_loop.cu
@@ -73,8 +75,46 @@ static int run_bench(int k, size_t s) {
   return 0;
 }
 
+static int64_t median_pair(size_t s, int n, bool async, cudaStream_t st) {
+  std::vector<int64_t> t(n);
+  for (int i = 0; i < n; i++) {
+    void *p = NULL;
+    int64_t a = now_ns();
+    if (async) {
+      CHECK(cudaMallocAsync(&p, s, st));
+      CHECK(cudaFreeAsync(p, st));
+    } else {
+      CHECK(cudaMalloc(&p, s));
+      CHECK(cudaFree(p));
+    }
+    t[i] = now_ns() - a;
+  }
+  std::sort(t.begin(), t.end());
+  return t[n / 2];
+}
+
+static int run_costs() {
+  static const size_t sizes[] = {256, 4096, 1 << 20, 16 << 20, 256 << 20, 1ull << 30};
+  cudaStream_t st;
+  CHECK(cudaStreamCreate(&st));
+  cudaMemPool_t pool;
+  CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t thr = UINT64_MAX;
+  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
+  CHECK(cudaFree(0));
+  for (size_t s : sizes) {
+    int n = s >= (256 << 20) ? 50 : 1000;
+    int64_t sync = median_pair(s, n, false, st);
+    int64_t async = median_pair(s, n, true, st);
+    printf("costs: size=%zu pairs=%d cudaMalloc+cudaFree_median_ns=%lld cudaMallocAsync+cudaFreeAsync_median_ns=%lld\n",
+           s, n, (long long)sync, (long long)async);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "costs") == 0) return run_costs();
   if (argc == 4 && strcmp(argv[1], "bench") == 0) return run_bench(atoi(argv[2]), strtoull(argv[3], 0, 10));
-  if (argc != 3) { fprintf(stderr, "usage: alloc_loop N M | alloc_loop bench K S\n"); return 2; }
+  if (argc != 3) { fprintf(stderr, "usage: alloc_loop N M | alloc_loop bench K S | alloc_loop costs\n"); return 2; }
   return run_counts(atoi(argv[1]), atoi(argv[2]));
 }
