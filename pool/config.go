@@ -1,9 +1,19 @@
 package pool
 
-import "errors"
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"os"
+	"path/filepath"
+)
 
 // This file's types are the pool.json contract between analyze (which writes it) and replay (which
-// reads it). The pool owner completes it (validation, loading, New).
+// reads it). docs/pool-json.md describes the file with an example.
 
 // Policy names an allocator policy.
 type Policy string
@@ -17,76 +27,378 @@ const (
 	PolicyRaw           Policy = "raw"            // every request goes straight to the Upstream (cudaMalloc/cudaFree)
 )
 
+// Policies lists every policy, in the order reports show them.
+var Policies = []Policy{PolicySizeClass, PolicyBestFit, PolicyPyTorch, PolicyStreamOrdered, PolicyRaw}
+
 // ConfigVersion is the pool.json version this package reads and writes.
 const ConfigVersion = 1
 
+// DefaultAlignment is the block alignment when Config.Alignment is 0: 512 bytes, the rounding
+// of PyTorch's allocator and a multiple of cudaMalloc's 256-byte alignment.
+const DefaultAlignment = 512
+
+// DefaultGrowBytes is the size a class grows by when SizeClassConfig.GrowSlots is 0 (the class
+// grows by as many slots as fit in it, at least one): 2 MiB, cudaMalloc's granularity.
+const DefaultGrowBytes = 2 << 20
+
 // Config is the content of pool.json: a policy and its parameters, plus the analyzer's predictions.
+// Sections for policies other than Policy may be present (they are validated, and ignored by New):
+// replay reads StreamOrdered's threshold for its cudaMallocAsync mode whatever the policy.
 type Config struct {
-	Version       int                  `json:"version"`
-	Policy        Policy               `json:"policy"`
-	Alignment     uint64               `json:"alignment_bytes"` // block alignment, power of two (default 512)
-	SizeClass     *SizeClassConfig     `json:"size_class,omitempty"`
-	BestFit       *BestFitConfig       `json:"best_fit,omitempty"`
-	PyTorch       *PyTorchConfig       `json:"pytorch,omitempty"`
+	// Version is the file format version; must be ConfigVersion.
+	Version int `json:"version"`
+	// Policy is the allocator policy New builds.
+	Policy Policy `json:"policy"`
+	// Alignment is the block alignment in bytes, a power of two (0 = DefaultAlignment). Block
+	// sizes are multiples of it, and so are size class sizes. PolicyPyTorch ignores it (512 B).
+	Alignment uint64 `json:"alignment_bytes"`
+	// SizeClass parameterises PolicySizeClass; required for it.
+	SizeClass *SizeClassConfig `json:"size_class,omitempty"`
+	// BestFit parameterises PolicyBestFit, and the growth of PolicySizeClass's large-block arena.
+	BestFit *BestFitConfig `json:"best_fit,omitempty"`
+	// PyTorch parameterises PolicyPyTorch (defaults: PyTorch's defaults).
+	PyTorch *PyTorchConfig `json:"pytorch,omitempty"`
+	// StreamOrdered parameterises PolicyStreamOrdered (default: release threshold 0).
 	StreamOrdered *StreamOrderedConfig `json:"stream_ordered,omitempty"`
-	Prediction    *Prediction          `json:"prediction,omitempty"`
-	Equivalents   *Equivalents         `json:"equivalents,omitempty"`
+	// Prediction is what analyze predicted for this config on its trace (not read by New).
+	Prediction *Prediction `json:"prediction,omitempty"`
+	// Equivalents are the nearest settings of other allocators (not read by New).
+	Equivalents *Equivalents `json:"equivalents,omitempty"`
 }
 
 // Class is one size class: blocks of Size bytes, Slots of them reserved up front.
 type Class struct {
-	Size  uint64 `json:"size_bytes"`
+	// Size is the block size in bytes: a multiple of the alignment, above the previous class's.
+	Size uint64 `json:"size_bytes"`
+	// Slots is the number of blocks reserved at New (the most simultaneously live blocks
+	// expected); 0 reserves none until the class is first used.
 	Slots uint64 `json:"slots"`
 }
 
 // SizeClassConfig parameterises PolicySizeClass.
 type SizeClassConfig struct {
-	Classes        []Class `json:"classes"`               // ascending by Size
-	LargeThreshold uint64  `json:"large_threshold_bytes"` // requests above this go to the arena
-	ArenaBytes     uint64  `json:"arena_bytes"`           // initial size of the best-fit arena for large blocks
-	PerStream      bool    `json:"per_stream"`            // keep free lists per stream
+	// Classes are the size classes, strictly ascending by Size. A request goes to the smallest
+	// class at least as large, unless it is above LargeThreshold or above every class.
+	Classes []Class `json:"classes"`
+	// LargeThreshold sends requests above it to the arena (0 = the largest class's size).
+	LargeThreshold uint64 `json:"large_threshold_bytes"`
+	// ArenaBytes is the initial size of the best-fit arena for large blocks (rounded up to the
+	// alignment); growth beyond it counts a Fallback per region added.
+	ArenaBytes uint64 `json:"arena_bytes"`
+	// PerStream keeps freed blocks on per-stream free lists: a block freed on stream S is reused
+	// only by requests on S (never-used slots and arena space are shared).
+	PerStream bool `json:"per_stream"`
+	// GrowSlots is how many slots a class grows by when all its slots are taken (one Fallback
+	// per growth); 0 = as many as fit in DefaultGrowBytes, at least 1.
+	GrowSlots uint64 `json:"grow_slots,omitempty"`
 }
 
 // BestFitConfig parameterises PolicyBestFit (and the large-block arena).
 type BestFitConfig struct {
-	InitialBytes uint64 `json:"initial_bytes"` // first region taken from the Upstream
-	MaximumBytes uint64 `json:"maximum_bytes"` // 0 = unbounded
-	GrowBytes    uint64 `json:"grow_bytes"`    // minimum size of each further region (0 = the request)
+	// InitialBytes is the first region taken from the Upstream at New (0 = none until needed).
+	// For PolicySizeClass it must be 0 or equal ArenaBytes.
+	InitialBytes uint64 `json:"initial_bytes"`
+	// MaximumBytes caps the bytes the arena holds (0 = unbounded); at least InitialBytes.
+	MaximumBytes uint64 `json:"maximum_bytes"`
+	// GrowBytes is the minimum size of each further region (0 = the request).
+	GrowBytes uint64 `json:"grow_bytes"`
 }
 
 // PyTorchConfig parameterises PolicyPyTorch with the knobs of PYTORCH_CUDA_ALLOC_CONF.
 type PyTorchConfig struct {
-	MaxSplitSizeMB         uint64 `json:"max_split_size_mb"`        // 0 = unlimited
-	RoundupPower2Divisions uint64 `json:"roundup_power2_divisions"` // 0 = off
-	ExpandableSegments     bool   `json:"expandable_segments"`
-	CapacityBytes          uint64 `json:"capacity_bytes"` // device capacity for free-cached-and-retry; 0 = unbounded
+	// MaxSplitSizeMB is max_split_size_mb: blocks this large (MiB) or larger are never split and
+	// serve only requests of at least this size (0 = unlimited; otherwise at least 20).
+	MaxSplitSizeMB uint64 `json:"max_split_size_mb"`
+	// RoundupPower2Divisions is roundup_power2_divisions: requests are rounded up to one of this
+	// many steps between powers of two (0 or 1 = off; otherwise a power of two).
+	RoundupPower2Divisions uint64 `json:"roundup_power2_divisions"`
+	// ExpandableSegments is expandable_segments:True: one growing segment per stream and pool,
+	// mapped in 2 MiB (small) / 20 MiB (large) pages; needs an Upstream that is a Mapper.
+	ExpandableSegments bool `json:"expandable_segments"`
+	// CapacityBytes is the device capacity: a segment that would take reserved memory above it
+	// fails like cudaMalloc on a full device, triggering PyTorch's free-cached-and-retry (0 = unbounded).
+	CapacityBytes uint64 `json:"capacity_bytes"`
 }
 
 // StreamOrderedConfig parameterises PolicyStreamOrdered.
 type StreamOrderedConfig struct {
-	ReleaseThresholdBytes uint64 `json:"release_threshold_bytes"` // memory kept by the pool at a sync point
+	// ReleaseThresholdBytes is cudaMemPoolAttrReleaseThreshold: the memory the pool keeps at a
+	// synchronization point; unused memory above it goes back to the Upstream.
+	ReleaseThresholdBytes uint64 `json:"release_threshold_bytes"`
 }
 
 // Prediction is what analyze predicted for the config on the trace it was derived from; replay
 // prints it next to what it measured.
 type Prediction struct {
-	Trace                string `json:"trace"`
-	Events               uint64 `json:"events"`
-	PeakLiveBytes        uint64 `json:"peak_live_bytes"`
-	PeakReservedBytes    uint64 `json:"peak_reserved_bytes"`
-	UpstreamCalls        uint64 `json:"upstream_calls"`
-	Fallbacks            uint64 `json:"fallbacks"`
-	Failures             uint64 `json:"failures"`
-	AllocatorTimeSavedNs int64  `json:"allocator_time_saved_ns"`
+	Trace                string `json:"trace"`                   // the trace file the config was derived from
+	Events               uint64 `json:"events"`                  // allocation and free events simulated
+	PeakLiveBytes        uint64 `json:"peak_live_bytes"`         // peak of requested bytes live
+	PeakReservedBytes    uint64 `json:"peak_reserved_bytes"`     // peak of bytes held from the Upstream
+	UpstreamCalls        uint64 `json:"upstream_calls"`          // Upstream calls (Stats.UpstreamCalls)
+	Fallbacks            uint64 `json:"fallbacks"`               // Stats.Fallbacks
+	Failures             uint64 `json:"failures"`                // Stats.Failures
+	AllocatorTimeSavedNs int64  `json:"allocator_time_saved_ns"` // measured time of the replaced calls minus the pool's
 }
 
 // Equivalents are the nearest settings of other allocators a user can paste.
 type Equivalents struct {
-	PyTorchAllocConf            string `json:"pytorch_cuda_alloc_conf"`
-	RMMInitialPoolBytes         uint64 `json:"rmm_initial_pool_bytes"`
-	RMMMaximumPoolBytes         uint64 `json:"rmm_maximum_pool_bytes"`
-	CudaMemPoolReleaseThreshold uint64 `json:"cuda_mempool_release_threshold_bytes"`
+	PyTorchAllocConf            string `json:"pytorch_cuda_alloc_conf"`              // a PYTORCH_CUDA_ALLOC_CONF value
+	RMMInitialPoolBytes         uint64 `json:"rmm_initial_pool_bytes"`               // rmm pool_memory_resource initial size
+	RMMMaximumPoolBytes         uint64 `json:"rmm_maximum_pool_bytes"`               // rmm pool_memory_resource maximum size
+	CudaMemPoolReleaseThreshold uint64 `json:"cuda_mempool_release_threshold_bytes"` // cudaMemPoolAttrReleaseThreshold
 }
 
-// New builds the allocator that cfg describes on top of up.
-func New(cfg Config, up Upstream) (Allocator, error) { return nil, errors.New("not implemented yet") }
+// alignment returns the block alignment in force.
+func (c Config) alignment() uint64 {
+	if c.Alignment == 0 {
+		return DefaultAlignment
+	}
+	return c.Alignment
+}
+
+// Validate checks the config. Its error names the offending field by its JSON path, e.g.
+// `size_class.classes[2].size_bytes: 1000 is not a multiple of alignment_bytes 512`.
+func (c Config) Validate() error {
+	if c.Version != ConfigVersion {
+		return fmt.Errorf("version: %d is not supported (this build reads version %d)", c.Version, ConfigVersion)
+	}
+	if !slicesContains(Policies, c.Policy) {
+		return fmt.Errorf("policy: %q is not one of %q", c.Policy, Policies)
+	}
+	if c.Alignment != 0 && bits.OnesCount64(c.Alignment) != 1 {
+		return fmt.Errorf("alignment_bytes: %d is not a power of two", c.Alignment)
+	}
+	if c.Policy == PolicySizeClass && c.SizeClass == nil {
+		return errors.New("size_class: required for policy \"sizeclass\"")
+	}
+	if c.SizeClass != nil {
+		if err := c.SizeClass.validate(c.alignment(), c.BestFit); err != nil {
+			return fmt.Errorf("size_class.%w", err)
+		}
+	}
+	if c.BestFit != nil {
+		if err := c.BestFit.validate(); err != nil {
+			return fmt.Errorf("best_fit.%w", err)
+		}
+	}
+	if c.PyTorch != nil {
+		if err := c.PyTorch.validate(); err != nil {
+			return fmt.Errorf("pytorch.%w", err)
+		}
+	}
+	return nil
+}
+
+func slicesContains(ps []Policy, p Policy) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *SizeClassConfig) validate(align uint64, bf *BestFitConfig) error {
+	var prev uint64
+	for i, cl := range s.Classes {
+		switch {
+		case cl.Size == 0:
+			return fmt.Errorf("classes[%d].size_bytes: must be above 0", i)
+		case cl.Size%align != 0:
+			return fmt.Errorf("classes[%d].size_bytes: %d is not a multiple of alignment_bytes %d", i, cl.Size, align)
+		case cl.Size <= prev:
+			return fmt.Errorf("classes[%d].size_bytes: %d is not above the previous class's %d (classes must be strictly ascending)", i, cl.Size, prev)
+		case cl.Slots > 0 && cl.Size > math.MaxUint64/cl.Slots:
+			return fmt.Errorf("classes[%d].slots: %d slots of %d bytes overflow", i, cl.Slots, cl.Size)
+		}
+		prev = cl.Size
+	}
+	if s.ArenaBytes > math.MaxUint64/2 {
+		return fmt.Errorf("arena_bytes: %d is too large", s.ArenaBytes)
+	}
+	if bf != nil && bf.InitialBytes != 0 && bf.InitialBytes != s.ArenaBytes {
+		return fmt.Errorf("arena_bytes: %d differs from best_fit.initial_bytes %d (set the arena's size here and leave initial_bytes 0)", s.ArenaBytes, bf.InitialBytes)
+	}
+	return nil
+}
+
+func (b *BestFitConfig) validate() error {
+	if b.MaximumBytes != 0 && b.MaximumBytes < b.InitialBytes {
+		return fmt.Errorf("maximum_bytes: %d is below initial_bytes %d", b.MaximumBytes, b.InitialBytes)
+	}
+	if b.InitialBytes > math.MaxUint64/2 || b.GrowBytes > math.MaxUint64/2 {
+		return errors.New("initial_bytes: too large")
+	}
+	return nil
+}
+
+func (p *PyTorchConfig) validate() error {
+	if p.MaxSplitSizeMB != 0 && p.MaxSplitSizeMB < torchLargeBuffer>>20 {
+		return fmt.Errorf("max_split_size_mb: %d is below PyTorch's minimum of %d", p.MaxSplitSizeMB, torchLargeBuffer>>20)
+	}
+	if p.MaxSplitSizeMB > math.MaxUint64>>21 {
+		return fmt.Errorf("max_split_size_mb: %d is too large", p.MaxSplitSizeMB)
+	}
+	if d := p.RoundupPower2Divisions; d > 1 && (bits.OnesCount64(d) != 1 || d > 1<<20) {
+		return fmt.Errorf("roundup_power2_divisions: %d is not a power of two up to %d", d, 1<<20)
+	}
+	return nil
+}
+
+// LoadConfig reads and validates a pool.json file. Its errors name the file and the position:
+// `pool.json: line 3 col 15: ...` for malformed JSON, `pool.json: size_class.classes[1]...: ...`
+// for a value that fails Validate.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read pool config: %w", err)
+	}
+	return parseConfig(path, data)
+}
+
+// parseConfig decodes and validates pool.json content; name is used in errors.
+func parseConfig(name string, data []byte) (Config, error) {
+	var cfg Config
+	if len(bytes.TrimSpace(data)) == 0 {
+		return Config{}, fmt.Errorf("%s: empty file", name)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", name, jsonError(data, err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		off := dec.InputOffset()
+		return Config{}, fmt.Errorf("%s: %s: data after the config object", name, position(data, off-1))
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return cfg, nil
+}
+
+// jsonError turns a decoding error into "line L col C: what".
+func jsonError(data []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Errorf("%s: %w", position(data, syn.Offset-1), err)
+	case errors.As(err, &typ):
+		what := fmt.Sprintf("%s: cannot use %s as %s", typ.Field, typ.Value, typ.Type)
+		return fmt.Errorf("%s: %s", position(data, valueStart(data, typ.Offset)), what)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%s: unexpected end of file", position(data, int64(len(data))-1))
+	}
+	const unknown = "json: unknown field "
+	if msg := err.Error(); len(msg) > len(unknown) && msg[:len(unknown)] == unknown {
+		field := msg[len(unknown):]
+		return fmt.Errorf("%s: unknown field %s", position(data, keyOffset(data, field)), field)
+	}
+	return err
+}
+
+// position formats the 0-based byte offset off as "line L col C" (1-based; col counts bytes).
+func position(data []byte, off int64) string {
+	off = max(0, min(off, int64(len(data))-1))
+	line := 1 + bytes.Count(data[:off], []byte{'\n'})
+	col := off + 1
+	if nl := bytes.LastIndexByte(data[:off], '\n'); nl >= 0 {
+		col = off - int64(nl)
+	}
+	return fmt.Sprintf("line %d col %d", line, col)
+}
+
+// valueStart returns the offset of the first byte of the JSON value that ends at end.
+func valueStart(data []byte, end int64) int64 {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	prev := int64(0)
+	for {
+		if _, err := dec.Token(); err != nil {
+			return end - 1
+		}
+		if dec.InputOffset() >= end {
+			return skipSeparators(data, prev)
+		}
+		prev = dec.InputOffset()
+	}
+}
+
+// keyOffset returns the offset of the first object key spelled quoted (a JSON string with its
+// quotes), or 0.
+func keyOffset(data []byte, quoted string) int64 {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	prev := int64(0)
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return 0
+		}
+		if s, ok := tok.(string); ok && fmt.Sprintf("%q", s) == quoted {
+			return skipSeparators(data, prev)
+		}
+		prev = dec.InputOffset()
+	}
+}
+
+func skipSeparators(data []byte, off int64) int64 {
+	for off < int64(len(data)) && bytes.IndexByte([]byte(" \t\r\n:,"), data[off]) >= 0 {
+		off++
+	}
+	return off
+}
+
+// Save validates the config and writes it to path as indented JSON, replacing the file atomically.
+func (c Config) Save(path string) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".pool-*.json")
+	if err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	_, werr := tmp.Write(append(data, '\n'))
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	return nil
+}
+
+// New builds the allocator that cfg describes on top of up. It validates cfg first, and reserves
+// the planned memory (PolicySizeClass's slabs and arena, PolicyBestFit's initial region) from up.
+func New(cfg Config, up Upstream) (Allocator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("pool config: %w", err)
+	}
+	if up == nil {
+		return nil, errors.New("new pool: nil upstream")
+	}
+	var a Allocator
+	var err error
+	switch cfg.Policy {
+	case PolicySizeClass:
+		a, err = newSizeClass(cfg, up)
+	case PolicyBestFit:
+		a, err = newBestFit(cfg, up)
+	case PolicyPyTorch:
+		a, err = newPyTorch(cfg, up)
+	case PolicyStreamOrdered:
+		a = newStreamOrdered(cfg, up)
+	default:
+		a = newRaw(cfg, up)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("new %s pool: %w", cfg.Policy, err)
+	}
+	return a, nil
+}

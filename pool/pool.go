@@ -4,6 +4,10 @@
 // what-if simulation, mmap'd host memory or CUDA device memory in replay) and hands out blocks from
 // them. The same code therefore predicts an allocator's behaviour offline and runs it live.
 //
+// The policies (see Policy) are built by New from a Config, the content of pool.json. All of them
+// are deterministic: the same sequence of calls on the same Upstream gives the same addresses and
+// the same Stats. All of them are safe for concurrent use.
+//
 // Package pool imports no other allocscope package.
 package pool
 
@@ -15,6 +19,9 @@ var ErrOutOfMemory = errors.New("out of memory")
 // ErrUnknownAddress is returned (wrapped) by Free for an address the allocator did not hand out.
 var ErrUnknownAddress = errors.New("unknown address")
 
+// ErrClosed is returned (wrapped) by an allocator's methods after Close.
+var ErrClosed = errors.New("allocator closed")
+
 // Upstream is where an allocator gets and returns big regions of memory: cudaMalloc/cudaFree on a
 // GPU, mmap on the host, or a simulated address space.
 type Upstream interface {
@@ -23,6 +30,22 @@ type Upstream interface {
 	Reserve(size uint64) (addr uint64, err error)
 	// Release gives back a region obtained from Reserve, with the same size.
 	Release(addr, size uint64) error
+}
+
+// Mapper is an Upstream that can also reserve address space without memory and map memory into
+// it page by page, as cuMemAddressReserve plus cuMemCreate/cuMemMap do. PolicyPyTorch needs one
+// for expandable_segments. Map and Unmap take ranges inside one address reservation whose address
+// and size are multiples of the page size the caller uses.
+type Mapper interface {
+	Upstream
+	// ReserveAddress returns the base of size bytes of address space that hold no memory yet.
+	ReserveAddress(size uint64) (addr uint64, err error)
+	// ReleaseAddress gives back address space from ReserveAddress; nothing in it may be mapped.
+	ReleaseAddress(addr, size uint64) error
+	// Map backs [addr, addr+size) with memory. It wraps ErrOutOfMemory when none is available.
+	Map(addr, size uint64) error
+	// Unmap releases the memory behind [addr, addr+size), which must be mapped.
+	Unmap(addr, size uint64) error
 }
 
 // Allocator hands out blocks. Implementations are safe for concurrent use.
@@ -34,8 +57,20 @@ type Allocator interface {
 	Free(addr uint64, stream uint64) error
 	// Stats returns the allocator's counters so far.
 	Stats() Stats
+	// PeakStats returns a copy of the counters taken at the moment ReservedBytes was at its
+	// maximum (among such moments, the one with the most LiveBytes). Read fragmentation there.
+	PeakStats() Stats
 	// Close releases every region back to the Upstream; the allocator must not be used after it.
 	Close() error
+}
+
+// Syncer is implemented by allocators whose behaviour depends on device synchronization
+// (PolicyStreamOrdered). A simulation calls Sync where the trace shows the program synchronizing
+// with the device — a synchronous cudaFree or cudaMalloc, cudaDeviceSynchronize,
+// cudaStreamSynchronize — and replay calls it where it synchronizes for real.
+type Syncer interface {
+	// Sync tells the allocator that all work queued so far has completed.
+	Sync() error
 }
 
 // Stats are an allocator's counters. Bytes are exact.
@@ -49,8 +84,24 @@ type Stats struct {
 	PeakBlockBytes    uint64 // maximum of BlockBytes
 	ReservedBytes     uint64 // bytes now held from the Upstream
 	PeakReservedBytes uint64 // maximum of ReservedBytes
-	UpstreamReserves  uint64 // Upstream.Reserve calls that succeeded
-	UpstreamReleases  uint64 // Upstream.Release calls
-	UpstreamFailures  uint64 // Upstream.Reserve calls that failed
+	UpstreamReserves  uint64 // Upstream.Reserve (or Mapper.Map) calls that succeeded
+	UpstreamReleases  uint64 // Upstream.Release (or Mapper.Unmap) calls
+	UpstreamFailures  uint64 // Upstream.Reserve (or Mapper.Map) calls that failed
 	Fallbacks         uint64 // requests served outside their planned class or arena (growth beyond the plan)
+}
+
+// LiveBlocks returns the number of blocks now live.
+func (s Stats) LiveBlocks() uint64 { return s.Allocs - s.Frees }
+
+// InternalFragmentation returns the bytes lost to rounding inside live blocks: BlockBytes − LiveBytes.
+func (s Stats) InternalFragmentation() uint64 { return s.BlockBytes - s.LiveBytes }
+
+// ExternalFragmentation returns the reserved bytes that no live block covers: ReservedBytes −
+// BlockBytes. Read it from PeakStats, at the moment of peak reserved memory.
+func (s Stats) ExternalFragmentation() uint64 { return s.ReservedBytes - s.BlockBytes }
+
+// UpstreamCalls returns the number of calls made to the Upstream (reserves, failed reserves and
+// releases), the figure to compare with a trace's cudaMalloc/cudaFree count.
+func (s Stats) UpstreamCalls() uint64 {
+	return s.UpstreamReserves + s.UpstreamFailures + s.UpstreamReleases
 }

@@ -1,0 +1,166 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// base holds what every policy shares: the lock, the counters, the counted Upstream.
+type base struct {
+	mu     sync.Mutex
+	c      counters
+	up     tracked
+	closed bool
+}
+
+func (b *base) init(up Upstream) { b.up = tracked{up: up, c: &b.c} }
+
+// Stats returns the allocator's counters so far.
+func (b *base) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.c.s
+}
+
+// PeakStats returns the counters as they were at the moment of peak reserved memory.
+func (b *base) PeakStats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.c.peak
+}
+
+// block is a live block handed out from best-fit space or straight from the Upstream.
+type block struct {
+	req, size uint64 // bytes requested; bytes of the block
+	seg       uint64 // segment (Upstream region) the block lies in
+	stream    uint64 // stream it was allocated on
+	small     bool   // PolicyPyTorch: from the small pool
+}
+
+func errClosed(op string) error { return fmt.Errorf("%s: %w", op, ErrClosed) }
+
+func errUnknown(addr uint64) error { return fmt.Errorf("free %#x: %w", addr, ErrUnknownAddress) }
+
+// arena is a best-fit coalescing allocator over regions of address space: the large-block arena
+// of PolicySizeClass and the whole of PolicyBestFit (the model of RMM's pool_memory_resource).
+// Blocks are the request rounded up to the alignment, cut from the low end of the smallest free
+// span that fits (lowest address among equals); freed blocks merge with free neighbours of the
+// same region. When nothing fits it grows by a new region of max(block, growMin) bytes, capped
+// so that its regions total at most maximum (0 = unbounded); each growth counts a Fallback.
+type arena struct {
+	up        *tracked
+	free      *freeIndex
+	owned     map[uint64]uint64 // regions it reserved itself: base → size
+	align     uint64
+	total     uint64 // bytes of all its space
+	growMin   uint64
+	maximum   uint64
+	perStream bool // keep freed spans on the freeing stream's own list
+}
+
+func newArena(up *tracked, align, growMin, maximum uint64, perStream bool) *arena {
+	return &arena{
+		up:        up,
+		free:      newFreeIndex(bySizeOrder),
+		owned:     make(map[uint64]uint64),
+		align:     align,
+		growMin:   roundUp(growMin, align),
+		maximum:   maximum,
+		perStream: perStream,
+	}
+}
+
+// addSpace gives the arena [addr, addr+size), a planned part of a region someone else owns.
+func (a *arena) addSpace(addr, size uint64) {
+	a.free.add(span{addr: addr, size: size, seg: addr})
+	a.total += size
+}
+
+// reserveInitial reserves the arena's planned first region.
+func (a *arena) reserveInitial(size uint64) error {
+	addr, err := a.up.reserve(size)
+	if err != nil {
+		return err
+	}
+	a.owned[addr] = size
+	a.addSpace(addr, size)
+	return nil
+}
+
+// alloc returns a block of at least size bytes for stream.
+func (a *arena) alloc(size, stream uint64) (addr uint64, b block, err error) {
+	blk := roundUp(max(size, 1), a.align)
+	s, ok := a.find(blk, stream)
+	if !ok {
+		if err := a.grow(blk); err != nil {
+			return 0, block{}, err
+		}
+		s, _ = a.find(blk, stream)
+	}
+	a.free.remove(s)
+	if s.size > blk {
+		rest := s
+		rest.addr, rest.size = s.addr+blk, s.size-blk
+		a.free.add(rest)
+	}
+	return s.addr, block{req: size, size: blk, seg: s.seg, stream: stream}, nil
+}
+
+func (a *arena) find(blk, stream uint64) (span, bool) {
+	if a.perStream {
+		if s, ok := a.free.bestFit(true, stream, blk); ok {
+			return s, true
+		}
+	}
+	return a.free.bestFit(false, 0, blk)
+}
+
+// freeBlock returns b, at addr, freed on stream, to the free space.
+func (a *arena) freeBlock(addr uint64, b block, stream uint64) {
+	s := span{addr: addr, size: b.size, seg: b.seg}
+	if a.perStream {
+		s.tagged, s.stream = true, stream
+	}
+	a.free.insert(s)
+}
+
+// grow adds a region that can hold a block of blk bytes.
+func (a *arena) grow(blk uint64) error {
+	n := max(blk, a.growMin)
+	if a.maximum > 0 {
+		if a.total >= a.maximum || a.maximum-a.total < blk {
+			return fmt.Errorf("arena of %d bytes at its maximum %d: %w", a.total, a.maximum, ErrOutOfMemory)
+		}
+		n = min(n, a.maximum-a.total)
+	}
+	addr, err := a.up.reserve(n)
+	if err != nil {
+		return err
+	}
+	a.up.c.s.Fallbacks++
+	a.owned[addr] = n
+	a.total += n
+	a.free.add(span{addr: addr, size: n, seg: addr})
+	return nil
+}
+
+// close releases the regions the arena reserved, in address order.
+func (a *arena) close() error {
+	var errs []error
+	for _, addr := range sortedKeys(a.owned) {
+		errs = append(errs, a.up.release(addr, a.owned[addr]))
+	}
+	a.owned = map[uint64]uint64{}
+	return errors.Join(errs...)
+}
+
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	keys := make([]uint64, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

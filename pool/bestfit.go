@@ -1,0 +1,72 @@
+package pool
+
+import "fmt"
+
+// bestFitPool is PolicyBestFit: one arena, like RMM's pool_memory_resource.
+type bestFitPool struct {
+	base
+	arena  *arena
+	blocks map[uint64]block
+}
+
+func newBestFit(cfg Config, up Upstream) (*bestFitPool, error) {
+	bf := BestFitConfig{}
+	if cfg.BestFit != nil {
+		bf = *cfg.BestFit
+	}
+	p := &bestFitPool{blocks: make(map[uint64]block)}
+	p.init(up)
+	p.arena = newArena(&p.up, cfg.alignment(), bf.GrowBytes, bf.MaximumBytes, false)
+	if bf.InitialBytes > 0 {
+		if err := p.arena.reserveInitial(roundUp(bf.InitialBytes, cfg.alignment())); err != nil {
+			return nil, fmt.Errorf("reserve the initial %d bytes: %w", bf.InitialBytes, err)
+		}
+	}
+	p.c.notePeak()
+	return p, nil
+}
+
+// Alloc returns the lowest-addressed smallest free block that fits, growing the arena if none does.
+func (p *bestFitPool) Alloc(size, stream uint64) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, errClosed("alloc")
+	}
+	addr, b, err := p.arena.alloc(size, stream)
+	if err != nil {
+		p.c.failed()
+		return 0, fmt.Errorf("alloc %d bytes: %w", size, err)
+	}
+	p.blocks[addr] = b
+	p.c.allocated(size, b.size)
+	return addr, nil
+}
+
+// Free returns the block at addr to the arena, merging it with free neighbours.
+func (p *bestFitPool) Free(addr, stream uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed("free")
+	}
+	b, ok := p.blocks[addr]
+	if !ok {
+		return errUnknown(addr)
+	}
+	delete(p.blocks, addr)
+	p.arena.freeBlock(addr, b, stream)
+	p.c.freed(b.req, b.size)
+	return nil
+}
+
+// Close releases every region.
+func (p *bestFitPool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	return p.arena.close()
+}

@@ -1,0 +1,371 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Constants of PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp).
+const (
+	torchMinBlock      = 512      // kMinBlockSize: every size is rounded up to a multiple of this
+	torchSmallSize     = 1 << 20  // kSmallSize: requests up to this go to the small pool
+	torchSmallBuffer   = 2 << 20  // kSmallBuffer: small-pool segment size
+	torchLargeBuffer   = 20 << 20 // kLargeBuffer: segment size for requests below kMinLargeAlloc
+	torchMinLargeAlloc = 10 << 20 // kMinLargeAlloc: from here on segments are the request rounded to kRoundLarge
+	torchRoundLarge    = 2 << 20  // kRoundLarge
+	torchAddressSpace  = 1 << 40  // address space of one expandable segment when the capacity is unbounded
+)
+
+// torchPool is PolicyPyTorch, a model of PyTorch's CUDA caching allocator. Its rules:
+//
+//   - A request is rounded up to 512 B (roundup_power2_divisions: to the next of N equal steps
+//     between two powers of two, for requests above 512·N B). Rounded sizes up to 1 MiB use the
+//     small pool, larger ones the large pool.
+//   - Best fit within the pool among the free blocks of the request's stream: the smallest block
+//     that fits, lowest address among equals. With max_split_size set, a request below it never
+//     takes a block at or above it, and a request at or above it takes a block only if the block
+//     is less than 20 MiB larger.
+//   - No fit: a new segment (cudaMalloc): 2 MiB for the small pool, 20 MiB for requests below
+//     10 MiB, else the request rounded up to 2 MiB.
+//   - The block is cut at the low end when the rest is worth keeping: small pool (or expandable
+//     segments) when the rest is at least 512 B; large pool when the request is below
+//     max_split_size and the rest is above 1 MiB. The rest stays free on the same stream.
+//   - A freed block returns to its allocation stream's pool and merges with free neighbours in
+//     its segment. Segments are kept (cached), never returned, except on a failed cudaMalloc:
+//     first the oversize cached blocks (≥ max_split_size) of the stream are released — the
+//     smallest single one large enough, else the largest ones until enough — and the cudaMalloc
+//     retried; then every cached segment that is entirely free, and the cudaMalloc retried.
+//   - CapacityBytes makes cudaMalloc fail when reserved memory would exceed it.
+//   - expandable_segments: each stream and pool has growing segments in a large reserved address
+//     range, backed by pages of 2 MiB (small) or 20 MiB (large) mapped as needed (reserved =
+//     mapped pages). With no fit, the free end of a segment is extended by mapping pages behind
+//     it; releasing cached memory unmaps the whole pages inside free blocks.
+type torchPool struct {
+	base
+	mapper     Mapper
+	pools      [2]*freeIndex // free mapped blocks: [0] large pool, [1] small pool
+	unmapped   [2]*freeIndex // expandable segments' unmapped ranges, ordered by stream and address
+	segments   map[uint64]*torchSegment
+	blocks     map[uint64]block
+	maxSplit   uint64 // math.MaxUint64 when unlimited
+	divisions  uint64
+	expandable bool
+	vaSize     uint64 // address space of one expandable segment
+}
+
+type torchSegment struct {
+	size       uint64
+	small      bool
+	stream     uint64
+	expandable bool
+}
+
+func poolIndex(small bool) int {
+	if small {
+		return 1
+	}
+	return 0
+}
+
+func newPyTorch(cfg Config, up Upstream) (*torchPool, error) {
+	pc := PyTorchConfig{}
+	if cfg.PyTorch != nil {
+		pc = *cfg.PyTorch
+	}
+	p := &torchPool{
+		segments:   make(map[uint64]*torchSegment),
+		blocks:     make(map[uint64]block),
+		maxSplit:   math.MaxUint64,
+		divisions:  pc.RoundupPower2Divisions,
+		expandable: pc.ExpandableSegments,
+	}
+	p.init(up)
+	p.up.limit = pc.CapacityBytes
+	if pc.MaxSplitSizeMB > 0 {
+		p.maxSplit = pc.MaxSplitSizeMB << 20
+	}
+	for i := range p.pools {
+		p.pools[i] = newFreeIndex(bySizeOrder)
+		p.unmapped[i] = newFreeIndex(byAddrOrder)
+	}
+	if p.expandable {
+		m, ok := up.(Mapper)
+		if !ok {
+			return nil, fmt.Errorf("expandable_segments needs an upstream that maps pages (a pool.Mapper); %T is not one", up)
+		}
+		p.mapper = m
+		p.vaSize = roundUpAny(torchAddressSpace, torchLargeBuffer)
+		if pc.CapacityBytes > 0 {
+			p.vaSize = roundUpAny(pc.CapacityBytes+pc.CapacityBytes/8, torchLargeBuffer)
+		}
+	}
+	return p, nil
+}
+
+// roundSize is PyTorch's round_size.
+func (p *torchPool) roundSize(size uint64) uint64 {
+	if size < torchMinBlock {
+		return torchMinBlock
+	}
+	if d := p.divisions; d > 1 && size > torchMinBlock*d {
+		return roundupPower2Division(size, d)
+	}
+	return roundUp(size, torchMinBlock)
+}
+
+// roundupPower2Division rounds size up to the next of divisions equal steps between the powers
+// of two around it (divisions is a power of two).
+func roundupPower2Division(size, divisions uint64) uint64 {
+	if bits.OnesCount64(size) == 1 {
+		return size
+	}
+	floor := uint64(1) << (63 - bits.LeadingZeros64(size))
+	step := floor >> (63 - bits.LeadingZeros64(divisions))
+	if step == 0 {
+		return floor << 1
+	}
+	down := size &^ (step - 1)
+	if down == size {
+		return size
+	}
+	return down + step
+}
+
+// allocationSize is PyTorch's get_allocation_size: the segment for a rounded request.
+func allocationSize(size uint64) uint64 {
+	switch {
+	case size <= torchSmallSize:
+		return torchSmallBuffer
+	case size < torchMinLargeAlloc:
+		return torchLargeBuffer
+	}
+	return roundUp(size, torchRoundLarge)
+}
+
+// Alloc follows PyTorch's malloc: search the pool, else allocate a segment, else free cached
+// memory and retry.
+func (p *torchPool) Alloc(size, stream uint64) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, errClosed("alloc")
+	}
+	rs := p.roundSize(size)
+	small := rs <= torchSmallSize
+	s, ok := p.getFreeBlock(small, stream, rs)
+	var err error
+	if !ok {
+		s, ok, err = p.allocWithRetry(small, stream, rs)
+	}
+	if err == nil && !ok {
+		err = fmt.Errorf("no segment for %d bytes: %w", rs, ErrOutOfMemory)
+	}
+	if err != nil {
+		p.c.failed()
+		return 0, fmt.Errorf("alloc %d bytes on stream %#x: %w", size, stream, err)
+	}
+	b := block{req: size, size: s.size, seg: s.seg, stream: stream, small: small}
+	if p.shouldSplit(s.size, rs, small) {
+		rest := s
+		rest.addr, rest.size = s.addr+rs, s.size-rs
+		p.pools[poolIndex(small)].insert(rest)
+		b.size = rs
+	}
+	p.blocks[s.addr] = b
+	p.c.allocated(size, b.size)
+	return s.addr, nil
+}
+
+// shouldSplit is PyTorch's should_split.
+func (p *torchPool) shouldSplit(blockSize, rs uint64, small bool) bool {
+	rest := blockSize - rs
+	if small || p.expandable {
+		return rest >= torchMinBlock
+	}
+	return rs < p.maxSplit && rest > torchSmallSize
+}
+
+// getFreeBlock is PyTorch's get_free_block: best fit on the stream, with the oversize rules.
+func (p *torchPool) getFreeBlock(small bool, stream, rs uint64) (span, bool) {
+	idx := p.pools[poolIndex(small)]
+	var cand span
+	found := false
+	idx.ascendFrom(true, stream, rs, func(s span) bool {
+		if !found {
+			cand, found = s, true
+			return p.expandable
+		}
+		// Expandable segments: prefer a block that can grow less (keep a segment's growing end).
+		if p.expandableSize(small, s) < p.expandableSize(small, cand) {
+			cand = s
+			return true
+		}
+		return false
+	})
+	if !found {
+		return span{}, false
+	}
+	if rs < p.maxSplit && cand.size >= p.maxSplit {
+		return span{}, false
+	}
+	if rs >= p.maxSplit && cand.size >= rs+torchLargeBuffer {
+		return span{}, false
+	}
+	idx.remove(cand)
+	return cand, true
+}
+
+// expandableSize is a free block's size plus the unmapped range right after it in its segment.
+func (p *torchPool) expandableSize(small bool, s span) uint64 {
+	if u, ok := p.unmapped[poolIndex(small)].startingAt(s.end()); ok && u.seg == s.seg {
+		return s.size + u.size
+	}
+	return s.size
+}
+
+// allocWithRetry is the cudaMalloc part of PyTorch's malloc with its two retries. The span it
+// returns is not in any free index.
+func (p *torchPool) allocWithRetry(small bool, stream, rs uint64) (span, bool, error) {
+	s, ok, err := p.allocBlock(small, stream, rs)
+	if ok || err != nil {
+		return s, ok, err
+	}
+	released, err := p.releaseAvailable(small, stream, rs)
+	if err != nil {
+		return span{}, false, err
+	}
+	if released {
+		if s, ok, err = p.allocBlock(small, stream, rs); ok || err != nil {
+			return s, ok, err
+		}
+	}
+	if err := p.releaseCached(); err != nil {
+		return span{}, false, err
+	}
+	return p.allocBlock(small, stream, rs)
+}
+
+// allocBlock is PyTorch's alloc_block: a new segment, or with expandable segments, more pages.
+// An out-of-memory Upstream gives ok == false and no error.
+func (p *torchPool) allocBlock(small bool, stream, rs uint64) (span, bool, error) {
+	if p.expandable {
+		return p.allocExpandable(small, stream, rs)
+	}
+	n := allocationSize(rs)
+	addr, err := p.up.reserve(n)
+	if err != nil {
+		if isOOM(err) {
+			return span{}, false, nil
+		}
+		return span{}, false, err
+	}
+	p.segments[addr] = &torchSegment{size: n, small: small, stream: stream}
+	return span{addr: addr, size: n, seg: addr, tagged: true, stream: stream}, true, nil
+}
+
+// releaseAvailable is PyTorch's release_available_cached_blocks: with max_split_size set, free
+// the stream's oversize cached segments, the smallest one that suffices or else the largest
+// ones until enough. It reports whether enough was released.
+func (p *torchPool) releaseAvailable(small bool, stream, rs uint64) (bool, error) {
+	if p.maxSplit == math.MaxUint64 {
+		return false, nil
+	}
+	idx := p.pools[poolIndex(small)]
+	key := max(rs, p.maxSplit)
+	if s, ok := idx.bestFit(true, stream, key); ok && !p.segments[s.seg].expandable {
+		return p.releaseWhole(idx, s)
+	}
+	var victims []span
+	total := uint64(0)
+	idx.descendBelow(true, stream, key, func(s span) bool {
+		if total >= key || s.size < p.maxSplit {
+			return false
+		}
+		if !p.segments[s.seg].expandable && p.isWholeSegment(s) {
+			victims = append(victims, s)
+			total += s.size
+		}
+		return true
+	})
+	for _, s := range victims {
+		if _, err := p.releaseWhole(idx, s); err != nil {
+			return false, err
+		}
+	}
+	return total >= key, nil
+}
+
+func (p *torchPool) isWholeSegment(s span) bool {
+	return s.addr == s.seg && s.size == p.segments[s.seg].size
+}
+
+// releaseWhole returns the segment of free block s to the Upstream if s is the whole segment.
+func (p *torchPool) releaseWhole(idx *freeIndex, s span) (bool, error) {
+	if !p.isWholeSegment(s) {
+		return false, nil
+	}
+	idx.remove(s)
+	delete(p.segments, s.seg)
+	if err := p.up.release(s.addr, s.size); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// releaseCached is PyTorch's release_cached_blocks: every cached segment that is entirely free
+// goes back to the Upstream; in expandable segments the whole pages inside free blocks are unmapped.
+func (p *torchPool) releaseCached() error {
+	for i, idx := range p.pools {
+		for _, s := range idx.all() {
+			var err error
+			if p.segments[s.seg].expandable {
+				err = p.unmapBlock(i == 1, s)
+			} else {
+				_, err = p.releaseWhole(idx, s)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Free returns the block to its allocation stream's pool, merged with free neighbours.
+func (p *torchPool) Free(addr, stream uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed("free")
+	}
+	b, ok := p.blocks[addr]
+	if !ok {
+		return errUnknown(addr)
+	}
+	delete(p.blocks, addr)
+	p.pools[poolIndex(b.small)].insert(span{addr: addr, size: b.size, seg: b.seg, tagged: true, stream: b.stream})
+	p.c.freed(b.req, b.size)
+	return nil
+}
+
+// Close returns every segment (and every mapped page) to the Upstream.
+func (p *torchPool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	for _, addr := range sortedKeys(p.segments) {
+		seg := p.segments[addr]
+		if seg.expandable {
+			errs = append(errs, p.closeExpandable(addr, seg))
+			continue
+		}
+		errs = append(errs, p.up.release(addr, seg.size))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,71 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+)
+
+// rawPool is PolicyRaw: every block is its own Upstream region.
+type rawPool struct {
+	base
+	align  uint64
+	blocks map[uint64]block
+}
+
+func newRaw(cfg Config, up Upstream) *rawPool {
+	p := &rawPool{align: cfg.alignment(), blocks: make(map[uint64]block)}
+	p.init(up)
+	return p
+}
+
+// Alloc reserves the request rounded up to the alignment straight from the Upstream.
+func (p *rawPool) Alloc(size, stream uint64) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, errClosed("alloc")
+	}
+	blk := roundUp(max(size, 1), p.align)
+	addr, err := p.up.reserve(blk)
+	if err != nil {
+		p.c.failed()
+		return 0, fmt.Errorf("alloc %d bytes: %w", size, err)
+	}
+	p.blocks[addr] = block{req: size, size: blk, seg: addr, stream: stream}
+	p.c.allocated(size, blk)
+	return addr, nil
+}
+
+// Free releases the block's region to the Upstream.
+func (p *rawPool) Free(addr, stream uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed("free")
+	}
+	b, ok := p.blocks[addr]
+	if !ok {
+		return errUnknown(addr)
+	}
+	if err := p.up.release(addr, b.size); err != nil {
+		return fmt.Errorf("free %#x: %w", addr, err)
+	}
+	delete(p.blocks, addr)
+	p.c.freed(b.req, b.size)
+	return nil
+}
+
+// Close releases the regions of all blocks still live, in address order.
+func (p *rawPool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	for _, addr := range sortedKeys(p.blocks) {
+		errs = append(errs, p.up.release(addr, p.blocks[addr].size))
+	}
+	return errors.Join(errs...)
+}

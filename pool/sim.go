@@ -1,0 +1,315 @@
+package pool
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/google/btree"
+)
+
+// SimBase is the first address a SimUpstream hands out (rounded up to its granularity).
+const SimBase = 1 << 32
+
+// SimUpstream is a simulated address space, the Upstream (and Mapper) of analyze's what-if
+// simulation. It holds no memory: it hands out non-overlapping address ranges and counts.
+//
+// Reserve and ReserveAddress round sizes up to the granularity and place the range at the lowest
+// address of the smallest freed range that fits (best fit), or else above everything handed out
+// so far, starting at SimBase. Freed neighbours coalesce, so the same calls always give the same
+// addresses. Reserve and Map fail with ErrOutOfMemory when the memory held (reserved regions plus
+// mapped pages) would exceed the capacity (0 = unbounded); address space is not counted against
+// it. It is safe for concurrent use.
+type SimUpstream struct {
+	mu          sync.Mutex
+	capacity    uint64
+	granularity uint64
+	top         uint64                   // lowest address above every range handed out
+	holes       *freeIndex               // freed ranges below top
+	regions     *btree.BTreeG[simRegion] // ranges handed out, by address
+	mapped      *btree.BTreeG[simRegion] // mapped page ranges, coalesced within one address reservation
+	st          SimStats
+}
+
+// SimStats are a SimUpstream's counters. Bytes are after rounding to the granularity.
+type SimStats struct {
+	ReservedBytes     uint64 // memory held now: reserved regions plus mapped pages
+	PeakReservedBytes uint64 // maximum of ReservedBytes
+	AddressBytes      uint64 // address space reserved without memory (ReserveAddress), now
+	Regions           uint64 // regions from Reserve held now
+	Reserves          uint64 // successful Reserve calls
+	Releases          uint64 // successful Release calls
+	Maps              uint64 // successful Map calls
+	Unmaps            uint64 // successful Unmap calls
+	Failures          uint64 // Reserve or Map calls refused for lack of capacity
+}
+
+// simRegion is a range handed out (addressOnly: by ReserveAddress) or, in mapped, a mapped range
+// (addressOnly unused, owner = base of its address reservation).
+type simRegion struct {
+	addr, size  uint64
+	owner       uint64
+	addressOnly bool
+}
+
+func (r simRegion) end() uint64 { return r.addr + r.size }
+
+func regionLess(a, b simRegion) bool { return a.addr < b.addr }
+
+// NewSimUpstream returns an empty simulated address space holding at most capacity bytes
+// (0 = unbounded) whose ranges are multiples of granularity bytes (0 means 1).
+func NewSimUpstream(capacity, granularity uint64) *SimUpstream {
+	granularity = max(granularity, 1)
+	return &SimUpstream{
+		capacity:    capacity,
+		granularity: granularity,
+		top:         roundUpAny(SimBase, granularity),
+		holes:       newFreeIndex(bySizeOrder),
+		regions:     btree.NewG(btreeDegree, regionLess),
+		mapped:      btree.NewG(btreeDegree, regionLess),
+	}
+}
+
+// Reserve returns the base of a new region of size bytes rounded up to the granularity.
+func (u *SimUpstream) Reserve(size uint64) (uint64, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r, err := u.rounded(size)
+	if err != nil {
+		return 0, fmt.Errorf("reserve %d bytes: %w", size, err)
+	}
+	if u.capacity > 0 && u.st.ReservedBytes+r > u.capacity {
+		u.st.Failures++
+		return 0, fmt.Errorf("reserve %d bytes with %d of %d held: %w", r, u.st.ReservedBytes, u.capacity, ErrOutOfMemory)
+	}
+	addr, err := u.take(r)
+	if err != nil {
+		return 0, fmt.Errorf("reserve %d bytes: %w", size, err)
+	}
+	u.regions.ReplaceOrInsert(simRegion{addr: addr, size: r})
+	u.st.Reserves++
+	u.st.Regions++
+	u.hold(r)
+	return addr, nil
+}
+
+// Release gives back a region from Reserve; size must be the size it was reserved with.
+func (u *SimUpstream) Release(addr, size uint64) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r, _ := u.rounded(size)
+	reg, ok := u.regions.Get(simRegion{addr: addr})
+	if !ok || reg.addressOnly || reg.size != r {
+		return fmt.Errorf("release %d bytes at %#x: no such region: %w", size, addr, ErrUnknownAddress)
+	}
+	u.regions.Delete(reg)
+	u.give(addr, r)
+	u.st.Releases++
+	u.st.Regions--
+	u.st.ReservedBytes -= r
+	return nil
+}
+
+// ReserveAddress returns the base of size bytes (rounded up to the granularity) of address space
+// that holds no memory until pages are mapped into it.
+func (u *SimUpstream) ReserveAddress(size uint64) (uint64, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r, err := u.rounded(size)
+	if err != nil {
+		return 0, fmt.Errorf("reserve %d bytes of address space: %w", size, err)
+	}
+	addr, err := u.take(r)
+	if err != nil {
+		return 0, fmt.Errorf("reserve %d bytes of address space: %w", size, err)
+	}
+	u.regions.ReplaceOrInsert(simRegion{addr: addr, size: r, addressOnly: true})
+	u.st.AddressBytes += r
+	return addr, nil
+}
+
+// ReleaseAddress gives back address space from ReserveAddress; none of it may be mapped.
+func (u *SimUpstream) ReleaseAddress(addr, size uint64) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r, _ := u.rounded(size)
+	reg, ok := u.regions.Get(simRegion{addr: addr})
+	if !ok || !reg.addressOnly || reg.size != r {
+		return fmt.Errorf("release %d bytes of address space at %#x: no such reservation: %w", size, addr, ErrUnknownAddress)
+	}
+	if m, ok := u.firstMappedFrom(addr); ok && m.addr < reg.end() {
+		return fmt.Errorf("release address space at %#x: %d bytes at %#x still mapped", addr, m.size, m.addr)
+	}
+	u.regions.Delete(reg)
+	u.give(addr, r)
+	u.st.AddressBytes -= r
+	return nil
+}
+
+// Map backs [addr, addr+size) of one address reservation with memory; addr and size must be
+// multiples of the granularity and the range must not be mapped already.
+func (u *SimUpstream) Map(addr, size uint64) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	owner, err := u.checkPages(addr, size)
+	if err != nil {
+		return fmt.Errorf("map %d bytes at %#x: %w", size, addr, err)
+	}
+	if prev, ok := u.lastMappedAtOrBelow(addr); ok && prev.end() > addr {
+		return fmt.Errorf("map %d bytes at %#x: overlaps mapped range at %#x", size, addr, prev.addr)
+	}
+	if next, ok := u.firstMappedFrom(addr); ok && next.addr < addr+size {
+		return fmt.Errorf("map %d bytes at %#x: overlaps mapped range at %#x", size, addr, next.addr)
+	}
+	if u.capacity > 0 && u.st.ReservedBytes+size > u.capacity {
+		u.st.Failures++
+		return fmt.Errorf("map %d bytes with %d of %d held: %w", size, u.st.ReservedBytes, u.capacity, ErrOutOfMemory)
+	}
+	u.addMapped(simRegion{addr: addr, size: size, owner: owner})
+	u.st.Maps++
+	u.hold(size)
+	return nil
+}
+
+// Unmap releases the memory behind [addr, addr+size), which must be mapped.
+func (u *SimUpstream) Unmap(addr, size uint64) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, err := u.checkPages(addr, size); err != nil {
+		return fmt.Errorf("unmap %d bytes at %#x: %w", size, addr, err)
+	}
+	m, ok := u.lastMappedAtOrBelow(addr)
+	if !ok || m.end() < addr+size {
+		return fmt.Errorf("unmap %d bytes at %#x: not mapped: %w", size, addr, ErrUnknownAddress)
+	}
+	u.mapped.Delete(m)
+	if addr > m.addr {
+		u.mapped.ReplaceOrInsert(simRegion{addr: m.addr, size: addr - m.addr, owner: m.owner})
+	}
+	if end := addr + size; end < m.end() {
+		u.mapped.ReplaceOrInsert(simRegion{addr: end, size: m.end() - end, owner: m.owner})
+	}
+	u.st.Unmaps++
+	u.st.ReservedBytes -= size
+	return nil
+}
+
+// Contains reports whether [addr, addr+size) lies entirely inside one region held now: a
+// reserved region, or mapped pages of one address reservation.
+func (u *SimUpstream) Contains(addr, size uint64) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var reg simRegion
+	found := false
+	u.regions.DescendLessOrEqual(simRegion{addr: addr}, func(r simRegion) bool {
+		reg, found = r, true
+		return false
+	})
+	if !found || addr+size > reg.end() || addr+size < addr {
+		return false
+	}
+	if !reg.addressOnly {
+		return true
+	}
+	m, ok := u.lastMappedAtOrBelow(addr)
+	return ok && m.end() >= addr+size
+}
+
+// Stats returns the counters so far.
+func (u *SimUpstream) Stats() SimStats {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.st
+}
+
+func (u *SimUpstream) rounded(size uint64) (uint64, error) {
+	if size == 0 {
+		return 0, fmt.Errorf("size 0")
+	}
+	if size > math.MaxUint64-u.granularity {
+		return 0, fmt.Errorf("size too large: %w", ErrOutOfMemory)
+	}
+	return roundUpAny(size, u.granularity), nil
+}
+
+// take finds room for r bytes: the best-fitting hole, else the top of the address space.
+func (u *SimUpstream) take(r uint64) (uint64, error) {
+	if h, ok := u.holes.bestFit(false, 0, r); ok {
+		u.holes.remove(h)
+		if h.size > r {
+			u.holes.add(span{addr: h.addr + r, size: h.size - r})
+		}
+		return h.addr, nil
+	}
+	if u.top > math.MaxUint64-r {
+		return 0, fmt.Errorf("address space exhausted: %w", ErrOutOfMemory)
+	}
+	addr := u.top
+	u.top += r
+	return addr, nil
+}
+
+// give returns [addr, addr+r) to the free address space.
+func (u *SimUpstream) give(addr, r uint64) {
+	merged := u.holes.insert(span{addr: addr, size: r})
+	if merged.end() == u.top {
+		u.holes.remove(merged)
+		u.top = merged.addr
+	}
+}
+
+func (u *SimUpstream) hold(r uint64) {
+	u.st.ReservedBytes += r
+	u.st.PeakReservedBytes = max(u.st.PeakReservedBytes, u.st.ReservedBytes)
+}
+
+// checkPages checks that [addr, addr+size) is granularity-aligned and inside one address
+// reservation, and returns that reservation's base.
+func (u *SimUpstream) checkPages(addr, size uint64) (uint64, error) {
+	if size == 0 || addr%u.granularity != 0 || size%u.granularity != 0 {
+		return 0, fmt.Errorf("range not a non-empty multiple of the %d-byte granularity", u.granularity)
+	}
+	var reg simRegion
+	found := false
+	u.regions.DescendLessOrEqual(simRegion{addr: addr}, func(r simRegion) bool {
+		reg, found = r, true
+		return false
+	})
+	if !found || !reg.addressOnly || addr+size > reg.end() || addr+size < addr {
+		return 0, fmt.Errorf("range outside any address reservation: %w", ErrUnknownAddress)
+	}
+	return reg.addr, nil
+}
+
+// addMapped inserts a mapped range, merging it with adjacent ranges of the same reservation.
+func (u *SimUpstream) addMapped(m simRegion) {
+	if prev, ok := u.lastMappedAtOrBelow(m.addr); ok && prev.end() == m.addr && prev.owner == m.owner {
+		u.mapped.Delete(prev)
+		m.addr, m.size = prev.addr, prev.size+m.size
+	}
+	if next, ok := u.mapped.Get(simRegion{addr: m.end()}); ok && next.owner == m.owner {
+		u.mapped.Delete(next)
+		m.size += next.size
+	}
+	u.mapped.ReplaceOrInsert(m)
+}
+
+func (u *SimUpstream) lastMappedAtOrBelow(addr uint64) (simRegion, bool) {
+	var out simRegion
+	found := false
+	u.mapped.DescendLessOrEqual(simRegion{addr: addr}, func(r simRegion) bool {
+		out, found = r, true
+		return false
+	})
+	return out, found
+}
+
+func (u *SimUpstream) firstMappedFrom(addr uint64) (simRegion, bool) {
+	var out simRegion
+	found := false
+	u.mapped.AscendGreaterOrEqual(simRegion{addr: addr}, func(r simRegion) bool {
+		out, found = r, true
+		return false
+	})
+	return out, found
+}

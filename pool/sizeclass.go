@@ -1,0 +1,297 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// sizeClassPool is PolicySizeClass. Each class's planned slots form one slab, and all slabs plus
+// the arena's initial space are carved from a single up-front Upstream region (one cudaMalloc,
+// no per-class rounding waste). A class hands out slots from a LIFO free list (the block freed
+// last is reused first, while it is warm in cache); when the list is empty the class grows by a
+// further slab of GrowSlots slots (a Fallback). Requests above LargeThreshold, or above every
+// class, go to a best-fit coalescing arena (the same arena as PolicyBestFit).
+type sizeClassPool struct {
+	base
+	sizes     []uint64 // class sizes, ascending
+	classes   []sizeClass
+	threshold uint64
+	slabs     []*slab // sorted by base address
+	regions   []region
+	arena     *arena
+	large     map[uint64]block
+	perStream bool
+}
+
+// sizeClass is one class's state.
+type sizeClass struct {
+	size      uint64
+	growSlots uint64
+	free      []slotRef             // LIFO; with perStream, the slots no stream has used yet
+	streams   map[uint64]*[]slotRef // with perStream: LIFO per freeing stream
+}
+
+// slotRef names one slot of a slab.
+type slotRef struct {
+	sl   *slab
+	slot uint64
+}
+
+func (r slotRef) addr() uint64 { return r.sl.base + r.slot*r.sl.size }
+
+// slab is a run of equal slots of one class.
+type slab struct {
+	base, end uint64
+	size      uint64   // the class's block size
+	class     int      // index into sizeClassPool.classes
+	req       []uint64 // per slot: requested bytes + 1 while live, 0 while free
+}
+
+// region is an Upstream region the pool owns.
+type region struct{ addr, size uint64 }
+
+func newSizeClass(cfg Config, up Upstream) (*sizeClassPool, error) {
+	sc, align := cfg.SizeClass, cfg.alignment()
+	p := &sizeClassPool{large: make(map[uint64]block), perStream: sc.PerStream}
+	p.init(up)
+	for _, cl := range sc.Classes {
+		grow := sc.GrowSlots
+		if grow == 0 {
+			grow = max(1, DefaultGrowBytes/cl.Size)
+		}
+		p.sizes = append(p.sizes, cl.Size)
+		p.classes = append(p.classes, sizeClass{size: cl.Size, growSlots: grow, streams: map[uint64]*[]slotRef{}})
+	}
+	p.threshold = sc.LargeThreshold
+	if p.threshold == 0 && len(p.sizes) > 0 {
+		p.threshold = p.sizes[len(p.sizes)-1]
+	}
+	var growMin, maximum uint64
+	if cfg.BestFit != nil {
+		growMin, maximum = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
+	}
+	p.arena = newArena(&p.up, align, growMin, maximum, sc.PerStream)
+	if err := p.reservePlan(sc.Classes, roundUp(sc.ArenaBytes, align)); err != nil {
+		return nil, err
+	}
+	p.c.notePeak()
+	return p, nil
+}
+
+// reservePlan reserves one region for every class's planned slots followed by the arena.
+func (p *sizeClassPool) reservePlan(classes []Class, arenaBytes uint64) error {
+	total := arenaBytes
+	for _, cl := range classes {
+		total += cl.Size * cl.Slots
+	}
+	if total == 0 {
+		return nil
+	}
+	addr, err := p.up.reserve(total)
+	if err != nil {
+		return fmt.Errorf("reserve the planned %d bytes: %w", total, err)
+	}
+	p.regions = append(p.regions, region{addr, total})
+	off := addr
+	for i, cl := range classes {
+		if cl.Slots > 0 {
+			p.addSlab(i, off, cl.Slots)
+			off += cl.Size * cl.Slots
+		}
+	}
+	if arenaBytes > 0 {
+		p.arena.addSpace(off, arenaBytes)
+	}
+	return nil
+}
+
+// addSlab adds a slab of n slots of class ci at addr and puts its slots on the class's shared
+// free list, lowest address on top.
+func (p *sizeClassPool) addSlab(ci int, addr, n uint64) {
+	c := &p.classes[ci]
+	sl := &slab{base: addr, end: addr + n*c.size, size: c.size, class: ci, req: make([]uint64, n)}
+	i, _ := slices.BinarySearchFunc(p.slabs, addr, func(s *slab, a uint64) int {
+		return cmpUint(s.base, a)
+	})
+	p.slabs = slices.Insert(p.slabs, i, sl)
+	c.free = slices.Grow(c.free, int(n))
+	for k := n; k > 0; k-- {
+		c.free = append(c.free, slotRef{sl, k - 1})
+	}
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// classFor returns the index of the smallest class that holds size bytes, or -1 for the arena.
+func (p *sizeClassPool) classFor(size uint64) int {
+	if size > p.threshold {
+		return -1
+	}
+	lo, hi := 0, len(p.sizes)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if p.sizes[mid] < size {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == len(p.sizes) {
+		return -1
+	}
+	return lo
+}
+
+// Alloc serves size bytes from the smallest class that holds them, or from the arena.
+func (p *sizeClassPool) Alloc(size, stream uint64) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, errClosed("alloc")
+	}
+	ci := p.classFor(max(size, 1))
+	if ci < 0 {
+		return p.allocLarge(size, stream)
+	}
+	c := &p.classes[ci]
+	ref, ok := p.pop(c, stream)
+	if !ok {
+		if err := p.grow(ci); err != nil {
+			p.c.failed()
+			return 0, fmt.Errorf("alloc %d bytes: grow class %d: %w", size, c.size, err)
+		}
+		ref, _ = p.pop(c, stream)
+	}
+	ref.sl.req[ref.slot] = size + 1
+	p.c.allocated(size, c.size)
+	return ref.addr(), nil
+}
+
+func (p *sizeClassPool) allocLarge(size, stream uint64) (uint64, error) {
+	addr, b, err := p.arena.alloc(size, stream)
+	if err != nil {
+		p.c.failed()
+		return 0, fmt.Errorf("alloc %d bytes: %w", size, err)
+	}
+	p.large[addr] = b
+	p.c.allocated(size, b.size)
+	return addr, nil
+}
+
+// pop takes the most recently freed slot usable on stream.
+func (p *sizeClassPool) pop(c *sizeClass, stream uint64) (slotRef, bool) {
+	if p.perStream {
+		if l := c.streams[stream]; l != nil && len(*l) > 0 {
+			ref := (*l)[len(*l)-1]
+			*l = (*l)[:len(*l)-1]
+			return ref, true
+		}
+	}
+	n := len(c.free)
+	if n == 0 {
+		return slotRef{}, false
+	}
+	ref := c.free[n-1]
+	c.free = c.free[:n-1]
+	return ref, true
+}
+
+// grow adds a slab of growSlots slots to class ci: a Fallback.
+func (p *sizeClassPool) grow(ci int) error {
+	c := &p.classes[ci]
+	addr, err := p.up.reserve(c.growSlots * c.size)
+	if err != nil {
+		return err
+	}
+	p.c.s.Fallbacks++
+	p.regions = append(p.regions, region{addr, c.growSlots * c.size})
+	p.addSlab(ci, addr, c.growSlots)
+	return nil
+}
+
+// Free puts a class block on top of its free list, or returns an arena block to the arena.
+func (p *sizeClassPool) Free(addr, stream uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed("free")
+	}
+	sl := p.slabFor(addr)
+	if sl == nil {
+		return p.freeLarge(addr, stream)
+	}
+	off := addr - sl.base
+	slot := off / sl.size
+	if slot*sl.size != off || sl.req[slot] == 0 {
+		return errUnknown(addr)
+	}
+	req := sl.req[slot] - 1
+	sl.req[slot] = 0
+	c := &p.classes[sl.class]
+	ref := slotRef{sl, slot}
+	if p.perStream {
+		l := c.streams[stream]
+		if l == nil {
+			l = new([]slotRef)
+			c.streams[stream] = l
+		}
+		*l = append(*l, ref)
+	} else {
+		c.free = append(c.free, ref)
+	}
+	p.c.freed(req, sl.size)
+	return nil
+}
+
+func (p *sizeClassPool) freeLarge(addr, stream uint64) error {
+	b, ok := p.large[addr]
+	if !ok {
+		return errUnknown(addr)
+	}
+	delete(p.large, addr)
+	p.arena.freeBlock(addr, b, stream)
+	p.c.freed(b.req, b.size)
+	return nil
+}
+
+// slabFor returns the slab that contains addr, or nil.
+func (p *sizeClassPool) slabFor(addr uint64) *slab {
+	lo, hi := 0, len(p.slabs)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if p.slabs[mid].base <= addr {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 || addr >= p.slabs[lo-1].end {
+		return nil
+	}
+	return p.slabs[lo-1]
+}
+
+// Close releases the planned region, every grown slab and the arena's regions.
+func (p *sizeClassPool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	for _, r := range p.regions {
+		errs = append(errs, p.up.release(r.addr, r.size))
+	}
+	errs = append(errs, p.arena.close())
+	return errors.Join(errs...)
+}

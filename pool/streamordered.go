@@ -1,0 +1,183 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// streamOrderedChunk is the granularity in which the stream-ordered model takes memory from the
+// Upstream: cudaMallocAsync's pools are backed by 2 MiB pages.
+const streamOrderedChunk = 2 << 20
+
+// streamOrderedPool is PolicyStreamOrdered, a model of a cudaMallocAsync memory pool:
+//
+//   - A request is rounded up to the alignment and cut best-fit first from the blocks freed on
+//     its own stream (stream order makes them safe to reuse at once), then from free memory that
+//     a synchronization has made usable by every stream.
+//   - When nothing fits, the pool grows by a region of the block rounded up to 2 MiB.
+//   - Free puts the block on the freeing stream's own free list, merged with free neighbours of
+//     the same list and region.
+//   - Sync (a synchronization point) makes every freed block usable by every stream, merges
+//     them, and then returns regions that hold no live block to the Upstream, highest address
+//     first, while more than ReleaseThresholdBytes are reserved.
+//   - When the Upstream is out of memory, every region without a live block is released and the
+//     growth is tried once more, as the driver trims a pool before failing.
+type streamOrderedPool struct {
+	base
+	free      *freeIndex
+	regions   map[uint64]*soRegion
+	blocks    map[uint64]block
+	align     uint64
+	threshold uint64
+}
+
+type soRegion struct {
+	size uint64
+	live int // live blocks in it
+}
+
+func newStreamOrdered(cfg Config, up Upstream) *streamOrderedPool {
+	p := &streamOrderedPool{
+		free:    newFreeIndex(bySizeOrder),
+		regions: make(map[uint64]*soRegion),
+		blocks:  make(map[uint64]block),
+		align:   cfg.alignment(),
+	}
+	if cfg.StreamOrdered != nil {
+		p.threshold = cfg.StreamOrdered.ReleaseThresholdBytes
+	}
+	p.init(up)
+	return p
+}
+
+// Alloc returns a block from the stream's own freed blocks, the synchronized free memory, or a
+// new region.
+func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, errClosed("alloc")
+	}
+	blk := roundUp(max(size, 1), p.align)
+	s, ok := p.free.bestFit(true, stream, blk)
+	if !ok {
+		s, ok = p.free.bestFit(false, 0, blk)
+	}
+	if !ok {
+		var err error
+		if s, err = p.grow(blk); err != nil {
+			p.c.failed()
+			return 0, fmt.Errorf("alloc %d bytes on stream %#x: %w", size, stream, err)
+		}
+	}
+	p.free.remove(s)
+	if s.size > blk {
+		rest := s
+		rest.addr, rest.size = s.addr+blk, s.size-blk
+		p.free.add(rest)
+	}
+	p.regions[s.seg].live++
+	p.blocks[s.addr] = block{req: size, size: blk, seg: s.seg, stream: stream}
+	p.c.allocated(size, blk)
+	return s.addr, nil
+}
+
+// grow adds a region for a block of blk bytes, trimming empty regions and retrying once when
+// the Upstream is out of memory.
+func (p *streamOrderedPool) grow(blk uint64) (span, error) {
+	n := roundUp(blk, streamOrderedChunk)
+	addr, err := p.up.reserve(n)
+	if err != nil && isOOM(err) {
+		if terr := p.trim(0); terr != nil {
+			return span{}, terr
+		}
+		addr, err = p.up.reserve(n)
+	}
+	if err != nil {
+		return span{}, err
+	}
+	p.regions[addr] = &soRegion{size: n}
+	s := span{addr: addr, size: n, seg: addr}
+	p.free.add(s)
+	return s, nil
+}
+
+// Free puts the block on the freeing stream's free list.
+func (p *streamOrderedPool) Free(addr, stream uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed("free")
+	}
+	b, ok := p.blocks[addr]
+	if !ok {
+		return errUnknown(addr)
+	}
+	delete(p.blocks, addr)
+	p.regions[b.seg].live--
+	p.free.insert(span{addr: addr, size: b.size, seg: b.seg, tagged: true, stream: stream})
+	p.c.freed(b.req, b.size)
+	return nil
+}
+
+// Sync makes freed blocks usable by every stream and releases unused memory above the threshold.
+func (p *streamOrderedPool) Sync() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed("sync")
+	}
+	for _, s := range p.free.all() {
+		if s.tagged {
+			p.free.remove(s)
+			s.tagged, s.stream = false, 0
+			p.free.insert(s)
+		}
+	}
+	return p.trim(p.threshold)
+}
+
+// trim releases regions without live blocks, highest address first, while more than keep bytes
+// are reserved.
+func (p *streamOrderedPool) trim(keep uint64) error {
+	bases := sortedKeys(p.regions)
+	slices.Reverse(bases)
+	for _, addr := range bases {
+		if p.c.s.ReservedBytes <= keep {
+			return nil
+		}
+		r := p.regions[addr]
+		if r.live > 0 {
+			continue
+		}
+		for at := addr; at < addr+r.size; {
+			s, ok := p.free.startingAt(at)
+			if !ok {
+				return fmt.Errorf("trim region %#x: no free span at %#x", addr, at)
+			}
+			p.free.remove(s)
+			at = s.end()
+		}
+		delete(p.regions, addr)
+		if err := p.up.release(addr, r.size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close releases every region.
+func (p *streamOrderedPool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	for _, addr := range sortedKeys(p.regions) {
+		errs = append(errs, p.up.release(addr, p.regions[addr].size))
+	}
+	return errors.Join(errs...)
+}
