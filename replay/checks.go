@@ -1,0 +1,126 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// report assembles the Report of the modes' figures (checks and memory are added by Run).
+func (r *runner) report(accs []*modeAcc) *Report {
+	rep := &Report{
+		Backend:            r.b.Name(),
+		BackendIsHost:      r.b.IsHost(),
+		BackendDescription: r.b.Description(),
+		Policy:             r.cfg.Policy,
+		Repeat:             r.opt.Repeat,
+		Verify:             r.opt.Verify,
+		Touch:              r.opt.Touch,
+		ClockOverheadNs:    clockOverhead(r.opt.Clock),
+		Trace:              r.t.Stats,
+		Warnings:           append([]string{}, r.t.Warnings...),
+		Prediction:         r.cfg.Prediction,
+	}
+	for _, acc := range accs {
+		m := acc.ModeResult
+		m.Alloc, m.Free = acc.allocLat.summary(), acc.freeLat.summary()
+		var sum int64
+		for _, ns := range m.AllocatorTimeNsByRepetition {
+			sum += ns
+		}
+		m.AllocatorTimeNs = sum / int64(len(m.AllocatorTimeNsByRepetition))
+		if m.Errors == nil {
+			m.Errors = []string{}
+		}
+		rep.Modes = append(rep.Modes, m)
+	}
+	rep.SpeedupRawOverPool = ratio(rep.Mode(ModeRaw), rep.Mode(ModePool))
+	rep.SpeedupAsyncOverPool = ratio(rep.Mode(ModeAsync), rep.Mode(ModePool))
+	return rep
+}
+
+// ratio returns a's allocator time over b's, 0 when either is missing or b took no time.
+func ratio(a, b *ModeResult) float64 {
+	if a == nil || b == nil || b.AllocatorTimeNs <= 0 {
+		return 0
+	}
+	return float64(a.AllocatorTimeNs) / float64(b.AllocatorTimeNs)
+}
+
+// checks returns the report's verdicts, each mode's first, then the pool's against the plan.
+func checks(rep *Report, accs []*modeAcc, opt Options) []Check {
+	var cs []Check
+	for i, acc := range accs {
+		cs = append(cs, modeChecks(&rep.Modes[i], acc, opt)...)
+	}
+	leak := Check{Name: "backend free memory back to its start", Status: CheckPass,
+		Detail: fmt.Sprintf("%d bytes free at the start, %d at the end", rep.Memory.StartFreeBytes, rep.Memory.EndFreeBytes)}
+	if rep.Memory.LeakedBytes > int64(opt.LeakToleranceBytes) {
+		leak.Status = CheckFail
+		leak.Detail += fmt.Sprintf(": %d bytes leaked (tolerance %d)", rep.Memory.LeakedBytes, opt.LeakToleranceBytes)
+	}
+	cs = append(cs, leak)
+	return append(cs, poolChecks(rep, opt)...)
+}
+
+func verdict(name string, ok bool, detail string) Check {
+	if ok {
+		return Check{Name: name, Status: CheckPass, Detail: detail}
+	}
+	return Check{Name: name, Status: CheckFail, Detail: detail}
+}
+
+func skipped(name, why string) Check { return Check{Name: name, Status: CheckSkip, Detail: why} }
+
+func modeChecks(m *ModeResult, acc *modeAcc, opt Options) []Check {
+	p := string(m.Mode) + ": "
+	cs := []Check{
+		verdict(p+"every allocation succeeded", m.Failures == 0,
+			fmt.Sprintf("%d failed (%d out of memory)", m.Failures, m.OOMs)),
+		verdict(p+"every free succeeded", m.FreeErrors == 0, fmt.Sprintf("%d refused", m.FreeErrors)),
+		verdict(p+"allocator gave all memory back", m.LeakedBytes == 0,
+			fmt.Sprintf("%d bytes still held after close", m.LeakedBytes)),
+	}
+	if m.Mode != ModeAsync {
+		cs = append(cs, verdict(p+"allocator's stats match the engine's account", len(acc.accounting) == 0,
+			strings.Join(append([]string{fmt.Sprintf("%d mismatches", len(acc.accounting))}, first(acc.accounting, 3)...), "; ")))
+	}
+	if opt.Verify {
+		cs = append(cs, verdict(p+"verify: no overlapping blocks, all inside reserved memory",
+			m.Overlaps == 0 && m.OutsideReserved == 0,
+			fmt.Sprintf("%d allocations checked, %d overlaps, %d outside reserved memory", m.VerifyChecks, m.Overlaps, m.OutsideReserved)))
+	}
+	if opt.Touch {
+		cs = append(cs, verdict(p+"touch: every block kept its pattern", m.TouchFailures == 0,
+			fmt.Sprintf("%d blocks written, %d read back wrong", m.Touched, m.TouchFailures)))
+	}
+	return cs
+}
+
+func first(lines []string, n int) []string { return lines[:min(n, len(lines))] }
+
+// poolChecks compares the pool's peak reserved memory with the prediction and with peak live.
+func poolChecks(rep *Report, opt Options) []Check {
+	predName := fmt.Sprintf("pool: peak reserved within %g%% of the prediction", opt.PeakTolerance*100)
+	overName := fmt.Sprintf("pool: peak reserved <= %g x peak live", opt.MaxOverhead)
+	m := rep.Mode(ModePool)
+	if m == nil {
+		return []Check{skipped(predName, "pool mode not run"), skipped(overName, "pool mode not run")}
+	}
+	var cs []Check
+	if p := rep.Prediction; p == nil || p.PeakReservedBytes == 0 {
+		cs = append(cs, skipped(predName, "pool.json has no prediction"))
+	} else {
+		diff := math.Abs(float64(m.PeakReservedBytes)-float64(p.PeakReservedBytes)) / float64(p.PeakReservedBytes)
+		cs = append(cs, verdict(predName, diff <= opt.PeakTolerance,
+			fmt.Sprintf("measured %d bytes, predicted %d (%+.3f%%)", m.PeakReservedBytes, p.PeakReservedBytes,
+				100*(float64(m.PeakReservedBytes)/float64(p.PeakReservedBytes)-1))))
+	}
+	live := rep.Trace.PeakLiveBytes
+	if live == 0 {
+		return append(cs, skipped(overName, "trace allocates nothing"))
+	}
+	return append(cs, verdict(overName, float64(m.PeakReservedBytes) <= opt.MaxOverhead*float64(live),
+		fmt.Sprintf("peak reserved %d bytes, peak live %d (%.4f x)", m.PeakReservedBytes, live,
+			float64(m.PeakReservedBytes)/float64(live))))
+}

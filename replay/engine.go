@@ -1,0 +1,208 @@
+// Package replay drives the allocation requests of a recorded trace through live allocators and
+// measures them side by side: the pooled allocator that pool.json describes (package pool), raw
+// allocation per request (cudaMalloc/cudaFree, or mmap on the host), and CUDA's stream-ordered
+// allocator with a retaining pool.
+//
+// Extract turns a trace into a compact request stream; Run replays it on a Backend, mode by mode and
+// repetition by repetition, and returns a Report with latencies, allocator time, memory peaks and
+// pass/fail checks. The CUDA backend is built only with the build tag `cuda`; the host backend
+// (mmap) runs everywhere and measures host memory.
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/allocscope/allocscope/pool"
+)
+
+// Mode is one way of serving the requests.
+type Mode string
+
+// The replay modes.
+const (
+	ModeRaw   Mode = "raw"   // the backend's direct allocation per request (pool.PolicyRaw over the backend)
+	ModePool  Mode = "pool"  // the allocator pool.json describes, over the backend
+	ModeAsync Mode = "async" // the backend's stream-ordered allocator with a retaining pool
+)
+
+// AllModes are the modes in the order they run within a repetition.
+var AllModes = []Mode{ModeRaw, ModePool, ModeAsync}
+
+// ParseModes parses a comma-separated list of modes, e.g. "raw,pool".
+func ParseModes(list string) ([]Mode, error) {
+	var modes []Mode
+	for _, name := range strings.Split(list, ",") {
+		m := Mode(strings.TrimSpace(name))
+		if !slices.Contains(AllModes, m) {
+			return nil, fmt.Errorf("unknown mode %q (modes: raw, pool, async)", name)
+		}
+		if slices.Contains(modes, m) {
+			return nil, fmt.Errorf("mode %q given twice", name)
+		}
+		modes = append(modes, m)
+	}
+	return modes, nil
+}
+
+// Options configure Run. The zero value replays every mode once, without verify or touch.
+type Options struct {
+	Modes  []Mode // modes to run, in this order within each repetition; nil = AllModes
+	Repeat int    // repetitions, interleaved mode by mode; 0 = 1
+	Verify bool   // after each allocation: no overlap with a live block, inside reserved memory
+	Touch  bool   // write each block with a pattern and read it back, again before its free
+	// PeakTolerance is the largest relative difference between the pool's measured peak reserved
+	// memory and the prediction in pool.json (default 0.01).
+	PeakTolerance float64
+	// MaxOverhead is the largest ratio of the pool's peak reserved memory to the trace's peak live
+	// memory (default 1.05).
+	MaxOverhead float64
+	// LeakToleranceBytes is how far the backend's free memory may end below where it started.
+	LeakToleranceBytes uint64
+	// NewAllocator builds the allocators of the raw and pool modes; nil = pool.New.
+	NewAllocator func(cfg pool.Config, up pool.Upstream) (pool.Allocator, error)
+	// Clock returns a monotonic time in nanoseconds; nil = the monotonic clock of time.Now.
+	Clock func() int64
+	// Progress, when set, is called with the number of requests replayed since its last call.
+	Progress func(ops int64)
+}
+
+func (o *Options) setDefaults() {
+	if o.Modes == nil {
+		o.Modes = AllModes
+	}
+	o.Repeat = max(o.Repeat, 1)
+	if o.PeakTolerance == 0 {
+		o.PeakTolerance = 0.01
+	}
+	if o.MaxOverhead == 0 {
+		o.MaxOverhead = 1.05
+	}
+	if o.NewAllocator == nil {
+		o.NewAllocator = pool.New
+	}
+	if o.Clock == nil {
+		start := time.Now()
+		o.Clock = func() int64 { return int64(time.Since(start)) }
+	}
+	if o.Progress == nil {
+		o.Progress = func(int64) {}
+	}
+}
+
+// Run replays t on b in each mode of opt, opt.Repeat times, interleaved (raw, pool, async, raw,
+// pool, async, ...) so that machine noise hits every mode alike. cfg is pool.json: the pool mode's
+// allocator and the prediction the report compares with. Problems of the replay (failed
+// allocations, overlaps, leaks) are in the report and its checks; an error means the replay could
+// not run.
+func Run(t *Trace, b Backend, cfg pool.Config, opt Options) (*Report, error) {
+	opt.setDefaults()
+	r := newRunner(t, b, cfg, opt)
+	if err := r.warmUp(); err != nil {
+		return nil, fmt.Errorf("warm up backend %s: %w", b.Name(), err)
+	}
+	startFree, total, err := b.MemGetInfo()
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: memory info: %w", b.Name(), err)
+	}
+	accs := make([]*modeAcc, len(opt.Modes))
+	for i, m := range opt.Modes {
+		accs[i] = newModeAcc(m)
+	}
+	for rep := range opt.Repeat {
+		for _, acc := range accs {
+			if err := r.pass(acc, rep); err != nil {
+				return nil, fmt.Errorf("mode %s, repetition %d: %w", acc.Mode, rep+1, err)
+			}
+		}
+	}
+	endFree, _, err := b.MemGetInfo()
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: memory info: %w", b.Name(), err)
+	}
+	rep := r.report(accs)
+	rep.Memory = MemoryCheck{TotalBytes: total, StartFreeBytes: startFree, EndFreeBytes: endFree,
+		LeakedBytes: int64(startFree) - int64(endFree), ToleranceBytes: opt.LeakToleranceBytes}
+	rep.Checks = checks(rep, accs, opt)
+	rep.Passed = len(rep.Failed()) == 0
+	return rep, nil
+}
+
+// runner holds what every pass shares.
+type runner struct {
+	t        *Trace
+	b        Backend
+	cfg      pool.Config
+	opt      Options
+	addrs    []uint64 // slot → new address; 0 = not live
+	sizes    []uint64 // slot → requested size
+	patterns []byte   // slot → touch pattern
+}
+
+func newRunner(t *Trace, b Backend, cfg pool.Config, opt Options) *runner {
+	r := &runner{t: t, b: b, cfg: cfg, opt: opt,
+		addrs: make([]uint64, t.slots), sizes: make([]uint64, t.slots)}
+	if opt.Touch {
+		r.patterns = make([]byte, t.slots)
+	}
+	return r
+}
+
+// warmUpBytes is the size of the block each used path of the backend serves once before the
+// replay, so that one-time costs (context set-up, kernels for memset) are not counted as a leak.
+const warmUpBytes = 2 << 20
+
+func (r *runner) warmUp() error {
+	b := r.b
+	if slices.Contains(r.opt.Modes, ModeRaw) || slices.Contains(r.opt.Modes, ModePool) {
+		addr, err := b.Reserve(warmUpBytes)
+		if err != nil {
+			return err
+		}
+		if err := r.warmTouch(addr); err != nil {
+			return errors.Join(err, b.Release(addr, warmUpBytes))
+		}
+		if err := b.Release(addr, warmUpBytes); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(r.opt.Modes, ModeAsync) {
+		return r.warmUpAsync()
+	}
+	return nil
+}
+
+func (r *runner) warmUpAsync() error {
+	b := r.b
+	s, err := b.CreateStream()
+	if err != nil {
+		return err
+	}
+	addr, err := b.AllocAsync(warmUpBytes, s)
+	if err != nil {
+		return errors.Join(err, b.DestroyStream(s))
+	}
+	err = errors.Join(r.warmTouch(addr), b.FreeAsync(addr, s), b.Synchronize(), b.DestroyStream(s))
+	return errors.Join(err, b.ResetAsyncPool())
+}
+
+func (r *runner) warmTouch(addr uint64) error {
+	if !r.opt.Touch {
+		return nil
+	}
+	return r.b.Touch(addr, warmUpBytes, 0x5a)
+}
+
+// clockOverhead returns the median of many differences between two back-to-back clock readings.
+func clockOverhead(clock func() int64) int64 {
+	var d [301]int64
+	for i := range d {
+		a := clock()
+		d[i] = clock() - a
+	}
+	slices.Sort(d[:])
+	return d[len(d)/2]
+}

@@ -1,0 +1,121 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/allocscope/allocscope/pool"
+)
+
+// finish frees the blocks the trace left live (untimed), closes or trims the allocator and folds
+// the repetition's figures into the mode's.
+func (r *runner) finish(ps *passState) error {
+	r.freeRemaining(ps)
+	acc := ps.acc
+	acc.Allocs += ps.allocs
+	acc.Frees += ps.frees
+	acc.FinalFrees += ps.finalFrees
+	acc.Failures += ps.failures
+	acc.PeakLiveBytes = max(acc.PeakLiveBytes, ps.peakLive)
+	acc.AllocatorTimeNsByRepetition = append(acc.AllocatorTimeNsByRepetition, ps.elapsed)
+	if ps.alloc != nil {
+		return r.finishAllocator(ps)
+	}
+	return r.finishAsync(ps)
+}
+
+func (r *runner) freeRemaining(ps *passState) {
+	for slot, addr := range r.addrs {
+		if addr == 0 {
+			continue
+		}
+		r.beforeFree(ps, uint32(slot), addr)
+		if err := ps.d.free(addr, 0); err != nil {
+			ps.acc.FreeErrors++
+			ps.acc.problem("repetition %d, end of trace: free %#x: %v", ps.rep+1, addr, err)
+		} else {
+			ps.finalFrees++
+		}
+		ps.liveBytes -= r.sizes[slot]
+		r.addrs[slot] = 0
+	}
+}
+
+func (r *runner) finishAllocator(ps *passState) error {
+	acc, up := ps.acc, ps.up
+	stats := ps.alloc.Stats()
+	r.compareAccounting(ps, stats)
+	if err := ps.alloc.Close(); err != nil {
+		acc.problem("repetition %d: close allocator: %v", ps.rep+1, err)
+		acc.FreeErrors++
+	}
+	if up.releaseError != nil {
+		acc.OutsideReserved++
+		acc.problem("repetition %d: %v", ps.rep+1, up.releaseError)
+	}
+	if up.reserved != 0 {
+		acc.problem("repetition %d: allocator still holds %d bytes of the backend after Close", ps.rep+1, up.reserved)
+	}
+	acc.LeakedBytes = max(acc.LeakedBytes, up.reserved)
+	acc.PeakReservedBytes = max(acc.PeakReservedBytes, up.peak)
+	acc.UpstreamReserves += up.reserves
+	acc.UpstreamReleases += up.releases
+	acc.Fallbacks += stats.Fallbacks
+	if acc.PoolStats == nil {
+		acc.PoolStats = &stats
+	} else if *acc.PoolStats != stats {
+		acc.accounting = append(acc.accounting, fmt.Sprintf("repetition %d: pool stats differ from repetition 1", ps.rep+1))
+	}
+	return nil
+}
+
+// compareAccounting checks the allocator's own Stats against what the engine saw, before Close.
+func (r *runner) compareAccounting(ps *passState, s pool.Stats) {
+	up := ps.up
+	for _, c := range []struct {
+		name      string
+		got, want uint64
+	}{
+		{"allocs", s.Allocs, ps.allocs},
+		{"frees", s.Frees, ps.frees + ps.finalFrees},
+		{"failures", s.Failures, ps.failures},
+		{"live bytes at the end", s.LiveBytes, 0},
+		{"peak live bytes", s.PeakLiveBytes, ps.peakLive},
+		{"reserved bytes", s.ReservedBytes, up.reserved},
+		{"peak reserved bytes", s.PeakReservedBytes, up.peak},
+		{"upstream reserves", s.UpstreamReserves, up.reserves},
+		{"upstream releases", s.UpstreamReleases, up.releases},
+	} {
+		if c.got != c.want {
+			ps.acc.accounting = append(ps.acc.accounting, fmt.Sprintf("repetition %d: %s: pool says %d, engine counted %d",
+				ps.rep+1, c.name, c.got, c.want))
+		}
+	}
+}
+
+func (r *runner) finishAsync(ps *passState) error {
+	acc, b := ps.acc, r.b
+	if err := b.Synchronize(); err != nil {
+		return errors.Join(fmt.Errorf("synchronize: %w", err), r.destroyStreams(ps))
+	}
+	_, high, err := b.AsyncPoolReserved()
+	if err != nil {
+		return errors.Join(fmt.Errorf("stream-ordered pool usage: %w", err), r.destroyStreams(ps))
+	}
+	acc.PeakReservedBytes = max(acc.PeakReservedBytes, high)
+	if err := r.destroyStreams(ps); err != nil {
+		return fmt.Errorf("destroy streams: %w", err)
+	}
+	if err := b.ResetAsyncPool(); err != nil {
+		return fmt.Errorf("trim stream-ordered pool: %w", err)
+	}
+	current, _, err := b.AsyncPoolReserved()
+	if err != nil {
+		return fmt.Errorf("stream-ordered pool usage: %w", err)
+	}
+	if current != 0 {
+		acc.problem("repetition %d: stream-ordered pool still holds %d bytes after trimming", ps.rep+1, current)
+	}
+	acc.LeakedBytes = max(acc.LeakedBytes, current)
+	return nil
+}

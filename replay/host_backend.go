@@ -1,0 +1,278 @@
+package replay
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/allocscope/allocscope/pool"
+)
+
+// DefaultHostCapacity is the host backend's capacity when none is given: the machine's RAM.
+var DefaultHostCapacity = hostRAM()
+
+func hostRAM() uint64 {
+	var info unix.Sysinfo_t
+	if err := unix.Sysinfo(&info); err != nil {
+		return 1 << 34
+	}
+	return uint64(info.Totalram) * uint64(info.Unit)
+}
+
+// HostBackend replays on host memory from mmap. It measures HOST memory, not GPU memory; it lets
+// the whole replay path (verify and touch included) run without a GPU.
+//
+//   - Reserve/Release: one anonymous private mapping per call (mmap/munmap), page-rounded. The raw
+//     mode is therefore one mmap per allocation.
+//   - AllocAsync/FreeAsync: a model of CUDA's retaining stream-ordered pool. Each stream keeps a
+//     free list of its freed mappings by size; an allocation takes a mapping of the same
+//     page-rounded size freed on the same stream, else maps a new one. Nothing is unmapped until
+//     ResetAsyncPool.
+//   - MemGetInfo: capacity minus the bytes mapped now, from its own counters.
+//
+// Mapped bytes never exceed the capacity: beyond it Reserve and AllocAsync fail with
+// pool.ErrOutOfMemory.
+type HostBackend struct {
+	capacity    uint64
+	pageSize    uint64
+	mapped      uint64 // bytes mapped now, all uses
+	maps        *spans // every live mapping, by address
+	asyncFree   map[Stream]map[uint64][]uint64
+	asyncSize   map[uint64]uint64 // AllocAsync mapping → its mapped size
+	asyncHeld   uint64            // bytes the async pool holds (in use and free)
+	asyncHigh   uint64
+	nextStream  Stream
+	liveStreams map[Stream]bool
+}
+
+// NewHostBackend returns a host backend that may map up to capacity bytes (0 = DefaultHostCapacity).
+func NewHostBackend(capacity uint64) *HostBackend {
+	if capacity == 0 {
+		capacity = DefaultHostCapacity
+	}
+	return &HostBackend{
+		capacity:    capacity,
+		pageSize:    uint64(unix.Getpagesize()),
+		maps:        newSpans(),
+		asyncFree:   make(map[Stream]map[uint64][]uint64),
+		asyncSize:   make(map[uint64]uint64),
+		liveStreams: make(map[Stream]bool),
+	}
+}
+
+// Name returns "host".
+func (h *HostBackend) Name() string { return "host" }
+
+// IsHost returns true.
+func (h *HostBackend) IsHost() bool { return true }
+
+// Description says plainly that host memory is measured.
+func (h *HostBackend) Description() string {
+	return fmt.Sprintf("backend host: measured HOST memory (mmap), not GPU; capacity %d bytes", h.capacity)
+}
+
+func (h *HostBackend) roundUp(size uint64) uint64 {
+	return (size + h.pageSize - 1) / h.pageSize * h.pageSize
+}
+
+// mmap maps size bytes (page-rounded) and records the mapping.
+func (h *HostBackend) mmap(size uint64) (uint64, uint64, error) {
+	length := h.roundUp(size)
+	if length == 0 || length > h.capacity-h.mapped {
+		return 0, 0, fmt.Errorf("host backend: map %d bytes with %d of %d mapped: %w", size, h.mapped, h.capacity, pool.ErrOutOfMemory)
+	}
+	data, err := unix.Mmap(-1, 0, int(length), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return 0, 0, fmt.Errorf("host backend: mmap %d bytes: %w (%w)", length, err, pool.ErrOutOfMemory)
+	}
+	addr := uint64(uintptr(unsafe.Pointer(&data[0])))
+	h.maps.insert(span{addr: addr, size: length, data: data})
+	h.mapped += length
+	return addr, length, nil
+}
+
+// munmap unmaps the mapping that starts at addr.
+func (h *HostBackend) munmap(addr uint64) error {
+	m, ok := h.maps.remove(addr)
+	if !ok {
+		return fmt.Errorf("host backend: unmap %#x: %w", addr, pool.ErrUnknownAddress)
+	}
+	h.mapped -= m.size
+	if err := unix.Munmap(m.data); err != nil {
+		return fmt.Errorf("host backend: munmap %#x: %w", addr, err)
+	}
+	return nil
+}
+
+// Reserve maps size bytes.
+func (h *HostBackend) Reserve(size uint64) (uint64, error) {
+	addr, _, err := h.mmap(size)
+	return addr, err
+}
+
+// Release unmaps a region from Reserve; size must be the size it was reserved with.
+func (h *HostBackend) Release(addr, size uint64) error {
+	m, ok := h.maps.get(addr)
+	if !ok {
+		return fmt.Errorf("host backend: release %#x: %w", addr, pool.ErrUnknownAddress)
+	}
+	if m.size != h.roundUp(size) {
+		return fmt.Errorf("host backend: release %#x with size %d, reserved with %d", addr, size, m.size)
+	}
+	return h.munmap(addr)
+}
+
+// CreateStream returns a new stream handle.
+func (h *HostBackend) CreateStream() (Stream, error) {
+	h.nextStream++
+	h.liveStreams[h.nextStream] = true
+	h.asyncFree[h.nextStream] = make(map[uint64][]uint64)
+	return h.nextStream, nil
+}
+
+// DestroyStream forgets a stream; its free list moves to the pool's stream 0 list, like CUDA's
+// pool, which keeps memory freed on a destroyed stream.
+func (h *HostBackend) DestroyStream(s Stream) error {
+	if !h.liveStreams[s] {
+		return fmt.Errorf("host backend: destroy stream %d: no such stream", s)
+	}
+	delete(h.liveStreams, s)
+	orphans := h.asyncFree[0]
+	if orphans == nil {
+		orphans = make(map[uint64][]uint64)
+		h.asyncFree[0] = orphans
+	}
+	for size, addrs := range h.asyncFree[s] {
+		orphans[size] = append(orphans[size], addrs...)
+	}
+	delete(h.asyncFree, s)
+	return nil
+}
+
+// AllocAsync takes a mapping of the page-rounded size freed on stream s, else maps a new one.
+func (h *HostBackend) AllocAsync(size uint64, s Stream) (uint64, error) {
+	free, ok := h.asyncFree[s]
+	if !ok {
+		return 0, fmt.Errorf("host backend: alloc on stream %d: no such stream", s)
+	}
+	length := h.roundUp(size)
+	if addrs := free[length]; len(addrs) > 0 {
+		addr := addrs[len(addrs)-1]
+		free[length] = addrs[:len(addrs)-1]
+		return addr, nil
+	}
+	addr, length, err := h.mmap(size)
+	if err != nil {
+		return 0, err
+	}
+	h.asyncSize[addr] = length
+	h.asyncHeld += length
+	h.asyncHigh = max(h.asyncHigh, h.asyncHeld)
+	return addr, nil
+}
+
+// FreeAsync puts the mapping on stream s's free list; it stays mapped.
+func (h *HostBackend) FreeAsync(addr uint64, s Stream) error {
+	length, ok := h.asyncSize[addr]
+	if !ok {
+		return fmt.Errorf("host backend: free async %#x: %w", addr, pool.ErrUnknownAddress)
+	}
+	free, ok := h.asyncFree[s]
+	if !ok {
+		return fmt.Errorf("host backend: free on stream %d: no such stream", s)
+	}
+	free[length] = append(free[length], addr)
+	return nil
+}
+
+// Synchronize does nothing: host work is done when a call returns.
+func (h *HostBackend) Synchronize() error { return nil }
+
+// AsyncPoolReserved returns the bytes mapped by AllocAsync and not yet given back, and their maximum.
+func (h *HostBackend) AsyncPoolReserved() (current, high uint64, err error) {
+	return h.asyncHeld, h.asyncHigh, nil
+}
+
+// ResetAsyncPool unmaps every mapping on the streams' free lists and resets the high-water mark.
+func (h *HostBackend) ResetAsyncPool() error {
+	for _, free := range h.asyncFree {
+		for size, addrs := range free {
+			for _, addr := range addrs {
+				if err := h.munmap(addr); err != nil {
+					return err
+				}
+				delete(h.asyncSize, addr)
+				h.asyncHeld -= h.roundUp(size)
+			}
+			delete(free, size)
+		}
+	}
+	h.asyncHigh = h.asyncHeld
+	return nil
+}
+
+// MemGetInfo returns capacity minus the bytes mapped now, and the capacity.
+func (h *HostBackend) MemGetInfo() (free, total uint64, err error) {
+	return h.capacity - h.mapped, h.capacity, nil
+}
+
+// block returns the host bytes of [addr, addr+size), which must lie inside one mapping.
+func (h *HostBackend) block(addr, size uint64) ([]byte, error) {
+	m, ok := h.maps.containing(addr, size)
+	if !ok {
+		return nil, fmt.Errorf("host backend: [%#x, %#x) is not inside a mapping", addr, addr+size)
+	}
+	off := addr - m.addr
+	return m.data[off : off+size], nil
+}
+
+// Touch writes pattern to every byte of the block and reads a sample back.
+func (h *HostBackend) Touch(addr, size uint64, pattern byte) error {
+	b, err := h.block(addr, size)
+	if err != nil {
+		return err
+	}
+	fill(b, pattern)
+	return h.Check(addr, size, pattern)
+}
+
+// fill sets every byte of b to v, doubling the filled prefix with copy.
+func fill(b []byte, v byte) {
+	if len(b) == 0 {
+		return
+	}
+	b[0] = v
+	for n := 1; n < len(b); n *= 2 {
+		copy(b[n:], b[:n])
+	}
+}
+
+// Check compares a sample of the block with pattern.
+func (h *HostBackend) Check(addr, size uint64, pattern byte) error {
+	b, err := h.block(addr, size)
+	if err != nil {
+		return err
+	}
+	for _, r := range sampleRanges(size) {
+		for i, v := range b[r[0] : r[0]+r[1]] {
+			if v != pattern {
+				return fmt.Errorf("byte %d of block %#x (%d bytes) is %#02x, want %#02x", r[0]+uint64(i), addr, size, v, pattern)
+			}
+		}
+	}
+	return nil
+}
+
+// Close unmaps everything still mapped.
+func (h *HostBackend) Close() error {
+	var addrs []uint64
+	h.maps.each(func(m span) bool { addrs = append(addrs, m.addr); return true })
+	for _, a := range addrs {
+		if err := h.munmap(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/allocscope/allocscope/pool"
+)
+
+// maxErrors is how many problem lines a mode keeps.
+const maxErrors = 10
+
+// progressEvery is how many requests pass between two Progress calls.
+const progressEvery = 1 << 12
+
+// modeAcc accumulates one mode's results over the repetitions.
+type modeAcc struct {
+	ModeResult
+	allocLat, freeLat *latencyRecorder
+	// accounting lists where the pool's own Stats disagree with the engine's account.
+	accounting []string
+}
+
+func newModeAcc(m Mode) *modeAcc {
+	return &modeAcc{ModeResult: ModeResult{Mode: m}, allocLat: newLatencyRecorder(), freeLat: newLatencyRecorder()}
+}
+
+func (a *modeAcc) problem(format string, args ...any) {
+	if len(a.Errors) < maxErrors {
+		a.Errors = append(a.Errors, fmt.Sprintf(format, args...))
+	}
+}
+
+// passState is the state of one repetition of one mode.
+type passState struct {
+	acc        *modeAcc
+	rep        int
+	d          driver
+	alloc      pool.Allocator    // raw and pool
+	up         *countingUpstream // raw and pool
+	streams    []Stream          // async
+	live       *spans            // --verify: live blocks
+	liveBytes  uint64
+	peakLive   uint64
+	memStart   uint64 // backend free memory at the start
+	sampled    uint64 // own-accounting peak at the last MemGetInfo sample
+	elapsed    int64  // time inside the allocator
+	allocs     uint64
+	frees      uint64
+	failures   uint64
+	finalFrees uint64
+}
+
+// pass replays the whole trace once in acc's mode.
+func (r *runner) pass(acc *modeAcc, rep int) error {
+	free, _, err := r.b.MemGetInfo()
+	if err != nil {
+		return fmt.Errorf("memory info: %w", err)
+	}
+	ps := &passState{acc: acc, rep: rep, memStart: free}
+	if r.opt.Verify {
+		ps.live = newSpans()
+	}
+	if err := r.begin(ps); err != nil {
+		return err
+	}
+	r.replayOps(ps)
+	return r.finish(ps)
+}
+
+// begin builds the mode's driver.
+func (r *runner) begin(ps *passState) error {
+	if ps.acc.Mode == ModeAsync {
+		if err := r.b.ResetAsyncPool(); err != nil {
+			return fmt.Errorf("reset stream-ordered pool: %w", err)
+		}
+		for range r.t.Stats.Streams {
+			s, err := r.b.CreateStream()
+			if err != nil {
+				return errors.Join(fmt.Errorf("create stream: %w", err), r.destroyStreams(ps))
+			}
+			ps.streams = append(ps.streams, s)
+		}
+		ps.d = asyncDriver{b: r.b, streams: ps.streams}
+		return nil
+	}
+	ps.up = &countingUpstream{up: r.b}
+	if r.opt.Verify {
+		ps.up.regions = newSpans()
+	}
+	cfg := r.cfg
+	if ps.acc.Mode == ModeRaw {
+		cfg = rawConfig(r.cfg)
+	}
+	a, err := r.opt.NewAllocator(cfg, ps.up)
+	if err != nil {
+		return fmt.Errorf("build %s allocator: %w", cfg.Policy, err)
+	}
+	ps.alloc, ps.d = a, allocatorDriver{a: a}
+	return nil
+}
+
+func (r *runner) destroyStreams(ps *passState) error {
+	var errs []error
+	for _, s := range ps.streams {
+		errs = append(errs, r.b.DestroyStream(s))
+	}
+	ps.streams = nil
+	return errors.Join(errs...)
+}
+
+// replayOps runs every request, timing each call into the allocator.
+func (r *runner) replayOps(ps *passState) {
+	clock, sinceProgress := r.opt.Clock, 0
+	for i, o := range r.t.ops {
+		if o.isAlloc() {
+			t0 := clock()
+			addr, err := ps.d.alloc(o.size, o.stream)
+			dt := clock() - t0
+			ps.elapsed += dt
+			ps.acc.allocLat.record(dt)
+			r.afterAlloc(ps, i, o, addr, err)
+		} else if addr := r.addrs[o.slot]; addr != 0 {
+			r.beforeFree(ps, o.slot, addr)
+			t0 := clock()
+			err := ps.d.free(addr, o.stream)
+			dt := clock() - t0
+			ps.elapsed += dt
+			ps.acc.freeLat.record(dt)
+			r.afterFree(ps, i, o.slot, err)
+		} else {
+			ps.acc.SkippedFrees++
+		}
+		if sinceProgress++; sinceProgress == progressEvery {
+			r.opt.Progress(progressEvery)
+			sinceProgress = 0
+		}
+	}
+	r.opt.Progress(int64(sinceProgress))
+}
+
+func (r *runner) afterAlloc(ps *passState, i int, o op, addr uint64, err error) {
+	acc := ps.acc
+	if err == nil && addr == 0 {
+		err = errors.New("allocator returned address 0")
+	}
+	if err != nil {
+		ps.failures++
+		if errors.Is(err, pool.ErrOutOfMemory) {
+			acc.OOMs++
+		}
+		acc.problem("repetition %d, request %d: alloc %d bytes: %v", ps.rep+1, i, o.size, err)
+		return
+	}
+	ps.allocs++
+	r.addrs[o.slot], r.sizes[o.slot] = addr, o.size
+	ps.liveBytes += o.size
+	ps.peakLive = max(ps.peakLive, ps.liveBytes)
+	if ps.live != nil {
+		r.verifyAlloc(ps, i, addr, o.size)
+	}
+	if r.patterns != nil {
+		pattern := byte(i%255) + 1
+		r.patterns[o.slot] = pattern
+		acc.Touched++
+		if err := r.b.Touch(addr, o.size, pattern); err != nil {
+			acc.TouchFailures++
+			acc.problem("repetition %d, request %d: touch %d bytes at %#x: %v", ps.rep+1, i, o.size, addr, err)
+		}
+	}
+	r.sampleMemory(ps)
+}
+
+// verifyAlloc checks the new block against the live blocks and the reserved regions.
+func (r *runner) verifyAlloc(ps *passState, i int, addr, size uint64) {
+	acc := ps.acc
+	acc.VerifyChecks++
+	if other, ok := ps.live.overlapping(addr, size); ok {
+		acc.Overlaps++
+		acc.problem("repetition %d, request %d: block [%#x, %#x) overlaps live block [%#x, %#x)",
+			ps.rep+1, i, addr, addr+size, other.addr, other.end())
+	} else {
+		ps.live.insert(span{addr: addr, size: size})
+	}
+	if ps.up != nil {
+		if _, ok := ps.up.regions.containing(addr, size); !ok {
+			acc.OutsideReserved++
+			acc.problem("repetition %d, request %d: block [%#x, %#x) is not inside memory reserved from the backend",
+				ps.rep+1, i, addr, addr+size)
+		}
+	}
+}
+
+// sampleMemory reads the backend's free memory when the own account reaches a new peak.
+func (r *runner) sampleMemory(ps *passState) {
+	own := ps.peakLive
+	if ps.up != nil {
+		own = ps.up.peak
+	}
+	if own <= ps.sampled {
+		return
+	}
+	ps.sampled = own
+	free, _, err := r.b.MemGetInfo()
+	if err != nil {
+		ps.acc.problem("repetition %d: memory info: %v", ps.rep+1, err)
+		return
+	}
+	if free < ps.memStart {
+		ps.acc.PeakMemInfoBytes = max(ps.acc.PeakMemInfoBytes, ps.memStart-free)
+	}
+}
+
+// beforeFree checks the block's pattern and takes it out of the live set.
+func (r *runner) beforeFree(ps *passState, slot uint32, addr uint64) {
+	size := r.sizes[slot]
+	if r.patterns != nil {
+		if err := r.b.Check(addr, size, r.patterns[slot]); err != nil {
+			ps.acc.TouchFailures++
+			ps.acc.problem("repetition %d: block at %#x (%d bytes) changed while live: %v", ps.rep+1, addr, size, err)
+		}
+	}
+	if ps.live != nil {
+		if s, ok := ps.live.get(addr); ok && s.size == size {
+			ps.live.remove(addr)
+		}
+	}
+}
+
+func (r *runner) afterFree(ps *passState, i int, slot uint32, err error) {
+	if err != nil {
+		ps.acc.FreeErrors++
+		ps.acc.problem("repetition %d, request %d: free %#x: %v", ps.rep+1, i, r.addrs[slot], err)
+	} else {
+		ps.frees++
+	}
+	ps.liveBytes -= r.sizes[slot]
+	r.addrs[slot] = 0
+}

@@ -1,0 +1,157 @@
+package replay
+
+import (
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/allocscope/allocscope/pool"
+)
+
+// Report is everything a replay measured. Counters are totals over all repetitions; peaks are the
+// maximum over repetitions; times are nanoseconds.
+type Report struct {
+	Backend              string           `json:"backend"`
+	BackendIsHost        bool             `json:"backend_is_host"`
+	BackendDescription   string           `json:"backend_description"`
+	Policy               pool.Policy      `json:"policy"`
+	Repeat               int              `json:"repeat"`
+	Verify               bool             `json:"verify"`
+	Touch                bool             `json:"touch"`
+	ClockOverheadNs      int64            `json:"clock_overhead_ns"` // median cost of one clock reading; in every latency
+	Trace                ExtractStats     `json:"trace"`
+	Warnings             []string         `json:"warnings"`
+	Modes                []ModeResult     `json:"modes"`
+	SpeedupRawOverPool   float64          `json:"speedup_raw_over_pool"`   // raw allocator time / pool allocator time; 0 = not measured
+	SpeedupAsyncOverPool float64          `json:"speedup_async_over_pool"` // async allocator time / pool allocator time; 0 = not measured
+	Prediction           *pool.Prediction `json:"prediction"`
+	Memory               MemoryCheck      `json:"memory"`
+	Checks               []Check          `json:"checks"`
+	Passed               bool             `json:"passed"`
+}
+
+// MemoryCheck is the backend's free memory before the first and after the last repetition.
+type MemoryCheck struct {
+	TotalBytes     uint64 `json:"total_bytes"`
+	StartFreeBytes uint64 `json:"start_free_bytes"`
+	EndFreeBytes   uint64 `json:"end_free_bytes"`
+	LeakedBytes    int64  `json:"leaked_bytes"` // StartFreeBytes - EndFreeBytes
+	ToleranceBytes uint64 `json:"tolerance_bytes"`
+}
+
+// ModeResult is what one mode measured over all repetitions.
+type ModeResult struct {
+	Mode Mode `json:"mode"`
+	// Alloc and Free are the latencies of single calls into the allocator.
+	Alloc Latency `json:"alloc"`
+	Free  Latency `json:"free"`
+	// AllocatorTimeNs is the time spent inside the allocator per repetition (mean over repetitions).
+	AllocatorTimeNs int64 `json:"allocator_time_ns"`
+	// AllocatorTimeNsByRepetition is the time spent inside the allocator in each repetition.
+	AllocatorTimeNsByRepetition []int64 `json:"allocator_time_ns_by_repetition"`
+	Allocs                      uint64  `json:"allocs"`          // successful allocations
+	Frees                       uint64  `json:"frees"`           // successful frees (timed)
+	FinalFrees                  uint64  `json:"final_frees"`     // blocks still live at the end of the trace, freed untimed
+	Failures                    uint64  `json:"failures"`        // failed allocations (OOMs included)
+	OOMs                        uint64  `json:"ooms"`            // failed allocations that were out of memory
+	SkippedFrees                uint64  `json:"skipped_frees"`   // frees of blocks whose allocation failed
+	FreeErrors                  uint64  `json:"free_errors"`     // frees the allocator refused
+	Fallbacks                   uint64  `json:"fallbacks"`       // pool: requests served outside the plan
+	PeakLiveBytes               uint64  `json:"peak_live_bytes"` // requested bytes live at once
+	// PeakReservedBytes is the most memory the allocator held, by its own accounting: the
+	// Upstream's reserved bytes for raw and pool, the stream-ordered pool's reserved-memory high
+	// mark for async.
+	PeakReservedBytes uint64 `json:"peak_reserved_bytes"`
+	// PeakMemInfoBytes is the largest drop of the backend's free memory (MemGetInfo) from the start
+	// of a repetition, sampled at each new own-accounting peak.
+	PeakMemInfoBytes uint64 `json:"peak_meminfo_bytes"`
+	// LeakedBytes is what the allocator still held after it was closed (raw, pool) or trimmed (async).
+	LeakedBytes uint64 `json:"leaked_bytes"`
+	// PoolStats are the allocator's own counters of the first repetition (raw and pool).
+	PoolStats *pool.Stats `json:"pool_stats,omitempty"`
+	// UpstreamReserves and UpstreamReleases are the Reserve/Release calls seen by the engine (raw, pool).
+	UpstreamReserves uint64 `json:"upstream_reserves"`
+	UpstreamReleases uint64 `json:"upstream_releases"`
+	// Verify and Touch count the checks of --verify and --touch.
+	VerifyChecks    uint64 `json:"verify_checks"`
+	Overlaps        uint64 `json:"overlaps"`
+	OutsideReserved uint64 `json:"outside_reserved"`
+	Touched         uint64 `json:"touched"`
+	TouchFailures   uint64 `json:"touch_failures"`
+	// Errors are the first few problems, one line each.
+	Errors []string `json:"errors"`
+}
+
+// Latency summarises the durations of single calls.
+type Latency struct {
+	Count  uint64  `json:"count"`
+	MeanNs float64 `json:"mean_ns"`
+	P50Ns  int64   `json:"p50_ns"`
+	P99Ns  int64   `json:"p99_ns"`
+	MaxNs  int64   `json:"max_ns"`
+}
+
+// Check is one pass/fail verdict of the report.
+type Check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // CheckPass, CheckFail or CheckSkip
+	Detail string `json:"detail"`
+}
+
+// The statuses of a Check.
+const (
+	CheckPass = "pass"
+	CheckFail = "fail"
+	CheckSkip = "skip"
+)
+
+// Mode returns the result for mode m, or nil.
+func (r *Report) Mode(m Mode) *ModeResult {
+	for i := range r.Modes {
+		if r.Modes[i].Mode == m {
+			return &r.Modes[i]
+		}
+	}
+	return nil
+}
+
+// Failed returns the checks that failed.
+func (r *Report) Failed() []Check {
+	var failed []Check
+	for _, c := range r.Checks {
+		if c.Status == CheckFail {
+			failed = append(failed, c)
+		}
+	}
+	return failed
+}
+
+// latencyRecorder collects call durations into a histogram (3 significant digits) and an exact sum.
+type latencyRecorder struct {
+	hist  *hdrhistogram.Histogram
+	sumNs int64
+}
+
+// maxLatencyNs is the largest duration the histograms keep apart; longer calls count as this.
+const maxLatencyNs = 100e9
+
+func newLatencyRecorder() *latencyRecorder {
+	return &latencyRecorder{hist: hdrhistogram.New(1, maxLatencyNs, 3)}
+}
+
+func (l *latencyRecorder) record(ns int64) {
+	l.sumNs += ns
+	_ = l.hist.RecordValue(min(max(ns, 0), maxLatencyNs)) // in range by construction
+}
+
+func (l *latencyRecorder) summary() Latency {
+	n := l.hist.TotalCount()
+	if n == 0 {
+		return Latency{}
+	}
+	return Latency{
+		Count:  uint64(n),
+		MeanNs: float64(l.sumNs) / float64(n),
+		P50Ns:  l.hist.ValueAtQuantile(50),
+		P99Ns:  l.hist.ValueAtQuantile(99),
+		MaxNs:  l.hist.Max(),
+	}
+}
