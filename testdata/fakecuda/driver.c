@@ -1,0 +1,347 @@
+/*
+ * Fake CUDA driver (libcuda.so.1) on host memory, for allocscope's tests.
+ * Build: cc -shared -fPIC -O2 -Wl,-soname,libcuda.so.1 -o libcuda.so.1 driver.c -lpthread
+ *
+ * Every exported memory function (cuCtx* and cuInit are not counted: the shim calls cuCtxGetDevice) counts itself as an "exported" call; cuGetProcAddress hands out distinct
+ * internal functions that count as "proc-address" calls, so a test can tell which one the shim called.
+ * Each driver call sets errno to 0x5eed on purpose: the shim must leave the errno the real call left.
+ */
+#define _GNU_SOURCE
+#include "fakecuda.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define FAKE_ERRNO 0x5eed
+#define FREE_LIST 32
+#define ONE_TIB (1ull << 40)
+
+struct region {
+	const char *name;
+	uint64_t base, size;
+	int prot;
+	uint64_t *meta; /* requested size + 1 per 512-byte grain; 0 = not allocated */
+	uint64_t next;  /* next free arena offset */
+	int ok;
+};
+
+static struct region regions[3] = {
+	{"device", FAKE_DEVICE_BASE, 16ull << 30, PROT_NONE, NULL, 0, 0},
+	{"managed", FAKE_MANAGED_BASE, 4ull << 30, PROT_READ | PROT_WRITE, NULL, 0, 0},
+	{"host", FAKE_HOST_BASE, 4ull << 30, PROT_READ | PROT_WRITE, NULL, 0, 0},
+};
+enum { R_DEVICE, R_MANAGED, R_HOST };
+
+struct thread_cache {
+	uint64_t cur, end;
+	int nfree;
+	uint64_t free_addr[FREE_LIST], free_size[FREE_LIST];
+};
+static __thread struct thread_cache caches[3];
+static __thread int current_device = 0;
+static __thread long calls_exported, calls_gpa;
+
+static uint64_t va_next;
+static uint64_t handle_next = FAKE_HANDLE_BASE;
+#define MAX_HANDLES 65536
+static uint64_t handle_size[MAX_HANDLES];
+
+__attribute__((constructor)) static void fake_init(void) {
+	for (int i = 0; i < 3; i++) {
+		struct region *r = &regions[i];
+		void *p = mmap((void *)r->base, r->size, r->prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+			       MAP_FIXED_NOREPLACE, -1, 0);
+		size_t meta_bytes = r->size / FAKE_GRAIN * sizeof(uint64_t);
+		void *m = mmap(NULL, meta_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+		if (p != (void *)r->base || m == MAP_FAILED) {
+			fprintf(stderr, "fakecuda: cannot map the %s region at %#llx\n", r->name,
+				(unsigned long long)r->base);
+			continue;
+		}
+		r->meta = (uint64_t *)m;
+		r->ok = 1;
+	}
+	void *va = mmap((void *)FAKE_VA_BASE, 1ull << 40, PROT_NONE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+	if (va != (void *)FAKE_VA_BASE)
+		fprintf(stderr, "fakecuda: cannot map the VA region\n");
+}
+
+static CUresult region_alloc(int ri, CUdeviceptr *out, size_t n) {
+	struct region *r = &regions[ri];
+	struct thread_cache *c = &caches[ri];
+	if (n == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (n > ONE_TIB || !r->ok)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	uint64_t rounded = (n + FAKE_GRAIN - 1) & ~(FAKE_GRAIN - 1);
+	uint64_t addr = 0;
+	for (int i = c->nfree - 1; i >= 0; i--) {
+		if (c->free_size[i] == rounded) {
+			addr = c->free_addr[i];
+			c->nfree--;
+			c->free_addr[i] = c->free_addr[c->nfree];
+			c->free_size[i] = c->free_size[c->nfree];
+			break;
+		}
+	}
+	if (addr == 0) {
+		if (c->cur + rounded > c->end) {
+			uint64_t len = rounded > FAKE_ARENA ? (rounded + FAKE_ARENA - 1) & ~(FAKE_ARENA - 1) : FAKE_ARENA;
+			uint64_t off = __atomic_fetch_add(&r->next, len, __ATOMIC_RELAXED);
+			if (off + len > r->size)
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			c->cur = r->base + off;
+			c->end = c->cur + len;
+		}
+		addr = c->cur;
+		c->cur += rounded;
+	}
+	__atomic_store_n(&r->meta[(addr - r->base) / FAKE_GRAIN], (uint64_t)n + 1, __ATOMIC_RELEASE);
+	*out = addr;
+	return CUDA_SUCCESS;
+}
+
+static CUresult region_free(int ri, uint64_t addr) {
+	struct region *r = &regions[ri];
+	struct thread_cache *c = &caches[ri];
+	if (addr < r->base || addr >= r->base + r->size || (addr - r->base) % FAKE_GRAIN != 0 || !r->ok)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t v = __atomic_exchange_n(&r->meta[(addr - r->base) / FAKE_GRAIN], 0, __ATOMIC_ACQ_REL);
+	if (v == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (c->nfree < FREE_LIST) {
+		c->free_addr[c->nfree] = addr;
+		c->free_size[c->nfree] = ((v - 1) + FAKE_GRAIN - 1) & ~(FAKE_GRAIN - 1);
+		c->nfree++;
+	}
+	return CUDA_SUCCESS;
+}
+
+static int which_region(uint64_t addr) {
+	for (int i = 0; i < 3; i++)
+		if (addr >= regions[i].base && addr < regions[i].base + regions[i].size)
+			return i;
+	return -1;
+}
+
+/* ---- implementations ---- */
+
+static CUresult i_cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+static CUresult i_cuCtxGetDevice(CUdevice *d) {
+	if (d == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = current_device;
+	return CUDA_SUCCESS;
+}
+static CUresult i_cuCtxSetCurrent(CUcontext ctx) {
+	current_device = ctx == NULL ? 0 : (int)((intptr_t)ctx - 1);
+	return CUDA_SUCCESS;
+}
+static CUresult i_cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+	if (p == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return region_alloc(R_DEVICE, p, n);
+}
+static CUresult i_cuMemFree_v2(CUdeviceptr p) {
+	int ri = which_region(p);
+	if (ri == R_HOST)
+		return CUDA_ERROR_INVALID_VALUE;
+	return region_free(ri < 0 ? R_DEVICE : ri, p);
+}
+static CUresult i_cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int elem) {
+	(void)elem;
+	if (p == NULL || pitch == NULL || w == 0 || h == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t pi = (w + FAKE_PITCH_ALIGN - 1) & ~(FAKE_PITCH_ALIGN - 1);
+	CUresult r = region_alloc(R_DEVICE, p, pi * h);
+	if (r == CUDA_SUCCESS)
+		*pitch = pi;
+	return r;
+}
+static CUresult i_cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int flags) {
+	(void)flags;
+	return p == NULL ? CUDA_ERROR_INVALID_VALUE : region_alloc(R_MANAGED, p, n);
+}
+static CUresult i_cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return i_cuMemAlloc_v2(p, n); }
+static CUresult i_cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return i_cuMemFree_v2(p); }
+static CUresult i_cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
+	(void)pool;
+	(void)s;
+	return i_cuMemAlloc_v2(p, n);
+}
+static CUresult i_cuMemAllocHost_v2(void **p, size_t n) {
+	CUdeviceptr a = 0;
+	if (p == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = region_alloc(R_HOST, &a, n);
+	if (r == CUDA_SUCCESS)
+		*p = (void *)(uintptr_t)a;
+	return r;
+}
+static CUresult i_cuMemHostAlloc(void **p, size_t n, unsigned int flags) { (void)flags; return i_cuMemAllocHost_v2(p, n); }
+static CUresult i_cuMemFreeHost(void *p) { return region_free(R_HOST, (uint64_t)(uintptr_t)p); }
+static CUresult i_cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop,
+			      unsigned long long flags) {
+	(void)flags;
+	if (h == NULL || prop == NULL || n == 0 || n % (2u << 20) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t id = __atomic_fetch_add(&handle_next, 1, __ATOMIC_RELAXED);
+	if (id - FAKE_HANDLE_BASE >= MAX_HANDLES)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	__atomic_store_n(&handle_size[id - FAKE_HANDLE_BASE], n, __ATOMIC_RELEASE);
+	*h = id;
+	return CUDA_SUCCESS;
+}
+static int handle_ok(CUmemGenericAllocationHandle h) {
+	return h >= FAKE_HANDLE_BASE && h - FAKE_HANDLE_BASE < MAX_HANDLES &&
+	       __atomic_load_n(&handle_size[h - FAKE_HANDLE_BASE], __ATOMIC_ACQUIRE) != 0;
+}
+static CUresult i_cuMemRelease(CUmemGenericAllocationHandle h) {
+	if (!handle_ok(h))
+		return CUDA_ERROR_INVALID_VALUE;
+	__atomic_store_n(&handle_size[h - FAKE_HANDLE_BASE], 0, __ATOMIC_RELEASE);
+	return CUDA_SUCCESS;
+}
+static int va_ok(CUdeviceptr p, size_t n) { return p >= FAKE_VA_BASE && p + n <= FAKE_VA_BASE + (1ull << 40); }
+static CUresult i_cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h,
+			   unsigned long long flags) {
+	(void)flags;
+	if (!handle_ok(h) || !va_ok(p, n) || off + n > handle_size[h - FAKE_HANDLE_BASE])
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+static CUresult i_cuMemUnmap(CUdeviceptr p, size_t n) { return va_ok(p, n) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+static CUresult i_cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr,
+				      unsigned long long flags) {
+	(void)align;
+	(void)addr;
+	(void)flags;
+	if (p == NULL || n == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t len = (n + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+	uint64_t off = __atomic_fetch_add(&va_next, len, __ATOMIC_RELAXED);
+	if (off + len > (1ull << 40))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = FAKE_VA_BASE + off;
+	return CUDA_SUCCESS;
+}
+static CUresult i_cuMemAddressFree(CUdeviceptr p, size_t n) { return va_ok(p, n) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+static CUresult i_cuGetProcAddress_v2(const char *sym, void **fn, int version, cuuint64_t flags, void *status);
+static CUresult i_cuGetProcAddress(const char *sym, void **fn, int version, cuuint64_t flags) {
+	return i_cuGetProcAddress_v2(sym, fn, version, flags, NULL);
+}
+
+/* ---- exported entry points and the internal ones cuGetProcAddress hands out ---- */
+
+#define ENTRY(name, impl, params, args) ENTRY_COUNTING(name, impl, params, args, 1)
+#define ENTRY_UNCOUNTED(name, impl, params, args) ENTRY_COUNTING(name, impl, params, args, 0)
+#define ENTRY_COUNTING(name, impl, params, args, count)                                                  \
+	CUresult name params {                                                                           \
+		calls_exported += count;                                                                 \
+		CUresult r = impl args;                                                                  \
+		errno = FAKE_ERRNO;                                                                      \
+		return r;                                                                                \
+	}                                                                                                \
+	static CUresult gpa_##name params {                                                              \
+		calls_gpa += count;                                                                      \
+		CUresult r = impl args;                                                                  \
+		errno = FAKE_ERRNO;                                                                      \
+		return r;                                                                                \
+	}
+
+ENTRY_UNCOUNTED(cuInit, i_cuInit, (unsigned int f), (f))
+ENTRY_UNCOUNTED(cuCtxGetDevice, i_cuCtxGetDevice, (CUdevice *d), (d))
+ENTRY_UNCOUNTED(cuCtxSetCurrent, i_cuCtxSetCurrent, (CUcontext c), (c))
+ENTRY(cuMemAlloc_v2, i_cuMemAlloc_v2, (CUdeviceptr *p, size_t n), (p, n))
+ENTRY(cuMemFree_v2, i_cuMemFree_v2, (CUdeviceptr p), (p))
+ENTRY(cuMemAllocPitch_v2, i_cuMemAllocPitch_v2, (CUdeviceptr *p, size_t *pi, size_t w, size_t h, unsigned int e),
+      (p, pi, w, h, e))
+ENTRY(cuMemAllocManaged, i_cuMemAllocManaged, (CUdeviceptr *p, size_t n, unsigned int f), (p, n, f))
+ENTRY(cuMemAllocAsync, i_cuMemAllocAsync, (CUdeviceptr *p, size_t n, CUstream s), (p, n, s))
+ENTRY(cuMemAllocAsync_ptsz, i_cuMemAllocAsync, (CUdeviceptr *p, size_t n, CUstream s), (p, n, s))
+ENTRY(cuMemFreeAsync, i_cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s))
+ENTRY(cuMemFreeAsync_ptsz, i_cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s))
+ENTRY(cuMemAllocFromPoolAsync, i_cuMemAllocFromPoolAsync, (CUdeviceptr *p, size_t n, CUmemoryPool m, CUstream s),
+      (p, n, m, s))
+ENTRY(cuMemAllocFromPoolAsync_ptsz, i_cuMemAllocFromPoolAsync,
+      (CUdeviceptr *p, size_t n, CUmemoryPool m, CUstream s), (p, n, m, s))
+ENTRY(cuMemAllocHost_v2, i_cuMemAllocHost_v2, (void **p, size_t n), (p, n))
+ENTRY(cuMemHostAlloc, i_cuMemHostAlloc, (void **p, size_t n, unsigned int f), (p, n, f))
+ENTRY(cuMemFreeHost, i_cuMemFreeHost, (void *p), (p))
+ENTRY(cuMemCreate, i_cuMemCreate,
+      (CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *pr, unsigned long long f),
+      (h, n, pr, f))
+ENTRY(cuMemRelease, i_cuMemRelease, (CUmemGenericAllocationHandle h), (h))
+ENTRY(cuMemMap, i_cuMemMap,
+      (CUdeviceptr p, size_t n, size_t o, CUmemGenericAllocationHandle h, unsigned long long f), (p, n, o, h, f))
+ENTRY(cuMemUnmap, i_cuMemUnmap, (CUdeviceptr p, size_t n), (p, n))
+ENTRY(cuMemAddressReserve, i_cuMemAddressReserve,
+      (CUdeviceptr *p, size_t n, size_t a, CUdeviceptr ad, unsigned long long f), (p, n, a, ad, f))
+ENTRY(cuMemAddressFree, i_cuMemAddressFree, (CUdeviceptr p, size_t n), (p, n))
+ENTRY(cuGetProcAddress, i_cuGetProcAddress, (const char *s, void **fn, int v, cuuint64_t f), (s, fn, v, f))
+ENTRY(cuGetProcAddress_v2, i_cuGetProcAddress_v2, (const char *s, void **fn, int v, cuuint64_t f, void *st),
+      (s, fn, v, f, st))
+
+void fakecuda_calls(long *exported, long *via_proc_address) {
+	*exported = calls_exported;
+	*via_proc_address = calls_gpa;
+}
+
+/* cuGetProcAddress: base name + the CUDA version the caller was built for + flags pick the function. */
+static const struct {
+	const char *name;
+	int min_version; /* below it: not found (an older ABI the fake does not have) */
+	void *fn, *ptsz, *old;
+} proc_table[] = {
+	{"cuInit", 2000, (void *)gpa_cuInit, NULL, NULL},
+	{"cuCtxGetDevice", 2000, (void *)gpa_cuCtxGetDevice, NULL, NULL},
+	{"cuCtxSetCurrent", 4000, (void *)gpa_cuCtxSetCurrent, NULL, NULL},
+	{"cuMemAlloc", 3020, (void *)gpa_cuMemAlloc_v2, NULL, NULL},
+	{"cuMemFree", 3020, (void *)gpa_cuMemFree_v2, NULL, NULL},
+	{"cuMemAllocPitch", 3020, (void *)gpa_cuMemAllocPitch_v2, NULL, NULL},
+	{"cuMemAllocManaged", 6000, (void *)gpa_cuMemAllocManaged, NULL, NULL},
+	{"cuMemAllocAsync", 11020, (void *)gpa_cuMemAllocAsync, (void *)gpa_cuMemAllocAsync_ptsz, NULL},
+	{"cuMemFreeAsync", 11020, (void *)gpa_cuMemFreeAsync, (void *)gpa_cuMemFreeAsync_ptsz, NULL},
+	{"cuMemAllocFromPoolAsync", 11020, (void *)gpa_cuMemAllocFromPoolAsync,
+	 (void *)gpa_cuMemAllocFromPoolAsync_ptsz, NULL},
+	{"cuMemAllocHost", 3020, (void *)gpa_cuMemAllocHost_v2, NULL, NULL},
+	{"cuMemHostAlloc", 2020, (void *)gpa_cuMemHostAlloc, NULL, NULL},
+	{"cuMemFreeHost", 2000, (void *)gpa_cuMemFreeHost, NULL, NULL},
+	{"cuMemCreate", 10020, (void *)gpa_cuMemCreate, NULL, NULL},
+	{"cuMemRelease", 10020, (void *)gpa_cuMemRelease, NULL, NULL},
+	{"cuMemMap", 10020, (void *)gpa_cuMemMap, NULL, NULL},
+	{"cuMemUnmap", 10020, (void *)gpa_cuMemUnmap, NULL, NULL},
+	{"cuMemAddressReserve", 10020, (void *)gpa_cuMemAddressReserve, NULL, NULL},
+	{"cuMemAddressFree", 10020, (void *)gpa_cuMemAddressFree, NULL, NULL},
+	{"cuGetProcAddress", 12000, (void *)gpa_cuGetProcAddress_v2, NULL, (void *)gpa_cuGetProcAddress},
+};
+
+static CUresult i_cuGetProcAddress_v2(const char *sym, void **fn, int version, cuuint64_t flags, void *status) {
+	if (status != NULL)
+		*(int *)status = 0;
+	if (sym == NULL || fn == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*fn = NULL;
+	for (size_t i = 0; i < sizeof proc_table / sizeof proc_table[0]; i++) {
+		if (strcmp(proc_table[i].name, sym) != 0)
+			continue;
+		if (version < proc_table[i].min_version)
+			*fn = proc_table[i].old;
+		else if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && proc_table[i].ptsz)
+			*fn = proc_table[i].ptsz;
+		else
+			*fn = proc_table[i].fn;
+		break;
+	}
+	if (*fn == NULL) {
+		if (status != NULL)
+			*(int *)status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
+		return CUDA_ERROR_NOT_FOUND;
+	}
+	return CUDA_SUCCESS;
+}

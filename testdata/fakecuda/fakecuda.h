@@ -1,0 +1,113 @@
+/*
+ * Declarations of the fake CUDA runtime (libcudart.so) and driver (libcuda.so.1) used by allocscope's
+ * tests. Same ABI as the real libraries for the functions the shim hooks; no NVIDIA header is needed.
+ *
+ * The fake hands out deterministic addresses: each kind of memory lives in a fixed region, each thread
+ * bump-allocates in 64 MiB arenas of it (the first thread to allocate gets the region's base), sizes are
+ * rounded up to 512 bytes, and a freed block is reused (last freed first) by the next allocation of the
+ * same rounded size on the same thread.
+ */
+#ifndef FAKECUDA_H
+#define FAKECUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FAKE_DEVICE_BASE 0x200000000000ull  /* device memory, 16 GiB */
+#define FAKE_MANAGED_BASE 0x300000000000ull /* managed memory, 4 GiB */
+#define FAKE_HOST_BASE 0x310000000000ull    /* page-locked host memory, 4 GiB */
+#define FAKE_VA_BASE 0x400000000000ull      /* cuMemAddressReserve ranges, 1 TiB, 2 MiB granules */
+#define FAKE_HANDLE_BASE 0x1000ull          /* first cuMemCreate handle */
+#define FAKE_ARENA (64ull << 20)
+#define FAKE_GRAIN 512ull
+#define FAKE_PITCH_ALIGN 512ull
+
+typedef int cudaError_t;
+typedef int CUresult;
+typedef void *cudaStream_t;
+typedef void *cudaMemPool_t;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUstream;
+typedef void *CUcontext;
+typedef void *CUmemoryPool;
+typedef int CUdevice;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef unsigned long long cuuint64_t;
+struct cudaPitchedPtr { void *ptr; size_t pitch; size_t xsize; size_t ysize; };
+struct cudaExtent { size_t width; size_t height; size_t depth; };
+typedef struct {
+	int type;
+	int requestedHandleTypes;
+	struct { int type; int id; } location;
+	void *win32HandleMetaData;
+	struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; unsigned char reserved[4]; } allocFlags;
+} CUmemAllocationProp;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_FOUND 500
+#define cudaErrorMemoryAllocation 2
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+
+/* Runtime API (libcudart.so). */
+cudaError_t cudaMalloc(void **p, size_t n);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t n, cudaMemPool_t pool, cudaStream_t s);
+cudaError_t cudaMallocManaged(void **p, size_t n, unsigned int flags);
+cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height);
+cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent e);
+cudaError_t cudaMallocHost(void **p, size_t n);
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, void *status);
+cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int version,
+					     unsigned long long flags, void *status);
+
+/* Driver API (libcuda.so.1). */
+CUresult cuInit(unsigned int flags);
+CUresult cuCtxGetDevice(CUdevice *d);
+CUresult cuCtxSetCurrent(CUcontext ctx); /* fake: ctx = (CUcontext)(device + 1) */
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
+CUresult cuMemFree_v2(CUdeviceptr p);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int elem);
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int flags);
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s);
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s);
+CUresult cuMemAllocHost_v2(void **p, size_t n);
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags);
+CUresult cuMemFreeHost(void *p);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop,
+		     unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle h);
+CUresult cuMemMap(CUdeviceptr p, size_t n, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr p, size_t n);
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr p, size_t n);
+CUresult cuGetProcAddress(const char *sym, void **fn, int version, cuuint64_t flags);
+CUresult cuGetProcAddress_v2(const char *sym, void **fn, int version, cuuint64_t flags, void *status);
+/* Fake only: how many driver calls this thread made through exported symbols and through pointers
+ * handed out by cuGetProcAddress (distinct functions, so a test sees which one a wrapper called). */
+void fakecuda_calls(long *exported, long *via_proc_address);
+
+typedef CUresult (*PFN_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, void *);
+typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *, void **, int, cuuint64_t);
+typedef CUresult (*PFN_cuMemAlloc_v2)(CUdeviceptr *, size_t);
+typedef CUresult (*PFN_cuMemFree_v2)(CUdeviceptr);
+typedef CUresult (*PFN_cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*PFN_cuMemFreeAsync)(CUdeviceptr, CUstream);
+typedef CUresult (*PFN_cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+				    unsigned long long);
+typedef CUresult (*PFN_cuMemRelease)(CUmemGenericAllocationHandle);
+typedef CUresult (*PFN_cuCtxSetCurrent)(CUcontext);
+typedef void (*PFN_fakecuda_calls)(long *, long *);
+
+#endif
