@@ -1,0 +1,126 @@
+package trace
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// FormatVersion is the version of the Arrow trace layout this package writes and reads.
+const FormatVersion = 1
+
+// Sources of a trace, the values of Info.Source.
+const (
+	SourceAllocscope      = "allocscope"       // recorded by allocscope's shim
+	SourcePyTorchSnapshot = "pytorch-snapshot" // imported from torch.cuda.memory._snapshot()
+	SourceRMMCSV          = "rmm-csv"          // imported from an RMM logging_resource_adaptor CSV
+)
+
+// Info is the metadata of a trace, stored in the Arrow schema's metadata.
+type Info struct {
+	FormatVersion   int       // layout version of the file; 0 for imported traces
+	Source          string    // SourceAllocscope, SourcePyTorchSnapshot or SourceRMMCSV
+	Command         []string  // command line of the recorded program
+	Host            string    // host name
+	StartTime       time.Time // wall-clock start of the recording (zero when unknown)
+	RecorderVersion string    // allocscope version that wrote the file
+	DriverVersion   string    // CUDA driver version, when known
+	GPUNames        []string  // GPU names by ordinal, when known
+}
+
+// Schema metadata keys. Every key is written; optional values are written as "" (or "[]").
+const (
+	metaFormatVersion   = "allocscope.format_version"
+	metaSource          = "allocscope.source"
+	metaCommand         = "allocscope.command"
+	metaHost            = "allocscope.host"
+	metaStartTime       = "allocscope.start_time"
+	metaRecorderVersion = "allocscope.recorder_version"
+	metaDriverVersion   = "allocscope.driver_version"
+	metaGPUNames        = "allocscope.gpu_names"
+)
+
+// metadata encodes info as Arrow schema metadata. The format version written is always
+// FormatVersion, whatever info.FormatVersion says.
+func (info Info) metadata() arrow.Metadata {
+	start := ""
+	if !info.StartTime.IsZero() {
+		start = info.StartTime.Format(time.RFC3339Nano)
+	}
+	source := info.Source
+	if source == "" {
+		source = SourceAllocscope
+	}
+	keys := []string{metaFormatVersion, metaSource, metaCommand, metaHost, metaStartTime,
+		metaRecorderVersion, metaDriverVersion, metaGPUNames}
+	values := []string{strconv.Itoa(FormatVersion), source, jsonStrings(info.Command), info.Host, start,
+		info.RecorderVersion, info.DriverVersion, jsonStrings(info.GPUNames)}
+	return arrow.NewMetadata(keys, values)
+}
+
+func jsonStrings(s []string) string {
+	if s == nil {
+		s = []string{}
+	}
+	b, _ := json.Marshal(s) // a []string always marshals
+	return string(b)
+}
+
+// infoFromMetadata decodes and validates the schema metadata of an allocscope trace.
+func infoFromMetadata(md arrow.Metadata) (Info, error) {
+	var info Info
+	v, ok := metaValue(md, metaFormatVersion)
+	if !ok {
+		return info, fmt.Errorf("not an allocscope trace: schema metadata has no %q", metaFormatVersion)
+	}
+	version, err := strconv.Atoi(v)
+	if err != nil {
+		return info, fmt.Errorf("schema metadata %q: bad value %q", metaFormatVersion, v)
+	}
+	if version != FormatVersion {
+		return info, fmt.Errorf("format version %d is not supported (this build reads version %d)", version, FormatVersion)
+	}
+	info.FormatVersion = version
+	info.Source, _ = metaValue(md, metaSource)
+	info.Host, _ = metaValue(md, metaHost)
+	info.RecorderVersion, _ = metaValue(md, metaRecorderVersion)
+	info.DriverVersion, _ = metaValue(md, metaDriverVersion)
+	if info.Command, err = metaStrings(md, metaCommand); err != nil {
+		return info, err
+	}
+	if info.GPUNames, err = metaStrings(md, metaGPUNames); err != nil {
+		return info, err
+	}
+	if s, _ := metaValue(md, metaStartTime); s != "" {
+		if info.StartTime, err = time.Parse(time.RFC3339Nano, s); err != nil {
+			return info, fmt.Errorf("schema metadata %q: bad time %q", metaStartTime, s)
+		}
+	}
+	return info, nil
+}
+
+func metaValue(md arrow.Metadata, key string) (string, bool) {
+	i := md.FindKey(key)
+	if i < 0 {
+		return "", false
+	}
+	return md.Values()[i], true
+}
+
+func metaStrings(md arrow.Metadata, key string) ([]string, error) {
+	v, ok := metaValue(md, key)
+	if !ok || v == "" {
+		return nil, nil
+	}
+	var s []string
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return nil, fmt.Errorf("schema metadata %q: not a JSON array of strings: %q", key, v)
+	}
+	if len(s) == 0 {
+		return nil, nil
+	}
+	return s, nil
+}

@@ -1,0 +1,218 @@
+package trace
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// ReadOption configures Open.
+type ReadOption func(*readConfig)
+
+type readConfig struct {
+	alloc       memory.Allocator
+	skipBadRows bool
+}
+
+// WithSkipBadRows makes the RMM CSV reader skip rows it cannot parse, each reported by
+// Warnings, instead of failing on the first one (the default). Other formats ignore it.
+func WithSkipBadRows() ReadOption {
+	return func(c *readConfig) { c.skipBadRows = true }
+}
+
+// WithReadAllocator makes the Reader take its Arrow buffers from alloc (default
+// memory.DefaultAllocator).
+func WithReadAllocator(alloc memory.Allocator) ReadOption {
+	return func(c *readConfig) { c.alloc = alloc }
+}
+
+// Reader streams the events of a trace in batches.
+//
+// Open detects the format from the file's content, not its name: an allocscope Arrow IPC
+// file, a PyTorch memory snapshot pickle (optionally gzip- or xz-compressed), or an RMM
+// logging_resource_adaptor CSV file. Arrow files are read one record batch at a time, so
+// memory does not grow with the file; snapshots are decoded whole (they are bounded by
+// PyTorch's history size), CSV files are streamed.
+//
+// Every error names the file and a position: `run.arrow: batch 3 row 17: ...`,
+// `log.csv: line 12: ...` or `snap.pickle: byte offset 40: ...`. Batches and rows count from 0,
+// lines from 1.
+type Reader struct {
+	name     string
+	info     Info
+	src      source
+	snapshot *Snapshot
+	warnings []string
+	buf      []Event
+	err      error // sticky error of Next
+	closed   bool
+}
+
+// source is one trace format's decoder.
+type source interface {
+	// next fills buf (reusing its storage) with the next events, or returns io.EOF.
+	// Errors carry the position but not the file name.
+	next(buf []Event) ([]Event, error)
+	close() error
+}
+
+// maxBatch is the number of events per Next call for formats that are not batched on disk.
+const maxBatch = DefaultBatchRows
+
+// Open opens the trace at path.
+func Open(path string, opts ...ReadOption) (*Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open trace %s: %w", path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open trace %s: %w", path, err)
+	}
+	r, err := newReader(path, f, st.Size(), f, opts...)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// readAtSeeker is what the Arrow file reader needs.
+type readAtSeeker interface {
+	io.Reader
+	io.ReaderAt
+	io.Seeker
+}
+
+// newReader detects the format of the size bytes of in and starts the matching source.
+// closer (may be nil) is closed by Reader.Close.
+func newReader(name string, in readAtSeeker, size int64, closer io.Closer, opts ...ReadOption) (*Reader, error) {
+	cfg := readConfig{alloc: memory.DefaultAllocator}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r := &Reader{name: name}
+	head := make([]byte, 64)
+	n, err := in.ReadAt(head, 0)
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	head = head[:n]
+	switch detect(head) {
+	case formatArrow:
+		err = r.openArrow(in, size, closer, cfg)
+	case formatGzip, formatXz, formatPickle:
+		err = r.openSnapshot(in, size, closer)
+	case formatCSV:
+		err = r.openRMM(in, size, closer, cfg)
+	case formatEmpty:
+		err = errors.New("empty file")
+	default:
+		err = fmt.Errorf("byte offset 0: unknown trace format (first bytes %q); want an allocscope Arrow file, a PyTorch memory snapshot pickle (.pickle, .gz, .xz) or an RMM log CSV", clip(head, 16))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return r, nil
+}
+
+func clip(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+type format uint8
+
+const (
+	formatUnknown format = iota
+	formatEmpty
+	formatArrow
+	formatGzip
+	formatXz
+	formatPickle
+	formatCSV
+)
+
+var (
+	arrowMagic = []byte("ARROW1")
+	gzipMagic  = []byte{0x1f, 0x8b}
+	xzMagic    = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
+	rmmHeader  = []byte("Thread,Time,Action,Pointer,Size,Stream")
+)
+
+// detect tells the format from the first bytes of a file.
+func detect(head []byte) format {
+	switch {
+	case len(head) == 0:
+		return formatEmpty
+	case bytes.HasPrefix(head, arrowMagic):
+		return formatArrow
+	case bytes.HasPrefix(head, gzipMagic):
+		return formatGzip
+	case bytes.HasPrefix(head, xzMagic):
+		return formatXz
+	case head[0] == pickleProto:
+		return formatPickle
+	case bytes.HasPrefix(bytes.TrimPrefix(head, []byte("\xef\xbb\xbf")), rmmHeader):
+		return formatCSV
+	}
+	return formatUnknown
+}
+
+// Info returns the trace's metadata.
+func (r *Reader) Info() Info { return r.info }
+
+// Snapshot returns the allocator state recorded in a PyTorch memory snapshot, or nil when the
+// trace is not one.
+func (r *Reader) Snapshot() *Snapshot { return r.snapshot }
+
+// Next returns the next batch of events, in file order (which is seq order for traces written
+// by allocscope and for imported traces). The slice and its events are valid until the next
+// call; Function strings stay valid. Next returns io.EOF after the last batch; other errors
+// name the file and the position, and are returned again by later calls.
+func (r *Reader) Next() ([]Event, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.closed {
+		return nil, fmt.Errorf("%s: read after close", r.name)
+	}
+	events, err := r.src.next(r.buf[:0])
+	if err != nil {
+		if err != io.EOF {
+			err = fmt.Errorf("%s: %w", r.name, err)
+		}
+		r.err = err
+		return nil, err
+	}
+	r.buf = events
+	return events, nil
+}
+
+// Warnings returns non-fatal problems found so far (e.g. skipped snapshot entries), each
+// naming the file and the position.
+func (r *Reader) Warnings() []string { return r.warnings }
+
+func (r *Reader) warnf(format string, args ...any) {
+	r.warnings = append(r.warnings, r.name+": "+fmt.Sprintf(format, args...))
+}
+
+// Close releases the file and all buffers.
+func (r *Reader) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	r.buf = nil
+	if err := r.src.close(); err != nil {
+		return fmt.Errorf("close trace %s: %w", r.name, err)
+	}
+	return nil
+}

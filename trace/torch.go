@@ -1,0 +1,519 @@
+package trace
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nlpodyssey/gopickle/pickle"
+	"github.com/nlpodyssey/gopickle/types"
+	"github.com/ulikunitz/xz"
+)
+
+// maxSnapshotBytes bounds the (decompressed) size of a PyTorch snapshot pickle; it is decoded
+// in memory.
+const maxSnapshotBytes = 2 << 30
+
+// cudaErrorMemoryAllocation is the CUDA result code given to imported out-of-memory events.
+const cudaErrorMemoryAllocation = 2
+
+// Snapshot is the state of PyTorch's CUDA caching allocator when a memory snapshot
+// (torch.cuda.memory._snapshot()) was taken, next to the history that Reader.Next returns.
+// The analyzer uses it to check that its model of the caching allocator reproduces the real
+// one: the segments reserved at snapshot time and the allocator settings in force.
+type Snapshot struct {
+	Segments []SnapshotSegment // the "segments" list: memory reserved from CUDA at snapshot time
+	// Settings holds "allocator_settings"; nil in snapshots of PyTorch versions that lack it.
+	Settings *AllocatorSettings
+	// TraceEntries is the number of history entries ("device_traces") per device ordinal,
+	// including entries that produce no event ("snapshot" markers, unknown actions).
+	TraceEntries []int
+}
+
+// SnapshotSegment is one segment (one cudaMalloc, or one expandable segment) of a snapshot.
+type SnapshotSegment struct {
+	Device        int32
+	Address       uint64
+	TotalSize     uint64 // bytes reserved from CUDA ("total_size")
+	AllocatedSize uint64 // bytes of blocks in use by tensors ("allocated_size")
+	ActiveSize    uint64 // bytes in use or awaiting free on another stream ("active_size")
+	RequestedSize uint64 // bytes requested by tensors, before rounding ("requested_size")
+	Stream        uint64
+	Large         bool // segment_type "large" (the pool of blocks > 1 MiB)
+	Expandable    bool // an expandable segment (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+	Blocks        int  // number of blocks the segment is split into
+}
+
+// SegmentTotals sums the segments of one device.
+type SegmentTotals struct {
+	Device         int32
+	Count          int
+	TotalBytes     uint64 // sum of TotalSize: PyTorch's reserved memory
+	AllocatedBytes uint64 // sum of AllocatedSize
+}
+
+// Totals returns the segment count and bytes per device, by ascending device ordinal.
+func (s *Snapshot) Totals() []SegmentTotals {
+	byDevice := map[int32]SegmentTotals{}
+	for _, seg := range s.Segments {
+		t := byDevice[seg.Device]
+		t.Device = seg.Device
+		t.Count++
+		t.TotalBytes += seg.TotalSize
+		t.AllocatedBytes += seg.AllocatedSize
+		byDevice[seg.Device] = t
+	}
+	out := make([]SegmentTotals, 0, len(byDevice))
+	for _, t := range byDevice {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
+	return out
+}
+
+// AllocatorSettings are the caching allocator's settings recorded in a snapshot.
+type AllocatorSettings struct {
+	AllocConf                  string  // PYTORCH_CUDA_ALLOC_CONF as last parsed
+	MaxSplitSize               int64   // bytes; -1 means no limit
+	GarbageCollectionThreshold float64 // 0 when off
+	ExpandableSegments         bool
+	// RoundupPower2Divisions[i] is the number of divisions for sizes in the interval PyTorch
+	// keys "2^i" (MiB); 0 means no power-of-two rounding there.
+	RoundupPower2Divisions    []int64
+	ReleaseLockOnCudaMalloc   bool
+	PinnedNumRegisterThreads  int64
+	PinnedUseCudaHostRegister bool
+}
+
+func (r *Reader) openSnapshot(in readAtSeeker, size int64, closer io.Closer) error {
+	data, err := readSnapshotBytes(in, size)
+	if closer != nil {
+		closer.Close() // everything needed is in data
+	}
+	if err != nil {
+		return err
+	}
+	if err := scanPickle(data); err != nil {
+		return err
+	}
+	var root any
+	err = catch(func() (err error) {
+		u := pickle.NewUnpickler(bytes.NewReader(data))
+		root, err = u.Load()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pickle: %w", err)
+	}
+	imp := snapshotImporter{r: r}
+	events, err := imp.convert(root)
+	if err != nil {
+		return err
+	}
+	r.src = &sliceSource{events: events}
+	return nil
+}
+
+// readSnapshotBytes reads the whole pickle, decompressing gzip or xz.
+func readSnapshotBytes(in readAtSeeker, size int64) ([]byte, error) {
+	head := make([]byte, len(xzMagic))
+	n, _ := in.ReadAt(head, 0)
+	head = head[:n]
+	var z io.Reader
+	var kind string
+	var err error
+	raw := io.NewSectionReader(in, 0, size)
+	switch {
+	case bytes.HasPrefix(head, gzipMagic):
+		kind = "gzip"
+		z, err = gzip.NewReader(raw)
+	case bytes.HasPrefix(head, xzMagic):
+		kind = "xz"
+		z, err = xz.NewReader(raw)
+	default:
+		if size > maxSnapshotBytes {
+			return nil, fmt.Errorf("snapshot of %d bytes exceeds the %d-byte limit", size, maxSnapshotBytes)
+		}
+		data := make([]byte, size)
+		if _, err := raw.ReadAt(data, 0); err != nil {
+			return nil, fmt.Errorf("byte offset 0: %w", err)
+		}
+		return data, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("byte offset 0: %s header: %w", kind, err)
+	}
+	var buf bytes.Buffer
+	got, err := io.Copy(&buf, io.LimitReader(z, maxSnapshotBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s data, after %d decompressed bytes: %w", kind, got, err)
+	}
+	if got > maxSnapshotBytes {
+		return nil, fmt.Errorf("%s data decompresses to more than %d bytes", kind, maxSnapshotBytes)
+	}
+	data := buf.Bytes()
+	if len(data) == 0 || data[0] != pickleProto {
+		return nil, fmt.Errorf("%s data is not a pickle (first bytes %q)", kind, clip(data, 16))
+	}
+	return data, nil
+}
+
+// sliceSource serves events held in memory in batches of maxBatch.
+type sliceSource struct {
+	events []Event
+	pos    int
+}
+
+func (s *sliceSource) next([]Event) ([]Event, error) {
+	if s.pos >= len(s.events) {
+		return nil, io.EOF
+	}
+	end := min(s.pos+maxBatch, len(s.events))
+	batch := s.events[s.pos:end:end]
+	s.pos = end
+	return batch, nil
+}
+
+func (s *sliceSource) close() error { s.events = nil; return nil }
+
+// snapshotImporter turns a decoded snapshot into events and a Snapshot.
+type snapshotImporter struct {
+	r       *Reader
+	skipped map[string]int // unknown actions and how often they occurred
+}
+
+func (imp *snapshotImporter) convert(root any) ([]Event, error) {
+	top, ok := root.(*types.Dict)
+	if !ok {
+		return nil, fmt.Errorf("not a PyTorch memory snapshot: top-level object is %s, want a dict", pyType(root))
+	}
+	snap := &Snapshot{}
+	var traces any
+	var haveTraces bool
+	for _, e := range *top {
+		var err error
+		switch key, _ := e.Key.(string); key {
+		case "device_traces":
+			traces, haveTraces = e.Value, true
+		case "segments":
+			snap.Segments, err = convertSegments(e.Value)
+		case "allocator_settings":
+			snap.Settings, err = convertSettings(e.Value)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !haveTraces {
+		return nil, fmt.Errorf(`not a PyTorch memory snapshot: no "device_traces" key`)
+	}
+	events, err := imp.convertTraces(traces, snap)
+	if err != nil {
+		return nil, err
+	}
+	imp.r.snapshot = snap
+	imp.r.info = Info{Source: SourcePyTorchSnapshot}
+	if len(events) > 0 && events[0].TimeNs > 0 {
+		imp.r.info.StartTime = time.Unix(0, events[0].TimeNs).UTC()
+	}
+	for _, action := range sortedKeys(imp.skipped) {
+		imp.r.warnf("device_traces: %d entries with unknown action %q skipped", imp.skipped[action], action)
+	}
+	return events, nil
+}
+
+func (imp *snapshotImporter) convertTraces(v any, snap *Snapshot) ([]Event, error) {
+	devices, ok := asList(v)
+	if !ok {
+		return nil, fmt.Errorf(`device_traces: %s, want a list`, pyType(v))
+	}
+	var events []Event
+	for dev, dv := range devices {
+		entries, ok := asList(dv)
+		if !ok {
+			return nil, fmt.Errorf("device_traces[%d]: %s, want a list", dev, pyType(dv))
+		}
+		snap.TraceEntries = append(snap.TraceEntries, len(entries))
+		for i, ev := range entries {
+			e, keep, err := imp.convertEntry(ev)
+			if err != nil {
+				return nil, fmt.Errorf("device_traces[%d][%d]: %w", dev, i, err)
+			}
+			if keep {
+				e.Device = int32(dev)
+				events = append(events, e)
+			}
+		}
+	}
+	// Device lists are concatenated in device order; a stable sort by time keeps list order
+	// (then device order) among equal times.
+	sort.SliceStable(events, func(i, j int) bool { return events[i].TimeNs < events[j].TimeNs })
+	for i := range events {
+		events[i].Seq = uint64(i)
+	}
+	return events, nil
+}
+
+// torchActions maps a trace entry's action to the event it becomes.
+var torchActions = map[string]Event{
+	"alloc":          {Op: OpAlloc, Layer: LayerFramework, Function: FuncTorchAlloc},
+	"free_requested": {Op: OpFreeRequested, Layer: LayerFramework, Function: FuncTorchFreeRequested},
+	"free_completed": {Op: OpFree, Layer: LayerFramework, Function: FuncTorchFree},
+	"segment_alloc":  {Op: OpAlloc, Layer: LayerRuntime, Function: FuncTorchSegmentAlloc},
+	"segment_free":   {Op: OpFree, Layer: LayerRuntime, Function: FuncTorchSegmentFree},
+	"segment_map":    {Op: OpMap, Memory: MemoryVirtual, Layer: LayerDriver, Function: FuncTorchSegmentMap},
+	"segment_unmap":  {Op: OpUnmap, Memory: MemoryVirtual, Layer: LayerDriver, Function: FuncTorchSegmentUnmap},
+	"oom":            {Op: OpOOM, Layer: LayerFramework, Function: FuncTorchOOM, Result: cudaErrorMemoryAllocation},
+}
+
+// convertEntry converts one trace entry; keep is false for entries that make no event.
+func (imp *snapshotImporter) convertEntry(v any) (e Event, keep bool, err error) {
+	d, ok := v.(*types.Dict)
+	if !ok {
+		return e, false, fmt.Errorf("%s, want a dict", pyType(v))
+	}
+	var action string
+	var haveAction bool
+	var timeUs int64
+	for _, kv := range *d {
+		key, _ := kv.Key.(string)
+		switch key {
+		case "action":
+			action, haveAction = kv.Value.(string)
+			if !haveAction {
+				return e, false, fmt.Errorf(`"action" is %s, want a str`, pyType(kv.Value))
+			}
+		case "addr", "device_free":
+			e.Address, err = uintField(key, kv.Value)
+		case "size":
+			e.Size, err = uintField(key, kv.Value)
+		case "stream":
+			e.Stream, err = uintField(key, kv.Value)
+		case "time_us":
+			var t uint64
+			t, err = uintField(key, kv.Value)
+			if t > math.MaxInt64/1000 {
+				err = fmt.Errorf(`"time_us" %d out of range`, t)
+			}
+			timeUs = int64(t)
+		}
+		if err != nil {
+			return e, false, err
+		}
+	}
+	if !haveAction {
+		return e, false, fmt.Errorf(`no "action"`)
+	}
+	proto, known := torchActions[action]
+	if !known {
+		if action != "snapshot" {
+			if imp.skipped == nil {
+				imp.skipped = map[string]int{}
+			}
+			imp.skipped[action]++
+		}
+		return e, false, nil
+	}
+	e.Op, e.Memory, e.Layer, e.Function, e.Result = proto.Op, proto.Memory, proto.Layer, proto.Function, proto.Result
+	e.TimeNs = timeUs * 1000
+	return e, true, nil
+}
+
+func convertSegments(v any) ([]SnapshotSegment, error) {
+	list, ok := asList(v)
+	if !ok {
+		return nil, fmt.Errorf("segments: %s, want a list", pyType(v))
+	}
+	segs := make([]SnapshotSegment, 0, len(list))
+	for i, sv := range list {
+		d, ok := sv.(*types.Dict)
+		if !ok {
+			return nil, fmt.Errorf("segments[%d]: %s, want a dict", i, pyType(sv))
+		}
+		var s SnapshotSegment
+		for _, kv := range *d {
+			var err error
+			var dev uint64
+			switch key, _ := kv.Key.(string); key {
+			case "device":
+				dev, err = uintField(key, kv.Value)
+				s.Device = int32(min(dev, math.MaxInt32))
+			case "address":
+				s.Address, err = uintField(key, kv.Value)
+			case "total_size":
+				s.TotalSize, err = uintField(key, kv.Value)
+			case "allocated_size":
+				s.AllocatedSize, err = uintField(key, kv.Value)
+			case "active_size":
+				s.ActiveSize, err = uintField(key, kv.Value)
+			case "requested_size":
+				s.RequestedSize, err = uintField(key, kv.Value)
+			case "stream":
+				s.Stream, err = uintField(key, kv.Value)
+			case "segment_type":
+				s.Large = kv.Value == "large"
+			case "is_expandable":
+				s.Expandable = kv.Value == true
+			case "blocks":
+				blocks, _ := asList(kv.Value)
+				s.Blocks = len(blocks)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("segments[%d]: %w", i, err)
+			}
+		}
+		segs = append(segs, s)
+	}
+	return segs, nil
+}
+
+func convertSettings(v any) (*AllocatorSettings, error) {
+	d, ok := v.(*types.Dict)
+	if !ok {
+		return nil, fmt.Errorf("allocator_settings: %s, want a dict", pyType(v))
+	}
+	s := &AllocatorSettings{}
+	for _, kv := range *d {
+		var err error
+		switch key, _ := kv.Key.(string); key {
+		case "PYTORCH_CUDA_ALLOC_CONF":
+			s.AllocConf, _ = kv.Value.(string)
+		case "max_split_size":
+			s.MaxSplitSize, err = intField(key, kv.Value)
+		case "garbage_collection_threshold":
+			s.GarbageCollectionThreshold, err = floatField(key, kv.Value)
+		case "expandable_segments":
+			s.ExpandableSegments = kv.Value == true
+		case "release_lock_on_cudamalloc":
+			s.ReleaseLockOnCudaMalloc = kv.Value == true
+		case "pinned_use_cuda_host_register":
+			s.PinnedUseCudaHostRegister = kv.Value == true
+		case "pinned_num_register_threads":
+			s.PinnedNumRegisterThreads, err = intField(key, kv.Value)
+		case "roundup_power2_divisions":
+			s.RoundupPower2Divisions, err = convertRoundup(kv.Value)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("allocator_settings: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// convertRoundup reads {"1": n, "2": n, "4": n, ...} into a slice indexed by log2 of the key.
+func convertRoundup(v any) ([]int64, error) {
+	d, ok := v.(*types.Dict)
+	if !ok {
+		return nil, fmt.Errorf("roundup_power2_divisions: %s, want a dict", pyType(v))
+	}
+	out := make([]int64, 0, d.Len())
+	for _, kv := range *d {
+		ks, _ := kv.Key.(string)
+		k, err := strconv.ParseUint(ks, 10, 64)
+		if err != nil || k == 0 || k&(k-1) != 0 {
+			return nil, fmt.Errorf("roundup_power2_divisions: key %q is not a power of two", ks)
+		}
+		n, err := intField("roundup_power2_divisions", kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		i := 0
+		for k > 1 {
+			k >>= 1
+			i++
+		}
+		for len(out) <= i {
+			out = append(out, 0)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+func asList(v any) ([]any, bool) {
+	switch l := v.(type) {
+	case *types.List:
+		return *l, true
+	case *types.Tuple:
+		return *l, true
+	}
+	return nil, false
+}
+
+// intField converts a Python int (or bool) to int64.
+func intField(key string, v any) (int64, error) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), nil
+	case bool:
+		if x {
+			return 1, nil
+		}
+		return 0, nil
+	case *big.Int:
+		if x.IsInt64() {
+			return x.Int64(), nil
+		}
+	case nil:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%q is %s, want an int", key, pyType(v))
+}
+
+// uintField converts a Python int to uint64; negative values are taken as their 64-bit
+// two's complement (PyTorch stores some pointers and streams as signed int64).
+func uintField(key string, v any) (uint64, error) {
+	if b, ok := v.(*big.Int); ok && b.Sign() > 0 && b.IsUint64() {
+		return b.Uint64(), nil
+	}
+	i, err := intField(key, v)
+	return uint64(i), err
+}
+
+func floatField(key string, v any) (float64, error) {
+	switch x := v.(type) {
+	case float64:
+		return x, nil
+	case int:
+		return float64(x), nil
+	}
+	return 0, fmt.Errorf("%q is %s, want a float", key, pyType(v))
+}
+
+// pyType names the Python type of a decoded pickle value, for error messages.
+func pyType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "None"
+	case *types.Dict:
+		return "a dict"
+	case *types.List:
+		return "a list"
+	case *types.Tuple:
+		return "a tuple"
+	case string:
+		return "a str"
+	case int, *big.Int:
+		return "an int"
+	case float64:
+		return "a float"
+	case bool:
+		return "a bool"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
