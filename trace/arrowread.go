@@ -215,10 +215,10 @@ func (s *arrowSource) convert(rec arrow.RecordBatch, buf []Event) ([]Event, erro
 // batchColumns holds the validated value slices of one record batch.
 type batchColumns struct {
 	seq, size, address, handle, stream, callsite []uint64
-	timeNs, durationNs                            []int64
-	pid, tid                                      []uint32
-	device, result                                []int32
-	op, mem, layer, function                      []int32
+	timeNs, durationNs                           []int64
+	pid, tid                                     []uint32
+	device, result                               []int32
+	op, mem, layer, function                     []int32
 }
 
 func (c *batchColumns) load(rec arrow.RecordBatch, s *arrowSource, rows int) error {

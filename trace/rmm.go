@@ -28,8 +28,8 @@ type rmmSource struct {
 	skipBad  bool
 	seq      uint64
 	bigTIDs  map[uint64]uint32 // thread ids too large for 32 bits → small ids
-	lastTime int64            // for time-of-day wrap-around at midnight
-	dayNs    int64            // days added after wrap-arounds
+	lastTime int64             // for time-of-day wrap-around at midnight
+	dayNs    int64             // days added after wrap-arounds
 	started  bool
 }
 

@@ -63,11 +63,11 @@ type Writer struct {
 
 	// Typed views of cols.
 	seq, size, address, handle, stream, callsite []uint64
-	timeNs, durationNs                            []int64
-	pid, tid                                      []uint32
-	device, result                                []int32
-	op, mem, layer                                []int8
-	function                                      []int16
+	timeNs, durationNs                           []int64
+	pid, tid                                     []uint32
+	device, result                               []int32
+	op, mem, layer                               []int8
+	function                                     []int16
 
 	n          int // rows in the current batch
 	written    uint64
