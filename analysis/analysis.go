@@ -1,0 +1,113 @@
+// Package analysis turns allocation traces into a verified memory-pool recommendation: streaming
+// statistics, anomalies, optimal size classes, a what-if simulation of allocator policies (through
+// package pool), and terminal, JSON and HTML reports.
+//
+// It works in stages, like benchstat: the statistics pass reads every event once in bounded memory
+// (it grows with the live allocations and distinct sizes, not with the events); the size classes
+// are chosen from its result; a sizing pass replays the trace through the classes; a simulation
+// pass replays it through every policy. Each pass reopens the input, so an Input is a way to open
+// a Source, not a Source. Problems that do not stop the analysis are returned as warnings.
+package analysis
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/trace"
+)
+
+// Source yields a trace's events in batches, in order, and io.EOF after the last batch. A batch
+// is only valid until the next call. *trace.Reader is a Source. When a Source also implements
+// io.Closer it is closed after each pass, and when it implements Warnings() []string its warnings
+// go into the report.
+type Source interface {
+	Next() ([]trace.Event, error)
+}
+
+// Input is one trace to analyze: its name (for reports and errors) and how to open it.
+type Input struct {
+	Name string
+	Open func() (Source, error)
+}
+
+// Options tune an analysis. The zero value is usable.
+type Options struct {
+	// Capacity is the device memory in bytes the simulated policies may hold (0 = unbounded);
+	// allocations beyond it fail and are counted.
+	Capacity uint64
+	// Top is the number of most frequent exact sizes listed (0 = 10).
+	Top int
+	// K forces the number of size classes (0 = chosen by the k rule).
+	K int
+	// Progress, when set, is called as events are processed: stage is "statistics", "sizing"
+	// or "simulation", events the number processed in the stage so far.
+	Progress func(stage string, events uint64)
+}
+
+// Report is the result of an analysis; its JSON form is `analyze --json`.
+type Report = model.Report
+
+// TraceReport is the analysis of one event stream: one input, or all of them together.
+type TraceReport = model.TraceReport
+
+// Analyze analyzes the inputs: all of them together and, when there are several, each alone.
+// An error names the input and the position in it; the report's Warnings hold the rest.
+func Analyze(inputs []Input, opts Options) (*Report, error) {
+	if len(inputs) == 0 {
+		return nil, errors.New("no input")
+	}
+	if opts.Top <= 0 {
+		opts.Top = 10
+	}
+	r := &Report{Version: model.ReportVersion, Warnings: []string{}}
+	for _, in := range inputs {
+		r.Inputs = append(r.Inputs, in.Name)
+	}
+	if len(inputs) == 1 {
+		tr, warns, err := analyzeStream(inputs[0].Name, inputs[0].Open, opts)
+		if err != nil {
+			return nil, err
+		}
+		r.Combined = tr
+		r.Warnings = append(r.Warnings, warns...)
+		return r, nil
+	}
+	for _, in := range inputs {
+		tr, warns, err := analyzeStream(in.Name, in.Open, opts)
+		if err != nil {
+			return nil, err
+		}
+		r.PerFile = append(r.PerFile, tr)
+		r.Warnings = append(r.Warnings, warns...)
+	}
+	tr, _, err := analyzeStream("combined", func() (Source, error) { return openMerged(inputs) }, opts)
+	if err != nil {
+		return nil, err
+	}
+	r.Combined = tr
+	return r, nil
+}
+
+// Config returns the recommended pool configuration of the report (of all inputs together).
+func Config(r *Report) *pool.Config {
+	if r == nil || r.Combined == nil {
+		return nil
+	}
+	return r.Combined.Config
+}
+
+// closeSource closes src when it is an io.Closer and collects its warnings.
+func closeSource(src Source, warns *[]string) error {
+	if w, ok := src.(interface{ Warnings() []string }); ok && warns != nil {
+		*warns = append(*warns, w.Warnings()...)
+	}
+	if c, ok := src.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			return fmt.Errorf("close: %w", err)
+		}
+	}
+	return nil
+}

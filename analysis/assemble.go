@@ -1,0 +1,149 @@
+package analysis
+
+import (
+	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/analysis/internal/sim"
+	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
+	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/pool"
+)
+
+// assemble builds the report of one stream from the stages' results.
+func assemble(name string, st *stats.Result, rec *recommendation, outs []sim.Outcome) *model.TraceReport {
+	tr := &model.TraceReport{Name: name, Events: st.Events, RequestLayer: st.RequestLayer,
+		Requests: st.Requests, Upstream: st.Upstream, Groups: st.Groups, Anomalies: st.Anomalies}
+	tr.SizeClasses = sizeClassPlan(st, rec)
+	for _, o := range outs {
+		tr.Simulations = append(tr.Simulations, simulation(o, st))
+	}
+	tr.Fidelity = fidelity(st, outs)
+	cfg := rec.config
+	cfg.Prediction = prediction(name, st, tr.Simulations[0])
+	cfg.Equivalents = equivalents(tr.Simulations)
+	tr.Config = &cfg
+	return tr
+}
+
+func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
+	sc := rec.config.SizeClass
+	p := &model.SizeClassPlan{Alignment: sizeclass.Alignment, LargeThreshold: sc.LargeThreshold,
+		DistinctSizes: rec.plan.DistinctSizes, K: rec.plan.K, KRule: sizeclass.KRule,
+		ClassBytes: rec.classBytes(), LargePeakLiveBytes: rec.sizing.LargePeakLiveBytes,
+		ArenaBytes: sc.ArenaBytes, PeakLiveBytes: st.Requests.PeakLiveBytes, Classes: []model.ClassPlan{}}
+	if rec.plan.Forced {
+		p.KRule = "forced by --k"
+	}
+	p.PoolBytes = p.ClassBytes + p.ArenaBytes
+	for _, c := range sc.Classes {
+		p.Classes = append(p.Classes, model.ClassPlan{Size: c.Size, Slots: c.Slots})
+	}
+	for _, s := range st.Sizes {
+		if s.Size == 0 || sizeclass.IsLarge(s.Size) || len(p.Classes) == 0 {
+			continue
+		}
+		c := &p.Classes[sizeclass.ClassOf(rec.plan.Classes, s.Size)]
+		c.Requests += s.Count
+		c.PeakLive += s.AtPeak
+		c.WasteAtPk += s.AtPeak * (c.Size - s.Size)
+	}
+	for _, w := range rec.plan.Curve {
+		p.Curve = append(p.Curve, model.KWaste{K: w.K, PeakWaste: w.PeakWaste,
+			TotalWaste: w.TotalWaste, Objective: w.Objective})
+	}
+	return p
+}
+
+func simulation(o sim.Outcome, st *stats.Result) model.Simulation {
+	s := model.Simulation{Name: o.Policy.Name, Policy: string(o.Policy.Config.Policy),
+		Settings: o.Policy.Settings, PeakLiveBytes: o.Stats.PeakLiveBytes,
+		PeakReservedBytes: o.Stats.PeakReservedBytes,
+		InternalFragBytes: o.Peak.InternalFragmentation(), ExternalFragBytes: o.Peak.ExternalFragmentation(),
+		UpstreamReserves: o.Stats.UpstreamReserves, UpstreamReleases: o.Stats.UpstreamReleases,
+		UpstreamBytes: o.ReservedBytes, Failures: o.Stats.Failures, Fallbacks: o.Stats.Fallbacks,
+		PredictedCallNs: int64(o.PredictedNs), MeasuredCallNs: st.MeasuredCallNs}
+	s.TimeSavedNs = s.MeasuredCallNs - s.PredictedCallNs
+	if live := max(s.PeakLiveBytes, st.Requests.PeakLiveBytes); live > 0 {
+		s.ReservedRatio = float64(s.PeakReservedBytes) / float64(live)
+	}
+	if o.Err != nil {
+		s.Error = o.Err.Error()
+	}
+	return s
+}
+
+// fidelity compares the PyTorch model's segments with the real ones of a PyTorch snapshot:
+// with expandable segments when the snapshot maps memory, else with the default settings.
+func fidelity(st *stats.Result, outs []sim.Outcome) *model.Fidelity {
+	real := st.NativeSegments + st.NativeMaps
+	if st.RequestLayer != "framework" || real == 0 {
+		return nil
+	}
+	name := "pytorch"
+	if st.NativeMaps > 0 {
+		name = "pytorch-expandable"
+	}
+	for _, o := range outs {
+		if o.Policy.Name != name || o.Err != nil {
+			continue
+		}
+		return &model.Fidelity{Model: name, RealSegments: real, RealBytes: st.NativeSegmentBytes,
+			ModelSegments: o.Reserves, ModelBytes: o.ReservedBytes,
+			CountMatch: matchPercent(real, o.Reserves), BytesMatch: matchPercent(st.NativeSegmentBytes, o.ReservedBytes)}
+	}
+	return nil
+}
+
+// matchPercent is 100 × min/max (100 when both are 0).
+func matchPercent(a, b uint64) float64 {
+	if a == b {
+		return 100
+	}
+	return 100 * float64(min(a, b)) / float64(max(a, b))
+}
+
+func prediction(name string, st *stats.Result, s model.Simulation) *pool.Prediction {
+	return &pool.Prediction{Trace: name, Events: st.Requests.Allocs + st.Requests.Frees,
+		PeakLiveBytes: st.Requests.PeakLiveBytes, PeakReservedBytes: s.PeakReservedBytes,
+		UpstreamCalls: s.UpstreamReserves + s.UpstreamReleases, Fallbacks: s.Fallbacks,
+		Failures: s.Failures, AllocatorTimeSavedNs: s.TimeSavedNs}
+}
+
+// equivalents derives the settings of other allocators from their simulations: the PyTorch
+// variant with the lowest peak reserved (fewest failures first, then fewest upstream calls),
+// RMM's pool sized to the best-fit simulation's peak (maximum with 10% headroom), and the
+// cudaMemPool release threshold that kept every byte the stream-ordered pool ever needed.
+func equivalents(sims []model.Simulation) *pool.Equivalents {
+	eq := &pool.Equivalents{}
+	var best *model.Simulation
+	for i := range sims {
+		s := &sims[i]
+		if s.Error != "" {
+			continue
+		}
+		switch s.Name {
+		case "pytorch", "pytorch-expandable", "pytorch-tuned":
+			if best == nil || better(s, best) {
+				best = s
+			}
+		case "bestfit":
+			eq.RMMInitialPoolBytes = alignUp(s.PeakReservedBytes, mib)
+			eq.RMMMaximumPoolBytes = alignUp(uint64(float64(eq.RMMInitialPoolBytes)*rmmHeadroom), mib)
+		case "stream-ordered-keep":
+			eq.CudaMemPoolReleaseThreshold = alignUp(s.PeakReservedBytes, mib)
+		}
+	}
+	if best != nil && best.Name != "pytorch" {
+		eq.PyTorchAllocConf = best.Settings
+	}
+	return eq
+}
+
+func better(a, b *model.Simulation) bool {
+	if a.Failures != b.Failures {
+		return a.Failures < b.Failures
+	}
+	if a.PeakReservedBytes != b.PeakReservedBytes {
+		return a.PeakReservedBytes < b.PeakReservedBytes
+	}
+	return a.UpstreamReserves+a.UpstreamReleases < b.UpstreamReserves+b.UpstreamReleases
+}

@@ -1,0 +1,198 @@
+// Package model holds the data types of an analysis report. Their JSON field names are the stable
+// contract of `analyze --json`; the analysis package re-exports them.
+package model
+
+import "github.com/allocscope/allocscope/pool"
+
+// ReportVersion is the version of the JSON report layout.
+const ReportVersion = 1
+
+// Report is the result of analyzing one or more traces.
+type Report struct {
+	Version  int            `json:"version"`
+	Inputs   []string       `json:"inputs"`
+	Warnings []string       `json:"warnings"`
+	Combined *TraceReport   `json:"combined"`           // all inputs analyzed together
+	PerFile  []*TraceReport `json:"per_file,omitempty"` // each input alone, when there are several
+}
+
+// TraceReport is everything computed for one event stream.
+type TraceReport struct {
+	Name         string         `json:"name"`
+	Events       uint64         `json:"events"`
+	RequestLayer string         `json:"request_layer"` // "framework" when the trace has framework events, else "native"
+	Requests     *Stats         `json:"requests"`      // the user-level requests, all groups together
+	Upstream     *Stats         `json:"upstream,omitempty"`
+	Groups       []*Stats       `json:"groups"` // requests per process, device and stream
+	Anomalies    Anomalies      `json:"anomalies"`
+	SizeClasses  *SizeClassPlan `json:"size_classes"`
+	Simulations  []Simulation   `json:"simulations"`
+	Fidelity     *Fidelity      `json:"fidelity,omitempty"`
+	Config       *pool.Config   `json:"config"`
+}
+
+// Stats are the statistics of one stream of allocations and frees.
+type Stats struct {
+	Scope            string       `json:"scope"` // "all" or "pid P device D stream 0xS"
+	PID              uint32       `json:"pid"`
+	Device           int32        `json:"device"`
+	Stream           uint64       `json:"stream"`
+	Ops              []OpCount    `json:"ops"`
+	Allocs           uint64       `json:"allocs"`
+	Frees            uint64       `json:"frees"`
+	AllocBytes       uint64       `json:"alloc_bytes"`
+	FreedBytes       uint64       `json:"freed_bytes"`
+	PeakLiveBytes    uint64       `json:"peak_live_bytes"`
+	PeakLiveBlocks   uint64       `json:"peak_live_blocks"`
+	PeakSeq          uint64       `json:"peak_seq"`
+	PeakTimeNs       int64        `json:"peak_time_ns"`
+	EndLiveBytes     uint64       `json:"end_live_bytes"`
+	FirstTimeNs      int64        `json:"first_time_ns"`
+	WallNs           int64        `json:"wall_ns"`
+	AllocsPerSec     float64      `json:"allocs_per_sec"`
+	AllocBytesPerSec float64      `json:"alloc_bytes_per_sec"`
+	CallNs           int64        `json:"call_ns"`        // time inside the recorded calls
+	CallPercent      float64      `json:"call_percent"`   // CallNs / WallNs × 100
+	MedianFreeNs     int64        `json:"median_free_ns"` // median duration of the frees
+	WaitedFrees      uint64       `json:"waited_frees"`   // frees that waited for the device
+	WaitedFreeNs     int64        `json:"waited_free_ns"` // their threshold: 10 × the median
+	Histogram        []SizeBucket `json:"size_histogram"` // log2 buckets, non-empty ones
+	TopSizes         []SizeCount  `json:"top_sizes"`      // most frequent exact sizes
+	Lifetime         Quantiles    `json:"lifetime_ns"`    // allocation lifetimes of freed blocks
+	Timeline         []Point      `json:"timeline,omitempty"`
+	LifetimeCDF      []Point      `json:"lifetime_cdf,omitempty"` // X = lifetime ns, Y = fraction
+}
+
+// OpCount counts the events of one operation on one kind of memory.
+type OpCount struct {
+	Op     string `json:"op"`
+	Memory string `json:"memory"`
+	Count  uint64 `json:"count"`
+	Failed uint64 `json:"failed"`
+	Bytes  uint64 `json:"bytes"`
+}
+
+// SizeBucket is one log2 bucket of request sizes: Lo ≤ size < Hi (bucket 0 holds size 0).
+type SizeBucket struct {
+	Lo    uint64 `json:"lo"`
+	Hi    uint64 `json:"hi"`
+	Count uint64 `json:"count"`
+	Bytes uint64 `json:"bytes"`
+}
+
+// SizeCount is how often one exact size was requested.
+type SizeCount struct {
+	Size  uint64 `json:"size"`
+	Count uint64 `json:"count"`
+}
+
+// Quantiles summarise a distribution. Exact is false when they come from a bounded sample.
+type Quantiles struct {
+	Count uint64  `json:"count"`
+	Exact bool    `json:"exact"`
+	Min   float64 `json:"min"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+// Point is one point of a chart.
+type Point struct {
+	X float64 `json:"x"`
+	Y float64 `json:"y"`
+}
+
+// Anomalies are the suspicious events of the request stream.
+type Anomalies struct {
+	Leaks        Anomaly `json:"leaks"`
+	DoubleFrees  Anomaly `json:"double_frees"`
+	UnknownFrees Anomaly `json:"unknown_frees"`
+	FailedAllocs Anomaly `json:"failed_allocs"`
+	ZeroSize     Anomaly `json:"zero_size"`
+}
+
+// Anomaly is one kind of anomaly: how often it happened and its first events.
+type Anomaly struct {
+	Count  uint64     `json:"count"`
+	Bytes  uint64     `json:"bytes"`
+	Events []EventRef `json:"events"`
+}
+
+// EventRef identifies one event of the trace.
+type EventRef struct {
+	Seq      uint64 `json:"seq"`
+	TimeNs   int64  `json:"time_ns"`
+	PID      uint32 `json:"pid"`
+	Device   int32  `json:"device"`
+	Function string `json:"function"`
+	Size     uint64 `json:"size"`
+	Address  string `json:"address"`  // hex
+	Callsite string `json:"callsite"` // hex
+	Result   int32  `json:"result"`
+}
+
+// SizeClassPlan is the size-class recommendation.
+type SizeClassPlan struct {
+	Alignment          uint64      `json:"alignment_bytes"`
+	LargeThreshold     uint64      `json:"large_threshold_bytes"`
+	DistinctSizes      int         `json:"distinct_sizes"` // aligned sizes at or below the threshold
+	K                  int         `json:"k"`
+	KRule              string      `json:"k_rule"`
+	Classes            []ClassPlan `json:"classes"`
+	Curve              []KWaste    `json:"curve"` // waste for every k tried
+	ClassBytes         uint64      `json:"class_bytes"`
+	LargePeakLiveBytes uint64      `json:"large_peak_live_bytes"`
+	ArenaBytes         uint64      `json:"arena_bytes"`
+	PoolBytes          uint64      `json:"pool_bytes"`
+	PeakLiveBytes      uint64      `json:"peak_live_bytes"`
+}
+
+// ClassPlan is one recommended size class.
+type ClassPlan struct {
+	Size      uint64 `json:"size_bytes"`
+	Slots     uint64 `json:"slots"`
+	Requests  uint64 `json:"requests"`
+	PeakLive  uint64 `json:"live_at_peak"`
+	WasteAtPk uint64 `json:"waste_at_peak_bytes"`
+}
+
+// KWaste is the rounding waste of the optimal k classes.
+type KWaste struct {
+	K          int     `json:"k"`
+	PeakWaste  uint64  `json:"peak_waste_bytes"`
+	TotalWaste uint64  `json:"total_waste_bytes"`
+	Objective  float64 `json:"objective"`
+}
+
+// Simulation is the outcome of one allocator policy on the request stream.
+type Simulation struct {
+	Name              string  `json:"name"`
+	Policy            string  `json:"policy"`
+	Settings          string  `json:"settings"`
+	PeakLiveBytes     uint64  `json:"peak_live_bytes"`
+	PeakReservedBytes uint64  `json:"peak_reserved_bytes"`
+	ReservedRatio     float64 `json:"reserved_to_peak_live"`
+	InternalFragBytes uint64  `json:"internal_frag_bytes"` // block − requested bytes at peak reserved
+	ExternalFragBytes uint64  `json:"external_frag_bytes"` // reserved − block bytes at peak reserved
+	UpstreamReserves  uint64  `json:"upstream_reserves"`
+	UpstreamReleases  uint64  `json:"upstream_releases"`
+	UpstreamBytes     uint64  `json:"upstream_reserved_bytes"`
+	Failures          uint64  `json:"failures"`
+	Fallbacks         uint64  `json:"fallbacks"`
+	PredictedCallNs   int64   `json:"predicted_call_ns"`
+	MeasuredCallNs    int64   `json:"measured_call_ns"`
+	TimeSavedNs       int64   `json:"time_saved_ns"`
+	Error             string  `json:"error,omitempty"`
+}
+
+// Fidelity compares the PyTorch model's segment allocations with the snapshot's real ones.
+type Fidelity struct {
+	Model         string  `json:"model"`
+	RealSegments  uint64  `json:"real_segments"`
+	RealBytes     uint64  `json:"real_bytes"`
+	ModelSegments uint64  `json:"model_segments"`
+	ModelBytes    uint64  `json:"model_bytes"`
+	CountMatch    float64 `json:"count_match_percent"`
+	BytesMatch    float64 `json:"bytes_match_percent"`
+}

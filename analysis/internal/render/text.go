@@ -1,0 +1,224 @@
+package render
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/allocscope/allocscope/analysis/internal/model"
+)
+
+// Text writes the terminal report: all inputs together, then each input alone.
+func Text(w io.Writer, r *model.Report) error {
+	tw := &textWriter{w: w}
+	if len(r.PerFile) > 0 {
+		tw.printf("inputs: %s\n\n", strings.Join(r.Inputs, ", "))
+	}
+	tw.trace(r.Combined)
+	for _, tr := range r.PerFile {
+		tw.printf("\n%s\n", strings.Repeat("=", 100))
+		tw.trace(tr)
+	}
+	if len(r.Warnings) > 0 {
+		tw.printf("\nwarnings:\n")
+		for _, s := range r.Warnings {
+			tw.printf("  %s\n", s)
+		}
+	}
+	return tw.err
+}
+
+type textWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *textWriter) printf(format string, args ...any) {
+	if t.err == nil {
+		_, t.err = fmt.Fprintf(t.w, format, args...)
+	}
+}
+
+// table writes rows (tab-separated cells) aligned in columns.
+func (t *textWriter) table(rows []string) {
+	if t.err != nil {
+		return
+	}
+	tab := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, r := range rows {
+		if _, t.err = io.WriteString(tab, r+"\t\n"); t.err != nil {
+			return
+		}
+	}
+	t.err = tab.Flush()
+}
+
+func (t *textWriter) trace(tr *model.TraceReport) {
+	t.printf("trace %s: %s events, requests from the %s layer\n", tr.Name, Count(tr.Events), tr.RequestLayer)
+	t.summary("requests", tr.Requests)
+	if tr.Upstream != nil {
+		t.summary("upstream (native calls)", tr.Upstream)
+	}
+	t.ops(tr.Requests)
+	t.groups(tr.Groups)
+	t.histogram(tr.Requests)
+	t.topSizes(tr.Requests)
+	t.anomalies(&tr.Anomalies)
+	t.sizeClasses(tr.SizeClasses)
+	t.simulations(tr.Simulations)
+	t.fidelity(tr.Fidelity)
+	t.config(tr)
+}
+
+func (t *textWriter) summary(title string, s *model.Stats) {
+	t.printf("\n%s\n", strings.ToUpper(title))
+	t.printf("  allocs %s (%s), frees %s (%s), live at end %s\n", Count(s.Allocs), Bytes(s.AllocBytes),
+		Count(s.Frees), Bytes(s.FreedBytes), Bytes(s.EndLiveBytes))
+	t.printf("  peak live %s in %s blocks at seq %d, %s after start\n", Bytes(s.PeakLiveBytes),
+		Count(s.PeakLiveBlocks), s.PeakSeq, Duration(float64(s.PeakTimeNs-s.FirstTimeNs)))
+	t.printf("  wall %s, %.0f allocs/s (%s/s), in calls %s (%.2f%% of wall)\n", Duration(float64(s.WallNs)),
+		s.AllocsPerSec, Bytes(uint64(s.AllocBytesPerSec)), Duration(float64(s.CallNs)), s.CallPercent)
+	if s.MedianFreeNs > 0 {
+		t.printf("  median free %s; frees that waited for the device (>= %s): %s\n",
+			Duration(float64(s.MedianFreeNs)), Duration(float64(s.WaitedFreeNs)), Count(s.WaitedFrees))
+	}
+	q := s.Lifetime
+	if q.Count > 0 {
+		exact := "exact"
+		if !q.Exact {
+			exact = "sampled"
+		}
+		t.printf("  lifetime (%s, %s): min %s  p50 %s  p90 %s  p99 %s  max %s\n", Count(q.Count), exact,
+			Duration(q.Min), Duration(q.P50), Duration(q.P90), Duration(q.P99), Duration(q.Max))
+	}
+}
+
+func (t *textWriter) ops(s *model.Stats) {
+	t.printf("\nOPERATIONS\n")
+	rows := []string{"  op\tmemory\tcount\tfailed\tbytes"}
+	for _, o := range s.Ops {
+		rows = append(rows, fmt.Sprintf("  %s\t%s\t%s\t%s\t%s", o.Op, o.Memory, Count(o.Count),
+			Count(o.Failed), Bytes(o.Bytes)))
+	}
+	t.table(rows)
+}
+
+func (t *textWriter) groups(gs []*model.Stats) {
+	t.printf("\nPER PROCESS, DEVICE AND STREAM\n")
+	rows := []string{"  pid\tdevice\tstream\tallocs\tfrees\tpeak live\tend live\tp50 life\tcalls %\twaited"}
+	for _, g := range gs {
+		rows = append(rows, fmt.Sprintf("  %d\t%d\t%#x\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s", g.PID, g.Device,
+			g.Stream, Count(g.Allocs), Count(g.Frees), Bytes(g.PeakLiveBytes), Bytes(g.EndLiveBytes),
+			Duration(g.Lifetime.P50), g.CallPercent, Count(g.WaitedFrees)))
+	}
+	t.table(rows)
+}
+
+func (t *textWriter) histogram(s *model.Stats) {
+	t.printf("\nSIZE HISTOGRAM (log2 buckets)\n")
+	var most uint64
+	for _, b := range s.Histogram {
+		most = max(most, b.Count)
+	}
+	rows := []string{"  from\tto\tcount\tbytes\t"}
+	for _, b := range s.Histogram {
+		bar := strings.Repeat("#", int((b.Count*40+most-1)/max(most, 1)))
+		rows = append(rows, fmt.Sprintf("  %s\t%s\t%s\t%s\t%-40s", Bytes(b.Lo), Bytes(b.Hi), Count(b.Count),
+			Bytes(b.Bytes), bar))
+	}
+	t.table(rows)
+}
+
+func (t *textWriter) topSizes(s *model.Stats) {
+	t.printf("\nMOST FREQUENT SIZES\n")
+	rows := []string{"  size\tbytes\tcount"}
+	for _, c := range s.TopSizes {
+		rows = append(rows, fmt.Sprintf("  %s\t%d\t%s", Bytes(c.Size), c.Size, Count(c.Count)))
+	}
+	t.table(rows)
+}
+
+func (t *textWriter) anomalies(a *model.Anomalies) {
+	t.printf("\nANOMALIES\n")
+	kinds := []struct {
+		name string
+		a    *model.Anomaly
+	}{{"leaks (never freed)", &a.Leaks}, {"double frees", &a.DoubleFrees},
+		{"frees of unknown addresses", &a.UnknownFrees}, {"failed allocations", &a.FailedAllocs},
+		{"zero-size requests", &a.ZeroSize}}
+	for _, k := range kinds {
+		t.printf("  %-28s %8s  %s\n", k.name, Count(k.a.Count), Bytes(k.a.Bytes))
+		for _, e := range k.a.Events {
+			t.printf("      seq %-10d %-22s size %-10s addr %-16s callsite %s\n", e.Seq, e.Function,
+				Bytes(e.Size), e.Address, e.Callsite)
+		}
+	}
+}
+
+func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
+	t.printf("\nSIZE CLASSES: k = %d of %d distinct aligned sizes <= %s\n", p.K, p.DistinctSizes,
+		Bytes(p.LargeThreshold))
+	t.printf("  rule: %s\n", p.KRule)
+	rows := []string{"  class\tslots\trequests\tlive at peak\twaste at peak"}
+	for _, c := range p.Classes {
+		rows = append(rows, fmt.Sprintf("  %s\t%s\t%s\t%s\t%s", Bytes(c.Size), Count(c.Slots),
+			Count(c.Requests), Count(c.PeakLive), Bytes(c.WasteAtPk)))
+	}
+	t.table(rows)
+	t.printf("  classes %s + arena %s (large requests peak %s) = pool %s; peak live %s\n",
+		Bytes(p.ClassBytes), Bytes(p.ArenaBytes), Bytes(p.LargePeakLiveBytes), Bytes(p.PoolBytes),
+		Bytes(p.PeakLiveBytes))
+}
+
+func (t *textWriter) simulations(sims []model.Simulation) {
+	t.printf("\nWHAT-IF SIMULATION\n")
+	rows := []string{"  policy\tpeak reserved\tx live\tint frag\text frag\treserves\treleases\tfails\tfallbk\tsaved"}
+	for _, s := range sims {
+		if s.Error != "" {
+			rows = append(rows, fmt.Sprintf("  %s\terror\t\t\t\t\t\t\t\t", s.Name))
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("  %s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Name,
+			Bytes(s.PeakReservedBytes), s.ReservedRatio, Bytes(s.InternalFragBytes),
+			Bytes(s.ExternalFragBytes), Count(s.UpstreamReserves), Count(s.UpstreamReleases),
+			Count(s.Failures), Count(s.Fallbacks), SignedDuration(s.TimeSavedNs)))
+	}
+	t.table(rows)
+	for _, s := range sims {
+		t.printf("  %-20s %s\n", s.Name, s.Settings)
+		if s.Error != "" {
+			t.printf("  %-20s error: %s\n", "", s.Error)
+		}
+	}
+}
+
+func (t *textWriter) fidelity(f *model.Fidelity) {
+	if f == nil {
+		return
+	}
+	t.printf("\nFIDELITY (%s model vs the snapshot's segments)\n", f.Model)
+	t.printf("  segments: real %s, model %s (%.1f%% match); bytes: real %s, model %s (%.1f%% match)\n",
+		Count(f.RealSegments), Count(f.ModelSegments), f.CountMatch, Bytes(f.RealBytes),
+		Bytes(f.ModelBytes), f.BytesMatch)
+}
+
+func (t *textWriter) config(tr *model.TraceReport) {
+	c := tr.Config
+	if c == nil || c.Prediction == nil || c.Equivalents == nil {
+		return
+	}
+	p, e := c.Prediction, c.Equivalents
+	t.printf("\nRECOMMENDATION (pool.json, policy %s)\n", c.Policy)
+	t.printf("  predicted: peak reserved %s for peak live %s, %s upstream calls, %s fallbacks, "+
+		"%s failures, saves %s\n", Bytes(p.PeakReservedBytes), Bytes(p.PeakLiveBytes), Count(p.UpstreamCalls),
+		Count(p.Fallbacks), Count(p.Failures), SignedDuration(p.AllocatorTimeSavedNs))
+	conf := e.PyTorchAllocConf
+	if conf == "" {
+		conf = "(defaults are best)"
+	}
+	t.printf("  PYTORCH_CUDA_ALLOC_CONF=%s\n", conf)
+	t.printf("  RMM pool_memory_resource: initial %d, maximum %d bytes\n", e.RMMInitialPoolBytes,
+		e.RMMMaximumPoolBytes)
+	t.printf("  cudaMemPoolAttrReleaseThreshold: %d bytes\n", e.CudaMemPoolReleaseThreshold)
+}

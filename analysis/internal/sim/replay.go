@@ -1,0 +1,198 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/trace"
+)
+
+// Source yields a trace's events in batches, io.EOF at the end.
+type Source interface {
+	Next() ([]trace.Event, error)
+}
+
+// Stream says which events of a trace are the requests a pool would serve.
+type Stream struct {
+	Framework bool // requests are the framework-layer events; otherwise the native ones
+}
+
+// request classifies e: +1 an allocation to serve, -1 a free, 0 neither.
+func (s Stream) request(e *trace.Event) int {
+	if (e.Layer == trace.LayerFramework) != s.Framework || !e.OK() || e.Address == 0 {
+		return 0
+	}
+	if e.Memory != trace.MemoryDevice && e.Memory != trace.MemoryManaged {
+		return 0
+	}
+	switch e.Op {
+	case trace.OpAlloc:
+		if e.Size == 0 {
+			return 0
+		}
+		return 1
+	case trace.OpFree:
+		return -1
+	}
+	return 0
+}
+
+// synchronizes reports whether e is a native call that synchronizes with the device: a
+// cudaMalloc/cudaFree-like call that is not stream-ordered.
+func synchronizes(e *trace.Event) bool {
+	return e.Layer != trace.LayerFramework && (e.Op == trace.OpAlloc || e.Op == trace.OpFree) &&
+		e.Memory == trace.MemoryDevice && !strings.Contains(e.Function, "Async")
+}
+
+// Policy is one allocator configuration to simulate.
+type Policy struct {
+	Name     string
+	Settings string
+	Config   pool.Config
+}
+
+// Outcome is what one policy did on the trace.
+type Outcome struct {
+	Policy        Policy
+	Stats         pool.Stats // at the end, before Close
+	Peak          pool.Stats // at peak reserved
+	Reserves      uint64     // successful upstream reserves and maps
+	ReservedBytes uint64     // bytes of those
+	PredictedNs   float64    // estimated time of the upstream calls the policy made
+	Err           error      // the policy could not be built
+}
+
+type replayer struct {
+	stream Stream
+	alloc  pool.Allocator
+	syncer pool.Syncer
+	up     *counting
+	addrs  map[stats.Key]uint64
+	only   func(size uint64) bool // when set, serve only the allocations it accepts
+	out    Outcome
+}
+
+func newReplayer(p Policy, s Stream, capacity uint64, est Durations) *replayer {
+	r := &replayer{stream: s, up: newCounting(capacity, est), addrs: make(map[stats.Key]uint64)}
+	r.out.Policy = p
+	a, err := pool.New(p.Config, r.up)
+	if err != nil {
+		r.out.Err = fmt.Errorf("policy %s: %w", p.Name, err)
+		return r
+	}
+	r.alloc = a
+	r.syncer, _ = a.(pool.Syncer)
+	return r
+}
+
+func (r *replayer) batch(events []trace.Event) {
+	if r.alloc == nil {
+		return
+	}
+	for i := range events {
+		e := &events[i]
+		switch r.stream.request(e) {
+		case 1:
+			if r.only != nil && !r.only(e.Size) {
+				continue
+			}
+			k := stats.KeyOf(e)
+			if old, ok := r.addrs[k]; ok { // free never recorded
+				_ = r.alloc.Free(old, e.Stream)
+			}
+			if a, err := r.alloc.Alloc(e.Size, e.Stream); err == nil {
+				r.addrs[k] = a
+			} else {
+				delete(r.addrs, k)
+			}
+		case -1:
+			k := stats.KeyOf(e)
+			if a, ok := r.addrs[k]; ok {
+				_ = r.alloc.Free(a, e.Stream)
+				delete(r.addrs, k)
+			}
+		}
+		if r.syncer != nil && synchronizes(e) {
+			_ = r.syncer.Sync()
+		}
+	}
+}
+
+func (r *replayer) finish() Outcome {
+	if r.alloc != nil {
+		r.out.Stats = r.alloc.Stats()
+		r.out.Peak = r.alloc.PeakStats()
+		r.out.Reserves, r.out.ReservedBytes = r.up.reserves, r.up.reservedBytes
+		r.out.PredictedNs = r.up.predictedNs
+		if err := r.alloc.Close(); err != nil && r.out.Err == nil {
+			r.out.Err = fmt.Errorf("policy %s: close: %w", r.out.Policy.Name, err)
+		}
+	}
+	return r.out
+}
+
+// Run replays the requests of src through every policy (each on its own simulated address space
+// holding at most capacity bytes, 0 = unbounded), the policies in parallel, and returns their
+// outcomes in the order given. progress, when not nil, is called after each batch.
+func Run(src Source, s Stream, policies []Policy, capacity uint64, est Durations,
+	progress func(events int)) ([]Outcome, error) {
+	rs := make([]*replayer, len(policies))
+	for i, p := range policies {
+		rs[i] = newReplayer(p, s, capacity, est)
+	}
+	err := forEachBatch(src, len(rs), func(i int, b []trace.Event) { rs[i].batch(b) }, progress)
+	out := make([]Outcome, len(rs))
+	for i, r := range rs {
+		out[i] = r.finish()
+	}
+	return out, err
+}
+
+// forEachBatch reads src to the end and hands every batch to workers 0..n-1 at once, each on its
+// own goroutine, waiting for all of them before reading the next batch (a batch is only valid
+// until the next call of Next).
+func forEachBatch(src Source, n int, work func(i int, b []trace.Event), progress func(int)) error {
+	chans := make([]chan []trace.Event, n)
+	var wg, done sync.WaitGroup
+	for i := range chans {
+		chans[i] = make(chan []trace.Event)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			for b := range chans[i] {
+				work(i, b)
+				wg.Done()
+			}
+		}()
+	}
+	defer func() {
+		for _, c := range chans {
+			close(c)
+		}
+		done.Wait()
+	}()
+	for {
+		b, err := src.Next()
+		if len(b) > 0 {
+			wg.Add(n)
+			for _, c := range chans {
+				c <- b
+			}
+			wg.Wait()
+			if progress != nil {
+				progress(len(b))
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

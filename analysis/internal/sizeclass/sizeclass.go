@@ -1,0 +1,233 @@
+// Package sizeclass chooses the size classes of a pool: the optimal k classes for a trace's
+// request sizes by dynamic programming, k chosen by a stated rule, and the large-request threshold.
+package sizeclass
+
+import (
+	"fmt"
+	"math"
+)
+
+const (
+	// Alignment is the granularity of blocks: sizes are rounded up to a multiple of it.
+	Alignment = 512
+	// LargeThreshold is the size above which requests go to the best-fit arena instead of a
+	// class: PyTorch's small/large split. Above it, blocks are few per size and big, so a shared
+	// best-fit arena wastes less than per-class slots sized for each class's own peak.
+	LargeThreshold = 1 << 20
+	// MaxK caps the number of classes.
+	MaxK = 32
+	// PeakWasteFraction and TotalWasteFraction are the k rule's bounds: the smallest k whose
+	// rounding waste at the peak is ≤ 1% of the class-served bytes live at the peak and whose
+	// waste over the run is ≤ 5% of the class-served bytes requested.
+	PeakWasteFraction  = 0.01
+	TotalWasteFraction = 0.05
+	// PeakWeight is the mix of the DP objective: 0.75 × (waste per block at the peak) +
+	// 0.25 × (waste per request over the run).
+	PeakWeight = 0.75
+)
+
+// KRule states how k is chosen.
+var KRule = fmt.Sprintf("smallest k with waste at peak <= %.0f%% of class-served live bytes at peak "+
+	"and waste over the run <= %.0f%% of class-served requested bytes, at most %d",
+	100*PeakWasteFraction, 100*TotalWasteFraction, MaxK)
+
+// Size is one request size and its counts.
+type Size struct {
+	Bytes  uint64 // request size
+	Count  uint64 // requests of this size over the run
+	AtPeak uint64 // blocks of this size live at the moment of peak live bytes
+}
+
+// Waste is the rounding waste of the optimal classes for one k.
+type Waste struct {
+	K          int
+	PeakWaste  uint64  // bytes lost to rounding among the blocks live at the peak
+	TotalWaste uint64  // bytes lost to rounding over all requests
+	Objective  float64 // the DP objective
+}
+
+// Plan is the chosen set of classes.
+type Plan struct {
+	Classes       []uint64 // class sizes, ascending; the last is the largest class-served size
+	K             int
+	DistinctSizes int     // distinct aligned sizes at or below LargeThreshold
+	Curve         []Waste // every k tried
+	Forced        bool    // k was given by the user
+}
+
+// Align rounds size up to the alignment.
+func Align(size uint64) uint64 { return (size + Alignment - 1) &^ (Alignment - 1) }
+
+// IsLarge reports whether a request of size bytes goes to the arena.
+func IsLarge(size uint64) bool { return size > LargeThreshold }
+
+// aligned merges the class-served sizes into distinct aligned sizes, ascending.
+func aligned(sizes []Size) []Size {
+	byAligned := map[uint64]int{}
+	var out []Size
+	for _, s := range sizes {
+		if s.Bytes == 0 || IsLarge(s.Bytes) {
+			continue
+		}
+		a := Align(s.Bytes)
+		i, ok := byAligned[a]
+		if !ok {
+			i = len(out)
+			byAligned[a] = i
+			out = append(out, Size{Bytes: a})
+		}
+		out[i].Count += s.Count
+		out[i].AtPeak += s.AtPeak
+	}
+	sortSizes(out)
+	return out
+}
+
+// Choose returns the optimal classes for the request sizes (any order, exact sizes). forceK > 0
+// forces the number of classes (capped at the number of distinct aligned sizes).
+func Choose(sizes []Size, forceK int) Plan {
+	a := aligned(sizes)
+	n := len(a)
+	p := Plan{DistinctSizes: n}
+	if n == 0 {
+		return p
+	}
+	// Requested bytes per class-served size, for the k rule (waste is measured on aligned sizes,
+	// against the exact request sizes).
+	var peakBytes, totalBytes, peakBlocks, requests float64
+	for _, s := range sizes {
+		if s.Bytes == 0 || IsLarge(s.Bytes) {
+			continue
+		}
+		peakBytes += float64(s.AtPeak * s.Bytes)
+		totalBytes += float64(s.Count * s.Bytes)
+		peakBlocks += float64(s.AtPeak)
+		requests += float64(s.Count)
+	}
+	w := weights(a, peakBlocks, requests)
+	maxK := min(MaxK, n)
+	if forceK > 0 {
+		maxK = min(forceK, n)
+	}
+	parent := solve(a, w, maxK)
+	for k := 1; k <= maxK; k++ {
+		classes := reconstruct(a, parent, k)
+		pw, tw := waste(sizes, classes)
+		obj := objective(a, w, classes)
+		p.Curve = append(p.Curve, Waste{K: k, PeakWaste: pw, TotalWaste: tw, Objective: obj})
+		good := float64(pw) <= PeakWasteFraction*peakBytes && float64(tw) <= TotalWasteFraction*totalBytes
+		if p.Classes == nil && (forceK <= 0 && (good || k == maxK) || forceK > 0 && k == maxK) {
+			p.Classes, p.K = classes, k
+		}
+	}
+	p.Forced = forceK > 0
+	return p
+}
+
+// weights mixes each size's share of the blocks live at the peak and of all requests.
+func weights(a []Size, peakBlocks, requests float64) []float64 {
+	w := make([]float64, len(a))
+	alpha := PeakWeight
+	if peakBlocks == 0 {
+		alpha = 0
+	}
+	for i, s := range a {
+		w[i] = (1 - alpha) * float64(s.Count) / requests
+		if alpha > 0 {
+			w[i] += alpha * float64(s.AtPeak) / peakBlocks
+		}
+	}
+	return w
+}
+
+// solve fills parent[k][j]: the index of the first size of the last class when sizes 0..j are
+// served by k classes at minimum cost. The cost of serving sizes i..j by class a[j] is
+// Σ w[t]·(a[j]−a[t]) = a[j]·W(i,j) − SW(i,j), from prefix sums; the DP is O(k·n²).
+func solve(a []Size, w []float64, maxK int) [][]int32 {
+	n := len(a)
+	pw := make([]float64, n+1)  // Σ w
+	psw := make([]float64, n+1) // Σ w·size
+	for i, s := range a {
+		pw[i+1] = pw[i] + w[i]
+		psw[i+1] = psw[i] + w[i]*float64(s.Bytes)
+	}
+	cost := func(i, j int) float64 { // sizes i..j inclusive served by a[j]
+		return float64(a[j].Bytes)*(pw[j+1]-pw[i]) - (psw[j+1] - psw[i])
+	}
+	prev := make([]float64, n)
+	cur := make([]float64, n)
+	parent := make([][]int32, maxK+1)
+	parent[1] = make([]int32, n)
+	for j := range n {
+		prev[j] = cost(0, j)
+	}
+	for k := 2; k <= maxK; k++ {
+		parent[k] = make([]int32, n)
+		for j := range n {
+			best, arg := math.Inf(1), int32(0)
+			if j < k-1 {
+				cur[j], parent[k][j] = math.Inf(1), 0
+				continue
+			}
+			for i := k - 1; i <= j; i++ { // last class serves sizes i..j
+				if c := prev[i-1] + cost(i, j); c < best {
+					best, arg = c, int32(i)
+				}
+			}
+			cur[j], parent[k][j] = best, arg
+		}
+		prev, cur = cur, prev
+	}
+	return parent
+}
+
+func reconstruct(a []Size, parent [][]int32, k int) []uint64 {
+	classes := make([]uint64, k)
+	j := len(a) - 1
+	for kk := k; kk >= 1; kk-- {
+		classes[kk-1] = a[j].Bytes
+		if kk > 1 {
+			j = int(parent[kk][j]) - 1
+		}
+	}
+	return classes
+}
+
+// ClassOf returns the index of the smallest class ≥ size, or -1 when size is above them all.
+func ClassOf(classes []uint64, size uint64) int {
+	lo, hi := 0, len(classes)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if classes[m] >= size {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	if lo == len(classes) {
+		return -1
+	}
+	return lo
+}
+
+// waste returns the rounding waste in bytes at the peak and over the run, exact request sizes
+// against their classes.
+func waste(sizes []Size, classes []uint64) (peak, total uint64) {
+	for _, s := range sizes {
+		if s.Bytes == 0 || IsLarge(s.Bytes) {
+			continue
+		}
+		c := classes[ClassOf(classes, s.Bytes)]
+		peak += s.AtPeak * (c - s.Bytes)
+		total += s.Count * (c - s.Bytes)
+	}
+	return peak, total
+}
+
+func objective(a []Size, w []float64, classes []uint64) float64 {
+	var obj float64
+	for i, s := range a {
+		obj += w[i] * float64(classes[ClassOf(classes, s.Bytes)]-s.Bytes)
+	}
+	return obj
+}

@@ -1,0 +1,150 @@
+package stats
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/trace"
+)
+
+// callKey identifies the native calls of one function and one log2 size bucket.
+type callKey struct {
+	fn     uint16
+	bucket uint8
+}
+
+const callSketchCap = 1024
+
+// Collector is the statistics stage: it takes every event of a trace once, in order.
+type Collector struct {
+	fns       *interner
+	native    *tracker
+	framework *tracker
+	events    uint64
+	calls     map[callKey]*Sketch
+	measured  int64 // total duration of native device alloc and free calls
+	segments  uint64
+	segBytes  uint64
+	maps      uint64
+	freeFns   map[uint16]bool
+}
+
+// NewCollector returns an empty Collector; isLarge tells the requests whose peak live bytes are
+// tracked apart (those a pool would send to its large-block arena).
+func NewCollector(isLarge func(size uint64) bool) *Collector {
+	fns := newInterner()
+	return &Collector{fns: fns, native: newTracker(fns, isLarge), framework: newTracker(fns, isLarge),
+		calls: make(map[callKey]*Sketch), freeFns: make(map[uint16]bool)}
+}
+
+// Add processes a batch of events.
+func (c *Collector) Add(batch []trace.Event) {
+	for i := range batch {
+		e := &batch[i]
+		c.events++
+		if e.Layer == trace.LayerFramework {
+			c.framework.add(e)
+			continue
+		}
+		c.native.add(e)
+		c.nativeCall(e)
+	}
+}
+
+func (c *Collector) nativeCall(e *trace.Event) {
+	if e.Op == trace.OpMap && e.OK() {
+		c.maps++
+		c.segBytes += e.Size
+		return
+	}
+	if !tracked(e.Memory) || (e.Op != trace.OpAlloc && e.Op != trace.OpFree) {
+		return
+	}
+	if e.Op == trace.OpAlloc && e.OK() {
+		c.segments++
+		c.segBytes += e.Size
+	}
+	if e.DurationNs <= 0 {
+		return
+	}
+	c.measured += e.DurationNs
+	k := callKey{c.fns.id(e.Function), uint8(log2Bucket(e.Size))}
+	if e.Op == trace.OpFree {
+		c.freeFns[k.fn] = true
+	}
+	s := c.calls[k]
+	if s == nil {
+		s = NewSketch(callSketchCap)
+		c.calls[k] = s
+	}
+	s.Add(float64(e.DurationNs))
+}
+
+// Result is what the statistics stage found.
+type Result struct {
+	Events       uint64
+	RequestLayer string // "framework" or "native"
+	Requests     *model.Stats
+	Upstream     *model.Stats // nil unless the requests are framework events
+	Groups       []*model.Stats
+	Anomalies    model.Anomalies
+	Sizes        []SizeTally // request sizes, ascending
+	// LargePeakLiveBytes is the peak of live bytes of the requests that isLarge accepts.
+	LargePeakLiveBytes uint64
+	// Native segment allocations (successful native device allocations plus maps) for fidelity.
+	NativeSegments, NativeSegmentBytes, NativeMaps uint64
+	MeasuredCallNs                                 int64 // total duration of the native device alloc and free calls
+	Calls                                          *CallDurations
+	Warnings                                       []string
+}
+
+// Finish ends the stage and returns its result; top is the number of exact sizes to list.
+func (c *Collector) Finish(top int) *Result {
+	req, up := c.native, (*tracker)(nil)
+	layer := "native"
+	if c.framework.overall.allocs > 0 {
+		req, up, layer = c.framework, c.native, "framework"
+	}
+	req.finishLeaks()
+	r := &Result{Events: c.events, RequestLayer: layer, Anomalies: req.anomalies(),
+		NativeSegments: c.segments, NativeSegmentBytes: c.segBytes, NativeMaps: c.maps,
+		MeasuredCallNs: c.measured, Calls: c.callDurations(), LargePeakLiveBytes: req.largePeak}
+	r.Requests = req.overall.result("all", top)
+	r.Requests.TopSizes = topSizeTable(req.sizes, top)
+	for _, p := range req.timeline.Points() {
+		r.Requests.Timeline = append(r.Requests.Timeline, model.Point{X: p[0], Y: p[1]})
+	}
+	for _, p := range req.overall.lifetime.CDF(200) {
+		r.Requests.LifetimeCDF = append(r.Requests.LifetimeCDF, model.Point{X: p[0], Y: p[1]})
+	}
+	if up != nil {
+		r.Upstream = up.overall.result("upstream", top)
+		r.Upstream.TopSizes = topSizeTable(up.sizes, top)
+	}
+	for _, g := range req.groups {
+		if g.allocs == 0 && g.frees == 0 && len(req.groups) > 1 {
+			continue
+		}
+		r.Groups = append(r.Groups, g.result(scopeName(g.pid, g.device, g.stream), top))
+	}
+	slices.SortFunc(r.Groups, func(a, b *model.Stats) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Stream, b.Stream))
+	})
+	r.Sizes = req.sizes.tallies()
+	slices.SortFunc(r.Sizes, func(a, b SizeTally) int { return cmp.Compare(a.Size, b.Size) })
+	if req.sizes.folded {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("more than %d distinct request sizes: "+
+			"the rest are counted at their log2 bucket's upper bound", maxDistinctSizes))
+	}
+	return r
+}
+
+func topSizeTable(t *sizeTable, top int) []model.SizeCount {
+	m := make(map[uint64]uint64, len(t.sizes))
+	for i, s := range t.sizes {
+		m[s] = t.count[i]
+	}
+	return topSizes(m, top)
+}

@@ -1,0 +1,262 @@
+package stats
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/trace"
+)
+
+const (
+	maxExamples = 5
+	// maxFreedRemembered bounds the set of freed addresses used to tell double frees from frees
+	// of unknown addresses: the most recent 1M to 2M freed addresses are remembered.
+	maxFreedRemembered = 1 << 20
+)
+
+// Key identifies a block: its process, device and address.
+type Key struct {
+	PID    uint32
+	Device int32
+	Addr   uint64
+}
+
+// KeyOf returns the block key of an event.
+func KeyOf(e *trace.Event) Key { return Key{e.PID, e.Device, e.Address} }
+
+type liveBlock struct {
+	seq      uint64
+	time     int64
+	size     uint64
+	callsite uint64
+	group    int32
+	sizeIdx  int32
+	fn       uint16
+}
+
+type groupKey struct {
+	pid    uint32
+	device int32
+	stream uint64
+}
+
+type anomaly struct {
+	count  uint64
+	bytes  uint64
+	events []model.EventRef
+}
+
+func (a *anomaly) add(ref model.EventRef, bytes uint64) {
+	a.count++
+	a.bytes += bytes
+	if len(a.events) < maxExamples {
+		a.events = append(a.events, ref)
+	}
+}
+
+func (a *anomaly) result() model.Anomaly {
+	return model.Anomaly{Count: a.count, Bytes: a.bytes, Events: append([]model.EventRef{}, a.events...)}
+}
+
+// tracker follows the blocks of one layer (framework requests, or native calls).
+type tracker struct {
+	fns          *interner
+	live         map[Key]liveBlock
+	freed, older map[Key]struct{}
+	overall      *tally
+	groups       []*tally
+	groupIdx     map[groupKey]int32
+	lastKey      groupKey
+	lastIdx      int32
+	sizes        *sizeTable
+	timeline     Timeline
+	leaks        anomaly
+	doubleFrees  anomaly
+	unknownFrees anomaly
+	failed       anomaly
+	zeroSize     anomaly
+	events       uint64
+	isLarge      func(size uint64) bool
+	largeLive    uint64
+	largePeak    uint64
+}
+
+func newTracker(fns *interner, isLarge func(uint64) bool) *tracker {
+	return &tracker{fns: fns, isLarge: isLarge, live: make(map[Key]liveBlock), freed: make(map[Key]struct{}),
+		overall:  &tally{lifetime: NewSketch(overallSketchCap), freeDur: NewSketch(overallSketchCap)},
+		groupIdx: make(map[groupKey]int32), lastIdx: -1, sizes: newSizeTable()}
+}
+
+func (t *tracker) group(pid uint32, device int32, stream uint64) int32 {
+	k := groupKey{pid, device, stream}
+	if t.lastIdx >= 0 && k == t.lastKey {
+		return t.lastIdx
+	}
+	i, ok := t.groupIdx[k]
+	if !ok {
+		i = int32(len(t.groups))
+		g := newTally(groupSketchCap)
+		g.pid, g.device, g.stream = pid, device, stream
+		t.groups = append(t.groups, g)
+		t.groupIdx[k] = i
+	}
+	t.lastKey, t.lastIdx = k, i
+	return i
+}
+
+func (t *tracker) ref(e *trace.Event) model.EventRef {
+	return model.EventRef{Seq: e.Seq, TimeNs: e.TimeNs, PID: e.PID, Device: e.Device,
+		Function: e.Function, Size: e.Size, Address: fmt.Sprintf("%#x", e.Address),
+		Callsite: fmt.Sprintf("%#x", e.Callsite), Result: e.Result}
+}
+
+func tracked(m trace.Memory) bool { return m == trace.MemoryDevice || m == trace.MemoryManaged }
+
+// add processes one event of this tracker's layer.
+func (t *tracker) add(e *trace.Event) {
+	t.events++
+	t.overall.see(e)
+	g := t.groups[t.group(e.PID, e.Device, e.Stream)]
+	if !tracked(e.Memory) {
+		g.see(e)
+		return
+	}
+	switch e.Op {
+	case trace.OpAlloc:
+		t.alloc(e, g)
+	case trace.OpFree:
+		t.free(e)
+	case trace.OpOOM:
+		g.see(e)
+		t.failed.add(t.ref(e), e.Size)
+	default:
+		g.see(e)
+	}
+}
+
+func (t *tracker) alloc(e *trace.Event, g *tally) {
+	g.see(e)
+	if !e.OK() {
+		t.failed.add(t.ref(e), e.Size)
+		return
+	}
+	if e.Size == 0 {
+		t.zeroSize.add(t.ref(e), 0)
+	}
+	if e.Address == 0 {
+		return
+	}
+	k := KeyOf(e)
+	if old, ok := t.live[k]; ok {
+		// The address was handed out again without a free in between: the old block's free
+		// was not recorded. Count it as freed now so live bytes stay right.
+		t.release(e, old)
+	}
+	gi := t.lastIdx
+	si := t.sizes.lookup(e.Size)
+	t.live[k] = liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size, callsite: e.Callsite,
+		group: gi, sizeIdx: si, fn: t.fns.id(e.Function)}
+	t.sizes.alloc(si)
+	if t.isLarge(e.Size) {
+		t.largeLive += e.Size
+		t.largePeak = max(t.largePeak, t.largeLive)
+	}
+	g.alloc(e)
+	peak := t.overall.peak
+	t.overall.alloc(e)
+	if t.overall.peak != peak {
+		t.sizes.snapshot()
+	}
+	t.timeline.Add(e.TimeNs, t.overall.live)
+}
+
+func (t *tracker) free(e *trace.Event) {
+	k := KeyOf(e)
+	b, ok := t.live[k]
+	if !ok {
+		t.groups[t.lastIdx].see(e)
+		if !e.OK() || e.Address == 0 {
+			return
+		}
+		if t.wasFreed(k) {
+			t.doubleFrees.add(t.ref(e), e.Size)
+		} else {
+			t.unknownFrees.add(t.ref(e), e.Size)
+		}
+		return
+	}
+	g := t.groups[b.group]
+	g.see(e)
+	if !e.OK() {
+		return
+	}
+	delete(t.live, k)
+	t.remember(k)
+	t.sizes.free(b.sizeIdx)
+	if t.isLarge(b.size) {
+		t.largeLive -= b.size
+	}
+	g.free(e, &b)
+	t.overall.free(e, &b)
+	t.timeline.Add(e.TimeNs, t.overall.live)
+}
+
+// release drops a block whose free was never seen.
+func (t *tracker) release(e *trace.Event, b liveBlock) {
+	g := t.groups[b.group]
+	g.live -= b.size
+	g.liveBlocks--
+	t.overall.live -= b.size
+	t.overall.liveBlocks--
+	t.sizes.free(b.sizeIdx)
+	if t.isLarge(b.size) {
+		t.largeLive -= b.size
+	}
+}
+
+func (t *tracker) remember(k Key) {
+	if len(t.freed) >= maxFreedRemembered {
+		t.older, t.freed = t.freed, make(map[Key]struct{}, len(t.freed))
+	}
+	t.freed[k] = struct{}{}
+}
+
+func (t *tracker) wasFreed(k Key) bool {
+	if _, ok := t.freed[k]; ok {
+		return true
+	}
+	_, ok := t.older[k]
+	return ok
+}
+
+// finishLeaks records the blocks still live as leaks, the oldest first.
+func (t *tracker) finishLeaks() {
+	type leak struct {
+		k Key
+		b liveBlock
+	}
+	var oldest []leak
+	for k, b := range t.live {
+		t.leaks.count++
+		t.leaks.bytes += b.size
+		oldest = append(oldest, leak{k, b})
+		if len(oldest) > 4*maxExamples {
+			slices.SortFunc(oldest, func(x, y leak) int { return cmp.Compare(x.b.seq, y.b.seq) })
+			oldest = oldest[:maxExamples]
+		}
+	}
+	slices.SortFunc(oldest, func(x, y leak) int { return cmp.Compare(x.b.seq, y.b.seq) })
+	for i := 0; i < len(oldest) && i < maxExamples; i++ {
+		l := oldest[i]
+		t.leaks.events = append(t.leaks.events, model.EventRef{Seq: l.b.seq, TimeNs: l.b.time,
+			PID: l.k.PID, Device: l.k.Device, Function: t.fns.name(l.b.fn), Size: l.b.size,
+			Address: fmt.Sprintf("%#x", l.k.Addr), Callsite: fmt.Sprintf("%#x", l.b.callsite)})
+	}
+}
+
+func (t *tracker) anomalies() model.Anomalies {
+	return model.Anomalies{Leaks: t.leaks.result(), DoubleFrees: t.doubleFrees.result(),
+		UnknownFrees: t.unknownFrees.result(), FailedAllocs: t.failed.result(), ZeroSize: t.zeroSize.result()}
+}

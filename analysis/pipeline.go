@@ -1,0 +1,129 @@
+package analysis
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/analysis/internal/sim"
+	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
+	"github.com/allocscope/allocscope/analysis/internal/stats"
+)
+
+// maxVerifyPasses bounds the extra simulation passes that grow the recommended arena until the
+// recommended config runs without fallbacks.
+const maxVerifyPasses = 2
+
+// opener opens one pass over a stream of events.
+type opener func() (Source, error)
+
+// pass opens a source, runs f over it and closes it.
+func (o opener) pass(warns *[]string, f func(Source) error) error {
+	src, err := o()
+	if err != nil {
+		return err
+	}
+	err = f(src)
+	if cerr := closeSource(src, warns); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// progress returns a per-batch callback for stage, or nil.
+func progress(opts Options, stage string) func(int) {
+	if opts.Progress == nil {
+		return nil
+	}
+	var n uint64
+	return func(batch int) {
+		n += uint64(batch)
+		opts.Progress(stage, n)
+	}
+}
+
+// collect is the statistics pass.
+func collect(src Source, opts Options) (*stats.Collector, error) {
+	c := stats.NewCollector(sizeclass.IsLarge)
+	report := progress(opts, "statistics")
+	for {
+		b, err := src.Next()
+		c.Add(b)
+		if report != nil && len(b) > 0 {
+			report(len(b))
+		}
+		if errors.Is(err, io.EOF) {
+			return c, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// analyzeStream runs every stage over one stream of events.
+func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, []string, error) {
+	var warns []string
+	var c *stats.Collector
+	err := open.pass(&warns, func(src Source) (err error) { c, err = collect(src, opts); return err })
+	if err != nil {
+		return nil, nil, err
+	}
+	st := c.Finish(opts.Top)
+	if st.Events == 0 {
+		return nil, nil, fmt.Errorf("%s: empty trace: no events", name)
+	}
+	warns = append(warns, st.Warnings...)
+	stream := sim.Stream{Framework: st.RequestLayer == "framework"}
+	plan := sizeclass.Choose(sizeTallies(st.Sizes), opts.K)
+	var sizing sim.Sizing
+	err = open.pass(nil, func(src Source) (err error) {
+		sizing, err = sim.Size(src, stream, plan.Classes, st.LargePeakLiveBytes, progress(opts, "sizing"))
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	rec := recommend(name, st, plan, sizing)
+	policies := whatIfPolicies(rec, st, opts.Capacity)
+	var outs []sim.Outcome
+	err = open.pass(nil, func(src Source) (err error) {
+		outs, err = sim.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation"))
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for range maxVerifyPasses {
+		grown, ok := rec.growArena(outs[0])
+		if !ok {
+			break
+		}
+		var again []sim.Outcome
+		err = open.pass(nil, func(src Source) (err error) {
+			again, err = sim.Run(src, stream, []sim.Policy{grown}, opts.Capacity, st.Calls, nil)
+			return err
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		outs[0] = again[0]
+		policies[0] = grown
+	}
+	tr := assemble(name, st, rec, outs)
+	for _, o := range outs {
+		if o.Err != nil {
+			warns = append(warns, fmt.Sprintf("%s: %v", name, o.Err))
+		}
+	}
+	return tr, warns, nil
+}
+
+func sizeTallies(in []stats.SizeTally) []sizeclass.Size {
+	out := make([]sizeclass.Size, len(in))
+	for i, s := range in {
+		out[i] = sizeclass.Size{Bytes: s.Size, Count: s.Count, AtPeak: s.AtPeak}
+	}
+	return out
+}

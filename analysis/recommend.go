@@ -1,0 +1,148 @@
+package analysis
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/allocscope/allocscope/analysis/internal/render"
+	"github.com/allocscope/allocscope/analysis/internal/sim"
+	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
+	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/pool"
+)
+
+const (
+	mib = 1 << 20
+	// rmmHeadroom is the margin of the suggested RMM maximum pool size over the simulated peak.
+	rmmHeadroom = 1.10
+	// neverRelease is cudaMemPoolAttrReleaseThreshold's "keep everything" value.
+	neverRelease = math.MaxUint64
+)
+
+// recommendation is the size-class pool derived from a trace.
+type recommendation struct {
+	trace  string
+	st     *stats.Result
+	plan   sizeclass.Plan
+	sizing sim.Sizing
+	config pool.Config
+}
+
+func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Sizing) *recommendation {
+	sc := &pool.SizeClassConfig{LargeThreshold: sizeclass.LargeThreshold,
+		ArenaBytes: alignUp(sizing.ArenaPeakReservedBytes, pool.DefaultAlignment)}
+	for i, size := range plan.Classes {
+		sc.Classes = append(sc.Classes, pool.Class{Size: size, Slots: sizing.Slots[i]})
+	}
+	return &recommendation{trace: name, st: st, plan: plan, sizing: sizing,
+		config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicySizeClass,
+			Alignment: sizeclass.Alignment, SizeClass: sc}}
+}
+
+func (r *recommendation) policy() sim.Policy {
+	return sim.Policy{Name: "recommended", Settings: r.settings(), Config: r.config}
+}
+
+func (r *recommendation) settings() string {
+	sc := r.config.SizeClass
+	return fmt.Sprintf("%d classes ≤ %s, arena %s", len(sc.Classes), render.Bytes(sc.LargeThreshold),
+		render.Bytes(sc.ArenaBytes))
+}
+
+// growArena returns the recommended policy with its arena grown by what the simulation had to
+// add beyond the plan, when it had to.
+func (r *recommendation) growArena(o sim.Outcome) (sim.Policy, bool) {
+	if o.Err != nil || o.Stats.Fallbacks == 0 {
+		return sim.Policy{}, false
+	}
+	planned := r.classBytes() + r.config.SizeClass.ArenaBytes
+	extra := o.Stats.PeakReservedBytes - min(planned, o.Stats.PeakReservedBytes)
+	if extra == 0 {
+		return sim.Policy{}, false
+	}
+	sc := *r.config.SizeClass
+	sc.ArenaBytes = alignUp(sc.ArenaBytes+extra, pool.DefaultAlignment)
+	r.config.SizeClass = &sc
+	return r.policy(), true
+}
+
+func (r *recommendation) classBytes() uint64 {
+	var n uint64
+	for _, c := range r.config.SizeClass.Classes {
+		n += c.Size * c.Slots
+	}
+	return n
+}
+
+// whatIfPolicies lists the policies to simulate; the first is the recommended one.
+func whatIfPolicies(rec *recommendation, st *stats.Result, capacity uint64) []sim.Policy {
+	cfg := func(p pool.Policy) pool.Config { return pool.Config{Version: pool.ConfigVersion, Policy: p} }
+	torch := func(name string, t pool.PyTorchConfig) sim.Policy {
+		c := cfg(pool.PolicyPyTorch)
+		t.CapacityBytes = capacity
+		c.PyTorch = &t
+		return sim.Policy{Name: name, Settings: allocConf(t), Config: c}
+	}
+	bestfit := cfg(pool.PolicyBestFit)
+	bestfit.BestFit = &pool.BestFitConfig{InitialBytes: alignUp(st.Requests.PeakLiveBytes, 2*mib)}
+	ordered := cfg(pool.PolicyStreamOrdered)
+	ordered.StreamOrdered = &pool.StreamOrderedConfig{}
+	keep := cfg(pool.PolicyStreamOrdered)
+	keep.StreamOrdered = &pool.StreamOrderedConfig{ReleaseThresholdBytes: neverRelease}
+	return []sim.Policy{
+		rec.policy(),
+		{Name: "bestfit", Settings: "initial " + render.Bytes(bestfit.BestFit.InitialBytes) + " (RMM pool)", Config: bestfit},
+		torch("pytorch", pool.PyTorchConfig{}),
+		torch("pytorch-expandable", pool.PyTorchConfig{ExpandableSegments: true}),
+		torch("pytorch-tuned", pool.PyTorchConfig{MaxSplitSizeMB: maxSplitMB(st), RoundupPower2Divisions: 4}),
+		{Name: "stream-ordered", Settings: "release threshold 0 (CUDA default)", Config: ordered},
+		{Name: "stream-ordered-keep", Settings: "release threshold max", Config: keep},
+		{Name: "raw", Settings: "cudaMalloc/cudaFree per request", Config: cfg(pool.PolicyRaw)},
+	}
+}
+
+// maxSplitMB is the max_split_size_mb tried: the 90th percentile of the large requests'
+// sizes, rounded up to a power of two MiB, at least PyTorch's minimum of 20.
+func maxSplitMB(st *stats.Result) uint64 {
+	var large []stats.SizeTally
+	var n uint64
+	for _, s := range st.Sizes {
+		if s.Size > mib {
+			large = append(large, s)
+			n += s.Count
+		}
+	}
+	var seen uint64
+	for _, s := range large { // ascending by size
+		seen += s.Count
+		if 10*seen >= 9*n {
+			m := uint64(1)
+			for m*mib < s.Size {
+				m *= 2
+			}
+			return max(m, 20)
+		}
+	}
+	return 20
+}
+
+// allocConf writes a PyTorchConfig as a PYTORCH_CUDA_ALLOC_CONF value.
+func allocConf(t pool.PyTorchConfig) string {
+	var parts []string
+	if t.MaxSplitSizeMB > 0 {
+		parts = append(parts, fmt.Sprintf("max_split_size_mb:%d", t.MaxSplitSizeMB))
+	}
+	if t.RoundupPower2Divisions > 1 {
+		parts = append(parts, fmt.Sprintf("roundup_power2_divisions:%d", t.RoundupPower2Divisions))
+	}
+	if t.ExpandableSegments {
+		parts = append(parts, "expandable_segments:True")
+	}
+	if len(parts) == 0 {
+		return "(defaults)"
+	}
+	return strings.Join(parts, ",")
+}
+
+func alignUp(v, a uint64) uint64 { return (v + a - 1) / a * a }

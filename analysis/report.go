@@ -1,0 +1,16 @@
+package analysis
+
+import (
+	"io"
+
+	"github.com/allocscope/allocscope/analysis/internal/render"
+)
+
+// WriteText writes the terminal report (tables that fit 100 columns).
+func WriteText(w io.Writer, r *Report) error { return render.Text(w, r) }
+
+// WriteJSON writes the report as JSON; the field names are stable.
+func WriteJSON(w io.Writer, r *Report) error { return render.JSON(w, r) }
+
+// WriteHTML writes one self-contained HTML page with the report and its SVG charts.
+func WriteHTML(w io.Writer, r *Report) error { return render.HTML(w, r) }
