@@ -1,0 +1,142 @@
+// Package analyze is the `analyze` command: it reads traces, prints what the analysis package
+// finds and writes the recommended pool.json.
+package analyze
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/allocscope/allocscope/analysis"
+	"github.com/allocscope/allocscope/trace"
+)
+
+// DefaultTrace is the trace analyzed when no file is given: the bundled real PyTorch training trace.
+var DefaultTrace = "testdata/pytorch-train.arrow"
+
+// Main runs the analyze command with args and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	cmd := NewCommand(stdout, stderr)
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintf(stderr, "analyze: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// options are the command's flags.
+type options struct {
+	capacity   string
+	json       bool
+	html       string
+	emitConfig string
+	top        int
+	k          int
+	quiet      bool
+	progress   bool
+}
+
+// NewCommand returns the cobra command `analyze`.
+func NewCommand(stdout, stderr io.Writer) *cobra.Command {
+	var opt options
+	cmd := &cobra.Command{
+		Use:   "analyze [flags] [trace ...]",
+		Short: "Analyze GPU memory allocation traces and recommend a memory pool",
+		Long: `analyze reads allocscope Arrow traces, PyTorch memory snapshots (.pickle, .gz, .xz) or RMM
+logging CSV files and reports: allocation statistics per process, device and stream, anomalies
+(leaks, double frees, unknown frees, failed and zero-size requests), the optimal size classes and
+pool size, and a what-if simulation of allocator policies (the recommended size-class pool, an
+RMM-like best-fit pool, PyTorch's caching allocator, CUDA's stream-ordered pool, raw cudaMalloc).
+Several traces are analyzed together and each alone. With no trace, the bundled PyTorch training
+trace is analyzed.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(opt, args, stdout, stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opt.capacity, "capacity", "", "device memory the simulated policies may hold, e.g. 80GiB (default unbounded)")
+	f.BoolVar(&opt.json, "json", false, "print the report as JSON instead of text")
+	f.StringVar(&opt.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
+	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json)")
+	f.IntVar(&opt.top, "top", 10, "number of most frequent sizes to list")
+	f.IntVar(&opt.k, "k", 0, "force the number of size classes (default: chosen by the k rule)")
+	f.BoolVar(&opt.quiet, "quiet", false, "print no report (use with --html, --emit-config)")
+	f.BoolVar(&opt.progress, "progress", false, "show progress on stderr even when it is not a terminal")
+	return cmd
+}
+
+func run(opt options, args []string, stdout, stderr io.Writer) error {
+	capacity, err := parseBytes(opt.capacity)
+	if err != nil {
+		return fmt.Errorf("--capacity: %w", err)
+	}
+	if opt.top < 0 || opt.k < 0 {
+		return errors.New("--top and --k must not be negative")
+	}
+	if len(args) == 0 {
+		if _, err := os.Stat(DefaultTrace); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("no trace given and the bundled trace %s is missing", DefaultTrace)
+		}
+		args = []string{DefaultTrace}
+	}
+	inputs := make([]analysis.Input, len(args))
+	for i, path := range args {
+		inputs[i] = analysis.Input{Name: path, Open: func() (analysis.Source, error) { return trace.Open(path) }}
+	}
+	bar := newProgress(stderr, opt.progress)
+	rep, err := analysis.Analyze(inputs, analysis.Options{Capacity: capacity, Top: opt.top, K: opt.k,
+		Progress: bar.update})
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	return write(opt, rep, stdout)
+}
+
+// write prints the report and writes the requested files.
+func write(opt options, rep *analysis.Report, stdout io.Writer) error {
+	switch {
+	case opt.quiet:
+	case opt.json:
+		if err := analysis.WriteJSON(stdout, rep); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	default:
+		if err := analysis.WriteText(stdout, rep); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	}
+	if opt.html != "" {
+		if err := writeFile(opt.html, func(w io.Writer) error { return analysis.WriteHTML(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if opt.emitConfig != "" {
+		if err := analysis.Config(rep).Save(opt.emitConfig); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
