@@ -28,34 +28,34 @@ const (
 
 // pickleArgs gives the argument kind of every opcode of protocols 0 to 5.
 var pickleArgs = func() (t [256]pickleArg) {
-	for _, op := range "(.012NRabdelostu})]\x85\x86\x87\x88\x89\x81\x92\x93\x94\x8f\x90\x91Q\x97\x98" {
-		t[byte(op)] = argNone
+	for _, op := range []byte("(.012NRabdelostu})]\x85\x86\x87\x88\x89\x81\x92\x93\x94\x8f\x90\x91Q\x97\x98") {
+		t[op] = argNone
 	}
-	for _, op := range "Khq\x80\x82" {
-		t[byte(op)] = argFixed1
+	for _, op := range []byte("Khq\x80\x82") {
+		t[op] = argFixed1
 	}
-	for _, op := range "M\x83" {
-		t[byte(op)] = argFixed2
+	for _, op := range []byte("M\x83") {
+		t[op] = argFixed2
 	}
-	for _, op := range "Jjr\x84" {
-		t[byte(op)] = argFixed4
+	for _, op := range []byte("Jjr\x84") {
+		t[op] = argFixed4
 	}
 	t['G'] = argFixed8
-	for _, op := range "UC\x8c\x8a" {
-		t[byte(op)] = argLen1
+	for _, op := range []byte("UC\x8c\x8a") {
+		t[op] = argLen1
 	}
-	for _, op := range "TXB\x8b" {
-		t[byte(op)] = argLen4
+	for _, op := range []byte("TXB\x8b") {
+		t[op] = argLen4
 	}
-	for _, op := range "\x8d\x8e\x96" {
-		t[byte(op)] = argLen8
+	for _, op := range []byte("\x8d\x8e\x96") {
+		t[op] = argLen8
 	}
 	t[0x95] = argFrame
-	for _, op := range "ILFSVPgp" {
-		t[byte(op)] = argLine
+	for _, op := range []byte("ILFSVPgp") {
+		t[op] = argLine
 	}
-	for _, op := range "ic" {
-		t[byte(op)] = argTwoLines
+	for _, op := range []byte("ic") {
+		t[op] = argTwoLines
 	}
 	return t
 }()

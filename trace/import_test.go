@@ -1,0 +1,247 @@
+package trace
+
+import (
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+const fixtures = "../testdata/trace"
+
+// t0 is the time_us of the first entry of make_fixtures.py's small snapshot, in ns.
+const t0 = 1_796_228_603_210_850 * 1000
+
+func TestPyTorchSnapshotSmall(t *testing.T) {
+	const seg0, seg1 = 0x7F0000000000, 0x7E0000000000
+	us := int64(1000)
+	want := []Event{
+		{Seq: 0, TimeNs: t0, Device: 0, Op: OpAlloc, Layer: LayerRuntime, Function: FuncTorchSegmentAlloc, Size: 20971520, Address: seg0},
+		{Seq: 1, TimeNs: t0 + 1*us, Device: 0, Op: OpAlloc, Layer: LayerFramework, Function: FuncTorchAlloc, Size: 1000, Address: seg0},
+		{Seq: 2, TimeNs: t0 + 1*us, Device: 1, Op: OpAlloc, Layer: LayerRuntime, Function: FuncTorchSegmentAlloc, Size: 2097152, Address: seg1, Stream: 3},
+		{Seq: 3, TimeNs: t0 + 2*us, Device: 0, Op: OpAlloc, Layer: LayerFramework, Function: FuncTorchAlloc, Size: 512, Address: seg0 + 1024},
+		{Seq: 4, TimeNs: t0 + 3*us, Device: 1, Op: OpAlloc, Layer: LayerFramework, Function: FuncTorchAlloc, Size: 4096, Address: seg1, Stream: 3},
+		{Seq: 5, TimeNs: t0 + 4*us, Device: 1, Op: OpFreeRequested, Layer: LayerFramework, Function: FuncTorchFreeRequested, Size: 4096, Address: seg1, Stream: 3},
+		{Seq: 6, TimeNs: t0 + 5*us, Device: 0, Op: OpFreeRequested, Layer: LayerFramework, Function: FuncTorchFreeRequested, Size: 1000, Address: seg0},
+		{Seq: 7, TimeNs: t0 + 5*us, Device: 0, Op: OpFree, Layer: LayerFramework, Function: FuncTorchFree, Size: 1000, Address: seg0},
+		{Seq: 8, TimeNs: t0 + 8*us, Device: 0, Op: OpMap, Memory: MemoryVirtual, Layer: LayerDriver, Function: FuncTorchSegmentMap, Size: 2097152, Address: 0x200000000, Stream: 7},
+		{Seq: 9, TimeNs: t0 + 9*us, Device: 0, Op: OpUnmap, Memory: MemoryVirtual, Layer: LayerDriver, Function: FuncTorchSegmentUnmap, Size: 2097152, Address: 0x200000000, Stream: 7},
+		{Seq: 10, TimeNs: t0 + 10*us, Device: 0, Op: OpOOM, Layer: LayerFramework, Function: FuncTorchOOM, Size: 1 << 40, Address: 123456, Result: 2},
+		{Seq: 11, TimeNs: t0 + 11*us, Device: 0, Op: OpFree, Layer: LayerRuntime, Function: FuncTorchSegmentFree, Size: 20971520, Address: seg0},
+		{Seq: 12, TimeNs: t0 + 12*us, Device: 1, Op: OpFree, Layer: LayerFramework, Function: FuncTorchFree, Size: 4096, Address: seg1, Stream: 3},
+	}
+	wantSnap := &Snapshot{
+		Segments: []SnapshotSegment{
+			{Device: 0, Address: seg0, TotalSize: 20971520, AllocatedSize: 512, ActiveSize: 512, RequestedSize: 512, Large: true, Blocks: 2},
+			{Device: 0, Address: 0x200000000, TotalSize: 2097152, Stream: 7, Expandable: true},
+			{Device: 1, Address: seg1, TotalSize: 2097152, Stream: 3},
+		},
+		Settings: &AllocatorSettings{
+			AllocConf:                  "max_split_size_mb:256,roundup_power2_divisions:[256:1,>:4]",
+			MaxSplitSize:               268435456,
+			GarbageCollectionThreshold: 0.6,
+			RoundupPower2Divisions:     []int64{0, 1, 1, 1, 1, 1, 1, 1, 1, 4, 4, 4, 4, 4, 4, 4},
+			PinnedNumRegisterThreads:   1,
+		},
+		TraceEntries: []int{11, 4},
+	}
+	for _, name := range []string{"snapshot_small.pickle", "snapshot_small.pickle.gz", "snapshot_small.pickle.xz"} {
+		t.Run(name, func(t *testing.T) {
+			r, err := Open(filepath.Join(fixtures, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			got := drain(t, r)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("events:\n%+v\nwant\n%+v", got, want)
+			}
+			if !reflect.DeepEqual(r.Snapshot(), wantSnap) {
+				t.Errorf("snapshot = %+v, want %+v", r.Snapshot(), wantSnap)
+			}
+			wantTotals := []SegmentTotals{{Device: 0, Count: 2, TotalBytes: 23068672, AllocatedBytes: 512}, {Device: 1, Count: 1, TotalBytes: 2097152}}
+			if got := r.Snapshot().Totals(); !reflect.DeepEqual(got, wantTotals) {
+				t.Errorf("totals = %+v, want %+v", got, wantTotals)
+			}
+			wantInfo := Info{Source: SourcePyTorchSnapshot, StartTime: time.Unix(0, t0).UTC()}
+			if !reflect.DeepEqual(r.Info(), wantInfo) {
+				t.Errorf("info = %+v, want %+v", r.Info(), wantInfo)
+			}
+			path := filepath.Join(fixtures, name)
+			wantWarn := []string{path + `: device_traces: 1 entries with unknown action "annotate" skipped`}
+			if !reflect.DeepEqual(r.Warnings(), wantWarn) {
+				t.Errorf("warnings = %q, want %q", r.Warnings(), wantWarn)
+			}
+		})
+	}
+}
+
+func TestPyTorchSnapshotOldProtocol2(t *testing.T) {
+	r, err := Open(filepath.Join(fixtures, "snapshot_old_proto2.pickle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := drain(t, r)
+	want := []Event{
+		{Seq: 0, Op: OpAlloc, Layer: LayerRuntime, Function: FuncTorchSegmentAlloc, Size: 256, Address: 0x1000},
+		{Seq: 1, Op: OpAlloc, Layer: LayerFramework, Function: FuncTorchAlloc, Size: 512, Address: 0x2000},
+		{Seq: 2, Op: OpFreeRequested, Layer: LayerFramework, Function: FuncTorchFreeRequested, Size: 768, Address: 0x3000},
+		{Seq: 3, Op: OpFree, Layer: LayerFramework, Function: FuncTorchFree, Size: 1024, Address: 0x4000},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events:\n%+v\nwant\n%+v", got, want)
+	}
+	snap := r.Snapshot()
+	if snap.Settings != nil || len(snap.Segments) != 0 || !reflect.DeepEqual(snap.TraceEntries, []int{4}) {
+		t.Errorf("snapshot = %+v, want no settings, no segments, 4 entries", snap)
+	}
+	if !r.Info().StartTime.IsZero() {
+		t.Errorf("start time = %v, want zero (no time_us)", r.Info().StartTime)
+	}
+}
+
+// TestPyTorchSnapshotsFromH200 reads the real PyTorch 2.11 snapshots of testdata/torch and checks
+// the counts against PyTorch's own figures (testdata/torch/*.stats.json).
+func TestPyTorchSnapshotsFromH200(t *testing.T) {
+	type want struct {
+		events        int
+		byFunction    map[string]int
+		segmentBytes  uint64 // sum of segment_alloc / segment_map sizes in the history
+		segments      int    // snapshot segments at the end
+		reservedBytes uint64 // their total size = max_memory_reserved for these runs
+		expandable    bool
+	}
+	cases := map[string]want{
+		"train.caching.snapshot.pickle.gz": {2675, map[string]int{FuncTorchAlloc: 891, FuncTorchFreeRequested: 888, FuncTorchFree: 888, FuncTorchSegmentAlloc: 8},
+			117440512, 8, 117440512, false},
+		"train.expandable.snapshot.pickle.xz": {2675, map[string]int{FuncTorchAlloc: 891, FuncTorchFreeRequested: 888, FuncTorchFree: 888, FuncTorchSegmentMap: 8},
+			113246208, 2, 113246208, true},
+		"cnn.caching.snapshot.pickle.gz": {5671, map[string]int{FuncTorchAlloc: 1883, FuncTorchFreeRequested: 1880, FuncTorchFree: 1880, FuncTorchSegmentAlloc: 28},
+			3972005888, 28, 3972005888, false},
+		"kvcache.caching.snapshot.pickle.gz": {70814, map[string]int{FuncTorchAlloc: 23601, FuncTorchFreeRequested: 23599, FuncTorchFree: 23599, FuncTorchSegmentAlloc: 15},
+			421527552, 15, 421527552, false},
+	}
+	for name, w := range cases {
+		t.Run(name, func(t *testing.T) {
+			r, err := Open(filepath.Join("../testdata/torch", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			events := drain(t, r)
+			byFunction := map[string]int{}
+			var segBytes uint64
+			for i, e := range events {
+				byFunction[e.Function]++
+				if e.Function == FuncTorchSegmentAlloc || e.Function == FuncTorchSegmentMap {
+					segBytes += e.Size
+				}
+				if e.Seq != uint64(i) || (i > 0 && e.TimeNs < events[i-1].TimeNs) {
+					t.Fatalf("event %d: seq %d time %d out of order", i, e.Seq, e.TimeNs)
+				}
+			}
+			if len(events) != w.events || !reflect.DeepEqual(byFunction, w.byFunction) || segBytes != w.segmentBytes {
+				t.Errorf("got %d events %v, segment bytes %d; want %d %v, %d", len(events), byFunction, segBytes, w.events, w.byFunction, w.segmentBytes)
+			}
+			totals := r.Snapshot().Totals()
+			if len(totals) != 1 || totals[0].Count != w.segments || totals[0].TotalBytes != w.reservedBytes {
+				t.Errorf("totals = %+v, want %d segments of %d bytes", totals, w.segments, w.reservedBytes)
+			}
+			s := r.Snapshot().Settings
+			if s == nil || s.ExpandableSegments != w.expandable || s.MaxSplitSize != -1 || len(s.RoundupPower2Divisions) != 16 {
+				t.Errorf("settings = %+v", s)
+			}
+			if len(r.Warnings()) != 0 {
+				t.Errorf("warnings: %q", r.Warnings())
+			}
+		})
+	}
+}
+
+func TestRMMTimeOfDay(t *testing.T) {
+	r, err := Open(filepath.Join(fixtures, "rmm_timeofday.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := drain(t, r)
+	const day = int64(24 * time.Hour)
+	lastSecond := day - int64(time.Second)
+	want := []Event{
+		{Seq: 0, TimeNs: lastSecond + 999000000, TID: 1, Device: -1, Op: OpAlloc, Layer: LayerFramework, Function: FuncRMMAllocate, Size: 1024, Address: 0x7f8a40000000},
+		{Seq: 1, TimeNs: lastSecond + 999500000, TID: 1, Device: -1, Op: OpAlloc, Layer: LayerFramework, Function: FuncRMMAllocate, Size: 2048, Address: 0x7f8a40000400, Stream: 0x7f8a38001020},
+		{Seq: 2, TimeNs: day + 250000, TID: 12345, Device: -1, Op: OpFree, Layer: LayerFramework, Function: FuncRMMFree, Size: 1024, Address: 0x7f8a40000000},
+		{Seq: 3, TimeNs: day + 1000000, TID: 12345, Device: -1, Op: OpAlloc, Layer: LayerFramework, Function: FuncRMMAllocate, Size: 68719476736, Result: 2},
+		{Seq: 4, TimeNs: day + 1500000000, TID: 1, Device: -1, Op: OpFree, Layer: LayerFramework, Function: FuncRMMFree, Size: 2048, Address: 0x7f8a40000400, Stream: 0x7f8a38001020},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events:\n%+v\nwant\n%+v", got, want)
+	}
+	if want := (Info{Source: SourceRMMCSV}); !reflect.DeepEqual(r.Info(), want) {
+		t.Errorf("info = %+v, want %+v", r.Info(), want)
+	}
+}
+
+func TestRMMEpoch(t *testing.T) {
+	r, err := Open(filepath.Join(fixtures, "rmm_epoch.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := drain(t, r)
+	const s = int64(1634567890) * 1e9
+	want := []Event{
+		{Seq: 0, TimeNs: s + 123456000, TID: 4242, Device: -1, Op: OpAlloc, Layer: LayerFramework, Function: FuncRMMAllocate, Size: 1024, Address: 0x7f8a40000000, Stream: 0x7f8a38001020},
+		{Seq: 1, TimeNs: s + 234567000, TID: 4242, Device: -1, Op: OpAlloc, Layer: LayerFramework, Function: FuncRMMAllocate, Size: 2048, Address: 0x7f8a40000400},
+		{Seq: 2, TimeNs: s + 345678000, TID: 4243, Device: -1, Op: OpFree, Layer: LayerFramework, Function: FuncRMMFree, Size: 1024, Address: 0x7f8a40000000, Stream: 0x7f8a38001020},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events:\n%+v\nwant\n%+v", got, want)
+	}
+	if want := time.Unix(1634567890, 123456000).UTC(); !r.Info().StartTime.Equal(want) {
+		t.Errorf("start = %v, want %v", r.Info().StartTime, want)
+	}
+}
+
+func TestRMMBadRow(t *testing.T) {
+	path := filepath.Join(fixtures, "rmm_bad_row.csv")
+	r, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Next()
+	if want := path + `: line 3: column Size: bad size "sixty-four"`; err == nil || err.Error() != want {
+		t.Errorf("err = %v, want %s", err, want)
+	}
+	r.Close()
+
+	r, err = Open(path, WithSkipBadRows())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := drain(t, r)
+	if len(got) != 2 || got[0].Address != 0x1000 || got[1].Op != OpFree || got[1].Seq != 1 {
+		t.Errorf("events = %+v, want the alloc and free of 0x1000 as seq 0 and 1", got)
+	}
+	if want := []string{path + `: line 3: skipped: column Size: bad size "sixty-four"`}; !reflect.DeepEqual(r.Warnings(), want) {
+		t.Errorf("warnings = %q, want %q", r.Warnings(), want)
+	}
+}
+
+// drain reads all events of r.
+func drain(t *testing.T, r *Reader) []Event {
+	t.Helper()
+	var all []Event
+	for {
+		batch, err := r.Next()
+		if err != nil {
+			if err.Error() == "EOF" {
+				return all
+			}
+			t.Fatal(err)
+		}
+		all = append(all, batch...)
+	}
+}
