@@ -52,17 +52,19 @@ type driver interface {
 	free(addr uint64, stream uint32) error
 }
 
-// allocatorDriver serves the raw and pool modes: a pool.Allocator over the counting Upstream.
+// allocatorDriver serves the raw and pool modes: a pool.Allocator over the counting Upstream. It
+// passes the recorded stream handles, as analyze's simulation does.
 type allocatorDriver struct {
-	a pool.Allocator
+	a       pool.Allocator
+	handles []uint64
 }
 
 func (d allocatorDriver) alloc(size uint64, stream uint32) (uint64, error) {
-	return d.a.Alloc(size, uint64(stream))
+	return d.a.Alloc(size, d.handles[stream])
 }
 
 func (d allocatorDriver) free(addr uint64, stream uint32) error {
-	return d.a.Free(addr, uint64(stream))
+	return d.a.Free(addr, d.handles[stream])
 }
 
 // asyncDriver serves the async mode: the backend's stream-ordered allocator, one stream per

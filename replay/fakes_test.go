@@ -252,8 +252,9 @@ func (a *rawAllocator) Free(addr, _ uint64) error {
 	return nil
 }
 
-func (a *rawAllocator) Stats() pool.Stats { return a.stats }
-func (a *rawAllocator) Close() error      { return nil }
+func (a *rawAllocator) Stats() pool.Stats     { return a.stats }
+func (a *rawAllocator) PeakStats() pool.Stats { return a.stats }
+func (a *rawAllocator) Close() error          { return nil }
 
 // chunkAllocator is a tiny pool for the engine's tests: it reserves regions of chunk bytes, carves
 // blocks from the newest region bump-style, and reuses freed blocks of the same size.

@@ -30,7 +30,7 @@ func (r *runner) freeRemaining(ps *passState) {
 			continue
 		}
 		r.beforeFree(ps, uint32(slot), addr)
-		if err := ps.d.free(addr, 0); err != nil {
+		if err := ps.d.free(addr, 0); err != nil { // on the first stream the trace used
 			ps.acc.FreeErrors++
 			ps.acc.problem("repetition %d, end of trace: free %#x: %v", ps.rep+1, addr, err)
 		} else {
@@ -62,7 +62,8 @@ func (r *runner) finishAllocator(ps *passState) error {
 	acc.UpstreamReleases += up.releases
 	acc.Fallbacks += stats.Fallbacks
 	if acc.PoolStats == nil {
-		acc.PoolStats = &stats
+		peak := ps.alloc.PeakStats()
+		acc.PoolStats, acc.PoolPeakStats = &stats, &peak
 	} else if *acc.PoolStats != stats {
 		acc.accounting = append(acc.accounting, fmt.Sprintf("repetition %d: pool stats differ from repetition 1", ps.rep+1))
 	}

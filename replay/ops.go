@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/allocscope/allocscope/trace"
 )
@@ -16,15 +17,33 @@ type Source interface {
 }
 
 // op is one request of the replayed stream, 16 bytes. An allocation has size > 0; a free has
-// size 0. slot indexes the table of live blocks (old address → new address), stream the
-// recorded stream.
+// size 0. slot indexes the table of live blocks (old address → new address); stream holds the
+// index of the recorded stream, and in its top bit whether the program synchronized with the
+// device right after this request (see synchronizes).
 type op struct {
 	size   uint64
 	slot   uint32
 	stream uint32
 }
 
+// syncBit marks an op after which the program synchronized with the device.
+const syncBit = 1 << 31
+
 func (o op) isAlloc() bool { return o.size > 0 }
+
+// streamIndex returns the index of the op's recorded stream.
+func (o op) streamIndex() uint32 { return o.stream &^ syncBit }
+
+// syncs reports whether the program synchronized with the device right after the op.
+func (o op) syncs() bool { return o.stream&syncBit != 0 }
+
+// synchronizes reports whether e is a native call that synchronizes with the device: a
+// cudaMalloc/cudaFree-like device call that is not stream-ordered. This is the rule analyze's
+// simulation uses, so that stream-ordered policies replay as they were simulated.
+func synchronizes(e *trace.Event) bool {
+	return e.Layer != trace.LayerFramework && (e.Op == trace.OpAlloc || e.Op == trace.OpFree) &&
+		e.Memory == trace.MemoryDevice && !strings.Contains(e.Function, "Async")
+}
 
 // Layer names which events Extract replayed.
 const (
@@ -62,8 +81,9 @@ type ExtractStats struct {
 
 // Trace is the request stream of a trace in compact form, ready to be replayed any number of times.
 type Trace struct {
-	ops   []op
-	slots int // size of the live-block table (peak number of blocks live at once)
+	ops     []op
+	slots   int      // size of the live-block table (peak number of blocks live at once)
+	streams []uint64 // stream index → recorded stream handle
 	// Stats describes the extraction.
 	Stats ExtractStats
 	// Warnings are non-fatal problems found while extracting, one line each.
@@ -91,6 +111,7 @@ type extractor struct {
 	sizes     []uint64           // slot → requested size of the live block
 	freeSlots []uint32
 	streams   map[streamKey]uint32
+	handles   []uint64 // stream index → recorded handle
 	devices   map[int32]struct{}
 	pids      map[uint32]struct{}
 	liveBytes uint64
@@ -132,6 +153,10 @@ func Extract(src Source) (*Trace, error) {
 				virtual++
 			default:
 				dev.add(e)
+			}
+			if synchronizes(e) {
+				fw.markSync()
+				dev.markSync()
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -223,6 +248,13 @@ func (x *extractor) free(e *trace.Event) {
 	x.stats.Frees++
 }
 
+// markSync records that the program synchronized after the last op so far.
+func (x *extractor) markSync() {
+	if n := len(x.ops); n > 0 {
+		x.ops[n-1].stream |= syncBit
+	}
+}
+
 // release appends the free of the block in slot and makes the slot reusable.
 func (x *extractor) release(key addrKey, slot, stream uint32) {
 	x.ops = append(x.ops, op{slot: slot, stream: stream})
@@ -249,20 +281,21 @@ func (x *extractor) stream(e *trace.Event) uint32 {
 	}
 	s := uint32(len(x.streams))
 	x.streams[key] = s
+	x.handles = append(x.handles, e.Stream)
 	return s
 }
 
 func (x *extractor) finish() (*Trace, error) {
-	if len(x.sizes) > math.MaxUint32 || len(x.streams) > math.MaxUint32 {
-		return nil, fmt.Errorf("trace has %d live blocks at once and %d streams; at most %d of each can be replayed",
-			len(x.sizes), len(x.streams), uint32(math.MaxUint32))
+	if len(x.sizes) > math.MaxUint32 || len(x.streams) >= syncBit {
+		return nil, fmt.Errorf("trace has %d live blocks at once and %d streams; at most %d and %d can be replayed",
+			len(x.sizes), len(x.streams), uint32(math.MaxUint32), syncBit-1)
 	}
 	x.stats.LiveAtEnd = uint64(len(x.live))
 	x.stats.LiveBytesAtEnd = x.liveBytes
 	x.stats.Streams = len(x.streams)
 	x.stats.Devices = len(x.devices)
 	x.stats.Processes = len(x.pids)
-	return &Trace{ops: x.ops, slots: len(x.sizes), Stats: x.stats}, nil
+	return &Trace{ops: x.ops, slots: len(x.sizes), streams: x.handles, Stats: x.stats}, nil
 }
 
 func extractWarnings(s *ExtractStats) []string {

@@ -30,12 +30,14 @@ func TestExtractSmallTrace(t *testing.T) {
 	if tr.Stats != want {
 		t.Errorf("stats = %+v\nwant    %+v", tr.Stats, want)
 	}
-	wantOps := []op{{1000, 0, 0}, {3000, 1, 1}, {0, 0, 0}, {1000, 0, 0}, {2000, 2, 1}, {0, 1, 1}, {0, 2, 1}}
+	// cudaMalloc and cudaFree synchronize: every op has the sync bit.
+	wantOps := []op{{1000, 0, 0 | syncBit}, {3000, 1, 1 | syncBit}, {0, 0, 0 | syncBit}, {1000, 0, 0 | syncBit},
+		{2000, 2, 1 | syncBit}, {0, 1, 1 | syncBit}, {0, 2, 1 | syncBit}}
 	if !reflect.DeepEqual(tr.ops, wantOps) {
 		t.Errorf("ops = %v, want %v", tr.ops, wantOps)
 	}
-	if tr.slots != 3 || tr.Ops() != 7 || len(tr.Warnings) != 0 {
-		t.Errorf("slots %d, ops %d, warnings %q; want 3, 7, none", tr.slots, tr.Ops(), tr.Warnings)
+	if tr.slots != 3 || tr.Ops() != 7 || len(tr.Warnings) != 0 || !reflect.DeepEqual(tr.streams, []uint64{0, 7}) {
+		t.Errorf("slots %d, ops %d, warnings %q, streams %v; want 3, 7, none, [0 7]", tr.slots, tr.Ops(), tr.Warnings, tr.streams)
 	}
 }
 

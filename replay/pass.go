@@ -37,6 +37,7 @@ type passState struct {
 	rep        int
 	d          driver
 	alloc      pool.Allocator    // raw and pool
+	syncer     pool.Syncer       // the allocator, when it acts on device synchronization
 	up         *countingUpstream // raw and pool
 	streams    []Stream          // async
 	live       *spans            // --verify: live blocks
@@ -96,7 +97,8 @@ func (r *runner) begin(ps *passState) error {
 	if err != nil {
 		return fmt.Errorf("build %s allocator: %w", cfg.Policy, err)
 	}
-	ps.alloc, ps.d = a, allocatorDriver{a: a}
+	ps.alloc, ps.d = a, allocatorDriver{a: a, handles: r.t.streams}
+	ps.syncer, _ = a.(pool.Syncer)
 	return nil
 }
 
@@ -115,7 +117,7 @@ func (r *runner) replayOps(ps *passState) {
 	for i, o := range r.t.ops {
 		if o.isAlloc() {
 			t0 := clock()
-			addr, err := ps.d.alloc(o.size, o.stream)
+			addr, err := ps.d.alloc(o.size, o.streamIndex())
 			dt := clock() - t0
 			ps.elapsed += dt
 			ps.acc.allocLat.record(dt)
@@ -123,7 +125,7 @@ func (r *runner) replayOps(ps *passState) {
 		} else if addr := r.addrs[o.slot]; addr != 0 {
 			r.beforeFree(ps, o.slot, addr)
 			t0 := clock()
-			err := ps.d.free(addr, o.stream)
+			err := ps.d.free(addr, o.streamIndex())
 			dt := clock() - t0
 			ps.elapsed += dt
 			ps.acc.freeLat.record(dt)
@@ -131,12 +133,28 @@ func (r *runner) replayOps(ps *passState) {
 		} else {
 			ps.acc.SkippedFrees++
 		}
+		if ps.syncer != nil && o.syncs() {
+			r.sync(ps, i)
+		}
 		if sinceProgress++; sinceProgress == progressEvery {
 			r.opt.Progress(progressEvery)
 			sinceProgress = 0
 		}
 	}
 	r.opt.Progress(int64(sinceProgress))
+}
+
+// sync tells a stream-ordered allocator that the program synchronized with the device. Its time
+// counts as allocator time, not as an alloc or free latency.
+func (r *runner) sync(ps *passState, i int) {
+	t0 := r.opt.Clock()
+	err := ps.syncer.Sync()
+	ps.elapsed += r.opt.Clock() - t0
+	ps.acc.Syncs++
+	if err != nil {
+		ps.acc.FreeErrors++
+		ps.acc.problem("repetition %d, request %d: sync: %v", ps.rep+1, i, err)
+	}
 }
 
 func (r *runner) afterAlloc(ps *passState, i int, o op, addr uint64, err error) {

@@ -55,6 +55,7 @@ type ModeResult struct {
 	SkippedFrees                uint64  `json:"skipped_frees"`   // frees of blocks whose allocation failed
 	FreeErrors                  uint64  `json:"free_errors"`     // frees the allocator refused
 	Fallbacks                   uint64  `json:"fallbacks"`       // pool: requests served outside the plan
+	Syncs                       uint64  `json:"syncs"`           // pool.Syncer.Sync calls at the trace\'s synchronizing calls
 	PeakLiveBytes               uint64  `json:"peak_live_bytes"` // requested bytes live at once
 	// PeakReservedBytes is the most memory the allocator held, by its own accounting: the
 	// Upstream's reserved bytes for raw and pool, the stream-ordered pool's reserved-memory high
@@ -67,6 +68,8 @@ type ModeResult struct {
 	LeakedBytes uint64 `json:"leaked_bytes"`
 	// PoolStats are the allocator's own counters of the first repetition (raw and pool).
 	PoolStats *pool.Stats `json:"pool_stats,omitempty"`
+	// PoolPeakStats are the allocator's counters at its peak reserved memory, first repetition.
+	PoolPeakStats *pool.Stats `json:"pool_peak_stats,omitempty"`
 	// UpstreamReserves and UpstreamReleases are the Reserve/Release calls seen by the engine (raw, pool).
 	UpstreamReserves uint64 `json:"upstream_reserves"`
 	UpstreamReleases uint64 `json:"upstream_releases"`
