@@ -1,0 +1,215 @@
+package pool
+
+import (
+	"errors"
+	"testing"
+)
+
+// step is one call of a hand-made sequence and its exact expected outcome.
+type step struct {
+	op     byte   // 'a' alloc, 'f' free, 's' sync
+	size   uint64 // alloc: bytes requested
+	stream uint64
+	addr   uint64 // alloc: expected address; free: address to free
+	err    error  // expected error (errors.Is), nil for success
+}
+
+func alloc(size, stream, want uint64) step {
+	return step{op: 'a', size: size, stream: stream, addr: want}
+}
+func allocFails(size, stream uint64) step {
+	return step{op: 'a', size: size, stream: stream, err: ErrOutOfMemory}
+}
+func free(addr, stream uint64) step { return step{op: 'f', addr: addr, stream: stream} }
+func freeFails(addr uint64) step    { return step{op: 'f', addr: addr, err: ErrUnknownAddress} }
+func syncPoint() step               { return step{op: 's'} }
+
+// runSteps builds cfg on up and runs the steps, failing at the first unexpected outcome.
+func runSteps(t *testing.T, cfg Config, up Upstream, steps []step) Allocator {
+	t.Helper()
+	a, err := New(cfg, up)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	for i, s := range steps {
+		var addr uint64
+		switch s.op {
+		case 'a':
+			addr, err = a.Alloc(s.size, s.stream)
+		case 'f':
+			err = a.Free(s.addr, s.stream)
+		case 's':
+			err = a.(Syncer).Sync()
+		}
+		if s.err != nil {
+			if !errors.Is(err, s.err) {
+				t.Fatalf("step %d (%c %d): err = %v, want %v", i, s.op, s.size, err, s.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("step %d (%c %d): %v", i, s.op, s.size, err)
+		}
+		if s.op == 'a' && addr != s.addr {
+			t.Fatalf("step %d: Alloc(%d, %d) = %#x, want %#x (offset %d, want %d)", i, s.size, s.stream, addr, s.addr, addr-SimBase, s.addr-SimBase)
+		}
+	}
+	return a
+}
+
+func wantStats(t *testing.T, what string, got, want Stats) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s =\n %+v\nwant\n %+v", what, got, want)
+	}
+}
+
+func closeEmpty(t *testing.T, a Allocator, up *SimUpstream) {
+	t.Helper()
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if u := up.Stats(); u.ReservedBytes != 0 || u.AddressBytes != 0 {
+		t.Fatalf("after Close the upstream holds %d bytes and %d of address space", u.ReservedBytes, u.AddressBytes)
+	}
+}
+
+func TestSizeClassExactSequence(t *testing.T) {
+	const b = SimBase
+	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
+		Classes: []Class{{512, 4}, {4096, 2}}, LargeThreshold: 4096, ArenaBytes: 1 * mib}}
+	// One planned region: 4×512 B slab at b, 2×4096 B slab at b+2048, arena at b+10240.
+	const plan = 4*512 + 2*4096 + mib
+	grown := uint64(b + plan) // the class's further slab: 2 MiB / 4096 B = 512 slots
+	arena2 := grown + 2*mib   // the arena's growth region
+	up := NewSimUpstream(0, 512)
+	a := runSteps(t, cfg, up, []step{
+		alloc(100, 0, b),             // class 512, lowest slot first
+		alloc(512, 0, b+512),         // class 512
+		alloc(513, 0, b+2048),        // class 4096
+		free(b, 0),                   //
+		alloc(1, 0, b),               // LIFO: the block freed last comes back first
+		alloc(5000, 0, b+10240),      // above the threshold: arena, 5120 B block
+		alloc(0, 0, b+1024),          // a 0-byte request takes the smallest class
+		alloc(4096, 0, b+6144),       // class 4096's second and last planned slot
+		alloc(4000, 0, grown),        // class 4096 exhausted: a further slab (Fallback 1)
+		alloc(2*mib, 0, arena2),      // arena too small: grows by the request (Fallback 2)
+		freeFails(b + 100),           // not a block start
+		free(arena2, 0),              //
+		alloc(1*mib+1, 0, arena2),    // best fit: the 2 MiB free region beats the 1 MiB − 5 KiB left in the plan
+		freeFails(b + 4*mib + 12345), // nowhere
+	})
+	want := Stats{Allocs: 10, Frees: 2, LiveBytes: 100 + 512 + 513 + 1 + 5000 + 0 + 4096 + 4000 + mib + 1 - 100,
+		BlockBytes: 512*3 + 4096*3 + 5120 + 1049088, ReservedBytes: plan + 4*mib, UpstreamReserves: 3, Fallbacks: 2}
+	want.PeakLiveBytes = want.LiveBytes - mib - 1 + 2*mib
+	want.PeakBlockBytes = want.BlockBytes - 1049088 + 2*mib
+	want.PeakReservedBytes = want.ReservedBytes
+	wantStats(t, "Stats", a.Stats(), want)
+	peak := want
+	peak.Allocs, peak.Frees, peak.LiveBytes, peak.BlockBytes = 9, 1, want.PeakLiveBytes, want.PeakBlockBytes
+	wantStats(t, "PeakStats", a.PeakStats(), peak)
+	if got := peak.ExternalFragmentation(); got != plan+4*mib-(512*3+4096*3+5120+2*mib) {
+		t.Fatalf("ExternalFragmentation = %d", got)
+	}
+	closeEmpty(t, a, up)
+	if s := a.Stats(); s.UpstreamReleases != 3 || s.ReservedBytes != 0 {
+		t.Fatalf("after Close: %d releases, %d reserved", s.UpstreamReleases, s.ReservedBytes)
+	}
+}
+
+func TestSizeClassPerStream(t *testing.T) {
+	const b = SimBase
+	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
+		Classes: []Class{{512, 2}}, PerStream: true, ArenaBytes: 4096}}
+	up := NewSimUpstream(0, 512)
+	grown := uint64(b + 1024 + 4096)
+	a := runSteps(t, cfg, up, []step{
+		alloc(512, 1, b),
+		free(b, 1),               // onto stream 1's list
+		alloc(512, 2, b+512),     // stream 2 does not take stream 1's block: the never-used slot
+		alloc(512, 2, grown),     // nothing for stream 2: a further slab (4096 slots of 512 B)
+		alloc(512, 1, b),         // stream 1 gets its own block back
+		alloc(512, 2, grown+512), // the grown slab's next slot
+		alloc(600, 1, b+1024),    // above every class: the arena
+		free(b+1024, 1),          // onto stream 1's arena list
+		alloc(600, 2, b+1024+1024),
+		alloc(600, 1, b+1024),
+	})
+	s := a.Stats()
+	if s.Fallbacks != 1 || s.ReservedBytes != 1024+4096+2*mib || s.LiveBlocks() != 6 {
+		t.Fatalf("Stats = %+v", s)
+	}
+	closeEmpty(t, a, up)
+}
+
+func TestBestFitExactSequence(t *testing.T) {
+	const b = SimBase
+	cfg := Config{Version: 1, Policy: PolicyBestFit, BestFit: &BestFitConfig{
+		InitialBytes: 1 * mib, GrowBytes: 4 * mib, MaximumBytes: 8 * mib}}
+	up := NewSimUpstream(0, 512)
+	a := runSteps(t, cfg, up, []step{
+		alloc(1000, 0, b),      // 1024 B block
+		alloc(3000, 0, b+1024), // 3072 B block
+		alloc(1000, 0, b+4096),
+		free(b+1024, 0),          // a 3 KiB hole between two live blocks
+		alloc(2000, 0, b+1024),   // best fit: the hole, split; 1 KiB left at b+3072
+		free(b, 0),               // a 1 KiB hole at b: two equal holes now
+		alloc(1024, 0, b),        // equal fits: the lowest address
+		free(b+4096, 0),          // merges with the hole before it and the free tail after it
+		alloc(3072, 0, b+3072),   // so a 3 KiB block fits where two 1 KiB holes were
+		alloc(2*mib, 0, b+mib),   // no fit: grow by GrowBytes (4 MiB), Fallback 1
+		allocFails(4*mib, 0),     // 2 MiB free there, and growing 4 MiB would pass the 8 MiB maximum
+		alloc(3*mib, 0, b+5*mib), // grows by the 3 MiB still allowed, Fallback 2
+		free(b+mib, 0),           // its region is free again but does not merge with the first region
+		allocFails(4*mib+512, 0), // merged across regions it would fit: it must not
+	})
+	want := Stats{Allocs: 8, Frees: 4, Failures: 2, LiveBytes: 2000 + 1024 + 3072 + 3*mib, BlockBytes: 2048 + 1024 + 3072 + 3*mib,
+		ReservedBytes: 8 * mib, PeakReservedBytes: 8 * mib, UpstreamReserves: 3, Fallbacks: 2}
+	want.PeakLiveBytes = want.LiveBytes + 2*mib
+	want.PeakBlockBytes = want.BlockBytes + 2*mib
+	wantStats(t, "Stats", a.Stats(), want)
+	closeEmpty(t, a, up)
+}
+
+func TestRawExactSequence(t *testing.T) {
+	const b = SimBase
+	up := NewSimUpstream(0, 2*mib)
+	a := runSteps(t, Config{Version: 1, Policy: PolicyRaw}, up, []step{
+		alloc(1000, 0, b),       // 1024 B reserved; the upstream rounds to 2 MiB
+		alloc(3000, 0, b+2*mib), // 3072 B
+		free(b, 0),
+		alloc(1, 0, b), // the upstream reuses the freed range
+		freeFails(b + 512),
+	})
+	want := Stats{Allocs: 3, Frees: 1, LiveBytes: 3001, PeakLiveBytes: 4000, BlockBytes: 3584, PeakBlockBytes: 4096,
+		ReservedBytes: 3584, PeakReservedBytes: 4096, UpstreamReserves: 3, UpstreamReleases: 1}
+	wantStats(t, "Stats", a.Stats(), want)
+	if u := up.Stats(); u.ReservedBytes != 4*mib {
+		t.Fatalf("upstream holds %d", u.ReservedBytes)
+	}
+	closeEmpty(t, a, up)
+}
+
+func TestStreamOrderedExactSequence(t *testing.T) {
+	const b = SimBase
+	cfg := Config{Version: 1, Policy: PolicyStreamOrdered, StreamOrdered: &StreamOrderedConfig{ReleaseThresholdBytes: 4 * mib}}
+	up := NewSimUpstream(0, 512)
+	a := runSteps(t, cfg, up, []step{
+		alloc(1000, 1, b),        // a 2 MiB region
+		alloc(3*mib, 1, b+2*mib), // a 4 MiB region (3 MiB rounded up to 2 MiB)
+		free(b, 1),               // on stream 1's list
+		alloc(1000, 2, b+5*mib),  // stream 2 cannot reuse it before a sync: best fit of the shared free space
+		alloc(512, 1, b),         // stream 1 can, at once
+		free(b+2*mib, 1),
+		free(b, 1),
+		free(b+5*mib, 2),
+		syncPoint(),              // all free now: 6 MiB held, above the 4 MiB threshold: release the top region
+		alloc(mib, 3, b),         // after the sync any stream reuses any block
+		alloc(2*mib, 3, b+2*mib), // a new 2 MiB region where the released one was
+	})
+	want := Stats{Allocs: 6, Frees: 4, LiveBytes: 3 * mib, PeakLiveBytes: 3*mib + 1000 + 512, BlockBytes: 3 * mib,
+		PeakBlockBytes: 3*mib + 1024 + 512, ReservedBytes: 4 * mib, PeakReservedBytes: 6 * mib,
+		UpstreamReserves: 3, UpstreamReleases: 1}
+	wantStats(t, "Stats", a.Stats(), want)
+	closeEmpty(t, a, up)
+}
