@@ -1,0 +1,226 @@
+package intercept
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/allocscope/allocscope/trace"
+)
+
+// The raw per-process log written by shim.c (docs/DESIGN.md).
+const (
+	rawMagic         = "ALSCOPE1"
+	rawVersion       = 1
+	rawHeaderSize    = 4096
+	rawRecordSize    = 64
+	rawCmdlineOffset = 60
+	flagPrivateSeq   = 1
+)
+
+// functionInfo describes one intercepted entry point: what its function id in a raw record means.
+type functionInfo struct {
+	Name   string
+	Op     trace.Op
+	Memory trace.Memory
+	Layer  trace.Layer
+}
+
+// functionTable maps a raw record's function id to its entry point. It mirrors the FUNCTIONS table in
+// shim.c (TestFunctionTableMatchesShim checks that they agree); id 0 marks an uncommitted slot.
+var functionTable = [...]functionInfo{
+	{},
+	{"cudaMalloc", trace.OpAlloc, trace.MemoryDevice, trace.LayerRuntime},
+	{"cudaFree", trace.OpFree, trace.MemoryDevice, trace.LayerRuntime},
+	{"cudaMallocAsync", trace.OpAlloc, trace.MemoryDevice, trace.LayerRuntime},
+	{"cudaFreeAsync", trace.OpFree, trace.MemoryDevice, trace.LayerRuntime},
+	{"cudaMallocFromPoolAsync", trace.OpAlloc, trace.MemoryDevice, trace.LayerRuntime},
+	{"cudaMallocManaged", trace.OpAlloc, trace.MemoryManaged, trace.LayerRuntime},
+	{"cudaMallocPitch", trace.OpAlloc, trace.MemoryDevice, trace.LayerRuntime},
+	{"cudaMalloc3D", trace.OpAlloc, trace.MemoryDevice, trace.LayerRuntime},
+	{"cudaMallocHost", trace.OpAlloc, trace.MemoryHost, trace.LayerRuntime},
+	{"cudaHostAlloc", trace.OpAlloc, trace.MemoryHost, trace.LayerRuntime},
+	{"cudaFreeHost", trace.OpFree, trace.MemoryHost, trace.LayerRuntime},
+	{"cuMemAlloc_v2", trace.OpAlloc, trace.MemoryDevice, trace.LayerDriver},
+	{"cuMemFree_v2", trace.OpFree, trace.MemoryDevice, trace.LayerDriver},
+	{"cuMemAllocPitch_v2", trace.OpAlloc, trace.MemoryDevice, trace.LayerDriver},
+	{"cuMemAllocManaged", trace.OpAlloc, trace.MemoryManaged, trace.LayerDriver},
+	{"cuMemAllocAsync", trace.OpAlloc, trace.MemoryDevice, trace.LayerDriver},
+	{"cuMemAllocAsync_ptsz", trace.OpAlloc, trace.MemoryDevice, trace.LayerDriver},
+	{"cuMemFreeAsync", trace.OpFree, trace.MemoryDevice, trace.LayerDriver},
+	{"cuMemFreeAsync_ptsz", trace.OpFree, trace.MemoryDevice, trace.LayerDriver},
+	{"cuMemAllocFromPoolAsync", trace.OpAlloc, trace.MemoryDevice, trace.LayerDriver},
+	{"cuMemAllocFromPoolAsync_ptsz", trace.OpAlloc, trace.MemoryDevice, trace.LayerDriver},
+	{"cuMemAllocHost_v2", trace.OpAlloc, trace.MemoryHost, trace.LayerDriver},
+	{"cuMemHostAlloc", trace.OpAlloc, trace.MemoryHost, trace.LayerDriver},
+	{"cuMemFreeHost", trace.OpFree, trace.MemoryHost, trace.LayerDriver},
+	{"cuMemCreate", trace.OpCreate, trace.MemoryVirtual, trace.LayerDriver},
+	{"cuMemRelease", trace.OpRelease, trace.MemoryVirtual, trace.LayerDriver},
+	{"cuMemMap", trace.OpMap, trace.MemoryVirtual, trace.LayerDriver},
+	{"cuMemUnmap", trace.OpUnmap, trace.MemoryVirtual, trace.LayerDriver},
+	{"cuMemAddressReserve", trace.OpReserve, trace.MemoryVirtual, trace.LayerDriver},
+	{"cuMemAddressFree", trace.OpUnreserve, trace.MemoryVirtual, trace.LayerDriver},
+}
+
+// rawHeader is the decoded 4096-byte header of a raw log.
+type rawHeader struct {
+	PID         uint32
+	PPID        uint32
+	StartMonoNs int64
+	StartRealNs int64
+	Flags       uint64
+	Claimed     uint64 // slots claimed by writers; may exceed the records committed after a crash
+	Command     []string
+}
+
+// rawRecord is one decoded 64-byte record.
+type rawRecord struct {
+	Seq        uint64
+	TimeNs     int64
+	DurationNs int64
+	Address    uint64
+	Size       uint64
+	Stream     uint64
+	Callsite   uint64
+	TID        uint32
+	Result     uint16
+	Device     int8
+	Function   uint8
+}
+
+// rawLog reads one raw log file: its header, then its record slots in file order.
+type rawLog struct {
+	name     string
+	r        io.ReaderAt
+	header   rawHeader
+	slots    int64 // whole record slots in the file
+	trailing int64 // bytes after the last whole slot
+}
+
+// openRawLog checks and decodes the header of the raw log of size bytes read from r; name is used in errors.
+func openRawLog(name string, r io.ReaderAt, size int64) (*rawLog, error) {
+	if size < rawHeaderSize {
+		return nil, fmt.Errorf("%s: header: file has %d bytes, a raw log has at least %d", name, size, rawHeaderSize)
+	}
+	buf := make([]byte, rawHeaderSize)
+	if _, err := r.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: header: %w", name, err)
+	}
+	h, err := decodeHeader(buf)
+	if err != nil {
+		return nil, fmt.Errorf("%s: header: %w", name, err)
+	}
+	body := size - rawHeaderSize
+	return &rawLog{name: name, r: r, header: h, slots: body / rawRecordSize, trailing: body % rawRecordSize}, nil
+}
+
+func decodeHeader(b []byte) (rawHeader, error) {
+	le := binary.LittleEndian
+	if string(b[:8]) != rawMagic {
+		return rawHeader{}, fmt.Errorf("bad magic %q, not an allocscope raw log", b[:8])
+	}
+	if v := le.Uint32(b[8:]); v != rawVersion {
+		return rawHeader{}, fmt.Errorf("format version %d, this allocscope reads version %d", v, rawVersion)
+	}
+	if rs := le.Uint32(b[12:]); rs != rawRecordSize {
+		return rawHeader{}, fmt.Errorf("record size %d, want %d", rs, rawRecordSize)
+	}
+	h := rawHeader{
+		PID: le.Uint32(b[16:]), PPID: le.Uint32(b[20:]),
+		StartMonoNs: int64(le.Uint64(b[24:])), StartRealNs: int64(le.Uint64(b[32:])),
+		Flags: le.Uint64(b[40:]), Claimed: le.Uint64(b[48:]),
+	}
+	n := le.Uint32(b[56:])
+	if n > rawHeaderSize-rawCmdlineOffset {
+		return rawHeader{}, fmt.Errorf("command line length %d exceeds %d", n, rawHeaderSize-rawCmdlineOffset)
+	}
+	cmd := bytes.TrimSuffix(b[rawCmdlineOffset:rawCmdlineOffset+int(n)], []byte{0})
+	if len(cmd) > 0 {
+		for _, arg := range bytes.Split(cmd, []byte{0}) {
+			h.Command = append(h.Command, string(arg))
+		}
+	}
+	return h, nil
+}
+
+// decodeRecord decodes the 64-byte slot b.
+func decodeRecord(b []byte) rawRecord {
+	le := binary.LittleEndian
+	return rawRecord{
+		Seq: le.Uint64(b[0:]), TimeNs: int64(le.Uint64(b[8:])), DurationNs: int64(le.Uint64(b[16:])),
+		Address: le.Uint64(b[24:]), Size: le.Uint64(b[32:]), Stream: le.Uint64(b[40:]),
+		Callsite: le.Uint64(b[48:]), TID: le.Uint32(b[56:]), Result: le.Uint16(b[60:]),
+		Device: int8(b[62]), Function: b[63],
+	}
+}
+
+// check reports what is wrong with a committed record, or nil.
+func (rec *rawRecord) check() error {
+	switch {
+	case int(rec.Function) >= len(functionTable):
+		return fmt.Errorf("unknown function id %d", rec.Function)
+	case rec.Device < -1:
+		return fmt.Errorf("device ordinal %d", rec.Device)
+	case rec.TimeNs < 0:
+		return fmt.Errorf("negative time %d ns", rec.TimeNs)
+	case rec.DurationNs < 0:
+		return fmt.Errorf("negative duration %d ns", rec.DurationNs)
+	}
+	return nil
+}
+
+// slotBatch is the number of slots read at a time.
+const slotBatch = 8192
+
+// readSlots decodes the committed records of slots [first, first+n), appending them to dst. It also
+// returns how many slots below the header's claimed count were never committed (a writer stopped
+// mid-record). Errors name the file and the slot ("record N", counted from 0).
+func (l *rawLog) readSlots(first, n int64, dst []rawRecord, buf []byte) ([]rawRecord, int64, error) {
+	var skipped int64
+	for n > 0 {
+		k := min(n, slotBatch)
+		b := buf[:0]
+		if cap(buf) >= int(k)*rawRecordSize {
+			b = buf[:k*rawRecordSize]
+		} else {
+			b = make([]byte, k*rawRecordSize)
+		}
+		if _, err := l.r.ReadAt(b, rawHeaderSize+first*rawRecordSize); err != nil && !errors.Is(err, io.EOF) {
+			return dst, skipped, fmt.Errorf("%s: record %d: %w", l.name, first, err)
+		}
+		for i := int64(0); i < k; i++ {
+			s := b[i*rawRecordSize : (i+1)*rawRecordSize]
+			if s[63] == 0 {
+				if uint64(first+i) < l.header.Claimed {
+					skipped++
+				}
+				continue
+			}
+			rec := decodeRecord(s)
+			if err := rec.check(); err != nil {
+				return dst, skipped, fmt.Errorf("%s: record %d: %w", l.name, first+i, err)
+			}
+			dst = append(dst, rec)
+		}
+		first += k
+		n -= k
+	}
+	return dst, skipped, nil
+}
+
+// event converts a record of the process described by h into a trace event.
+func (rec *rawRecord) event(h *rawHeader) trace.Event {
+	fi := &functionTable[rec.Function]
+	e := trace.Event{
+		Seq: rec.Seq, TimeNs: rec.TimeNs, DurationNs: rec.DurationNs, PID: h.PID, TID: rec.TID,
+		Device: int32(rec.Device), Op: fi.Op, Memory: fi.Memory, Layer: fi.Layer, Function: fi.Name,
+		Size: rec.Size, Address: rec.Address, Stream: rec.Stream, Result: int32(rec.Result),
+		Callsite: rec.Callsite,
+	}
+	if fi.Op == trace.OpMap {
+		e.Handle, e.Stream = rec.Stream, 0
+	}
+	return e
+}

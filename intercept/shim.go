@@ -1,0 +1,143 @@
+// Package intercept holds allocscope's LD_PRELOAD shim (C source in shim/shim.c, embedded; Go refuses .c files in a package without cgo), the code that builds and
+// locates it, and the reader that turns its raw per-process logs into a trace.
+//
+// The shim is compiled on first use with the system C compiler into a cache directory keyed by the hash
+// of its source. A recording sets EnvLogDir; every process that loads the shim then writes its events
+// into its own memory-mapped raw log in that directory (format: docs/DESIGN.md), and Convert merges the
+// logs in sequence order into an Arrow trace.
+package intercept
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// EnvLogDir names the environment variable that tells the shim where to write its raw logs.
+const EnvLogDir = "ALLOCSCOPE_LOG_DIR"
+
+// ShimFileName is the name of the compiled shim inside its cache directory.
+const ShimFileName = "liballocscope.so"
+
+// seqFileName is the shared sequence counter in a log directory; seqFileSize its size.
+const (
+	seqFileName = "seq"
+	seqFileSize = 4096
+)
+
+//go:embed shim/shim.c
+var shimSource []byte
+
+// ShimSource returns the C source of the shim.
+func ShimSource() []byte { return append([]byte(nil), shimSource...) }
+
+// shimHash is the content hash that names a compiled shim's cache directory.
+func shimHash() string {
+	sum := sha256.Sum256(shimSource)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// DefaultCacheDir returns the directory where compiled shims are cached (os.UserCacheDir()/allocscope).
+func DefaultCacheDir() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("find cache directory: %w", err)
+	}
+	return filepath.Join(dir, "allocscope"), nil
+}
+
+// EnsureShim returns the path of the compiled shim for the embedded source, compiling it with the
+// system C compiler ($CC, else cc) into cacheDir/<content hash>/ when it is not there yet. Concurrent
+// callers are safe: each compiles into its own temporary file and renames it into place.
+func EnsureShim(cacheDir string) (string, error) {
+	dir := filepath.Join(cacheDir, shimHash())
+	path := filepath.Join(dir, ShimFileName)
+	if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() && st.Size() > 0 {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create shim cache %s: %w", dir, err)
+	}
+	if err := BuildShim(path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// BuildShim compiles the embedded shim source into the shared library out. The library appears at out
+// only when complete (it is compiled to a temporary file in the same directory and renamed).
+func BuildShim(out string) error {
+	dir := filepath.Dir(out)
+	tmp, err := os.MkdirTemp(dir, ".allocscope-build-*")
+	if err != nil {
+		return fmt.Errorf("build shim %s: %w", out, err)
+	}
+	defer os.RemoveAll(tmp)
+	src := filepath.Join(tmp, "shim.c")
+	if err := os.WriteFile(src, shimSource, 0o644); err != nil {
+		return fmt.Errorf("build shim %s: %w", out, err)
+	}
+	lib := filepath.Join(tmp, ShimFileName)
+	if err := compileShim(src, lib); err != nil {
+		return fmt.Errorf("build shim %s: %w", out, err)
+	}
+	if err := os.Rename(lib, out); err != nil {
+		return fmt.Errorf("build shim %s: %w", out, err)
+	}
+	return nil
+}
+
+// compileShim runs the C compiler: $CC (which may carry flags), else cc.
+func compileShim(src, lib string) error {
+	cc := strings.Fields(os.Getenv("CC"))
+	if len(cc) == 0 {
+		cc = []string{"cc"}
+	}
+	if _, err := exec.LookPath(cc[0]); err != nil {
+		return fmt.Errorf("no C compiler %q (install one, or build the shim elsewhere with `record shim -o PATH` and pass --shim PATH): %w", cc[0], err)
+	}
+	args := append(cc[1:len(cc):len(cc)], "-shared", "-fPIC", "-O2", "-o", lib, src, "-ldl", "-lpthread")
+	cmd := exec.Command(cc[0], args...)
+	msg, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+// PrepareLogDir creates dir (if needed) and the shared sequence-counter file in it. An existing counter
+// file is kept, so that a directory can collect several runs without reusing sequence numbers.
+func PrepareLogDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create log directory %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, seqFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		st, serr := os.Stat(path)
+		if serr != nil {
+			return fmt.Errorf("check sequence counter %s: %w", path, serr)
+		}
+		if st.Size() < 8 {
+			return fmt.Errorf("sequence counter %s: %d bytes, want %d", path, st.Size(), seqFileSize)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create sequence counter %s: %w", path, err)
+	}
+	if err := f.Truncate(seqFileSize); err != nil {
+		f.Close()
+		return fmt.Errorf("create sequence counter %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("create sequence counter %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,435 @@
+package intercept
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/allocscope/allocscope/trace"
+)
+
+// Every hooked runtime and driver function reached by plain symbols, the nested runtime -> driver call
+// recorded once at the runtime layer, failures, frees carrying the allocation's size and device, the
+// managed memory freed by cudaFree/cuMemFree_v2, the VMM calls, and cudaGetDriverEntryPoint(ByVersion).
+func TestPlainSymbols(t *testing.T) {
+	res, dir := record(t, "plain")
+	if res.exitCode != 7 {
+		t.Errorf("exit code %d, want 7", res.exitCode)
+	}
+	if !strings.Contains(res.stdout, "cudaFree(NULL) = 0 errno 1234\n") || !strings.Contains(res.stdout, "errno 0x5eed\n") {
+		t.Errorf("errno not passed through:\n%s", res.stdout)
+	}
+	events, sum := convertDir(t, dir)
+	checkEvents(t, events, `
+		cudaMalloc alloc device runtime size=1000 addr=0x200000000000 result=0 dev=0
+		cudaMalloc alloc device runtime size=4096 addr=0x200000000400 result=0 dev=0
+		cudaFree free device runtime size=1000 addr=0x200000000000 result=0 dev=0
+		cudaMalloc alloc device runtime size=1000 addr=0x200000000000 result=0 dev=0
+		cudaMallocAsync alloc device runtime size=2048 addr=0x200000001400 result=0 dev=0 stream=0x51
+		cudaFreeAsync free device runtime size=2048 addr=0x200000001400 result=0 dev=0 stream=0x51
+		cudaMallocFromPoolAsync alloc device runtime size=512 addr=0x200000001c00 result=0 dev=0 stream=0x52
+		cudaMallocManaged alloc managed runtime size=3000 addr=0x300000000000 result=0 dev=-1
+		cudaMallocPitch alloc device runtime size=5120 addr=0x200000001e00 result=0 dev=0
+		cudaMalloc3D alloc device runtime size=4096 addr=0x200000003200 result=0 dev=0
+		cudaMallocHost alloc host runtime size=256 addr=0x310000000000 result=0 dev=-1
+		cudaHostAlloc alloc host runtime size=100 addr=0x310000000200 result=0 dev=-1
+		cudaFreeHost free host runtime size=256 addr=0x310000000000 result=0 dev=-1
+		cudaFreeHost free host runtime size=100 addr=0x310000000200 result=0 dev=-1
+		cudaMalloc alloc device runtime size=2199023255552 addr=0x0 result=2 dev=-1
+		cudaFree free device runtime size=0 addr=0x1234 result=1 dev=-1
+		cudaFree free device runtime size=0 addr=0x0 result=0 dev=-1
+		cudaMalloc alloc device runtime size=64 addr=0x200000004200 result=0 dev=1
+		cudaFree free device runtime size=64 addr=0x200000004200 result=0 dev=1
+		cudaFree free managed runtime size=3000 addr=0x300000000000 result=0 dev=-1
+		cuMemAlloc_v2 alloc device driver size=777 addr=0x200000004400 result=0 dev=0
+		cuMemAllocPitch_v2 alloc device driver size=3072 addr=0x200000004800 result=0 dev=0
+		cuMemAllocManaged alloc managed driver size=5000 addr=0x300000000c00 result=0 dev=-1
+		cuMemAllocAsync alloc device driver size=300 addr=0x200000004200 result=0 dev=0 stream=0x61
+		cuMemAllocAsync_ptsz alloc device driver size=301 addr=0x200000005400 result=0 dev=0 stream=0x62
+		cuMemFreeAsync free device driver size=300 addr=0x200000004200 result=0 dev=0 stream=0x61
+		cuMemFreeAsync_ptsz free device driver size=301 addr=0x200000005400 result=0 dev=0 stream=0x62
+		cuMemAllocFromPoolAsync alloc device driver size=7000 addr=0x200000005600 result=0 dev=0 stream=0x63
+		cuMemAllocFromPoolAsync_ptsz alloc device driver size=7001 addr=0x200000007200 result=0 dev=0 stream=0x64
+		cuMemAllocHost_v2 alloc host driver size=1024 addr=0x310000000400 result=0 dev=-1
+		cuMemHostAlloc alloc host driver size=2048 addr=0x310000000800 result=0 dev=-1
+		cuMemFreeHost free host driver size=1024 addr=0x310000000400 result=0 dev=-1
+		cuMemFreeHost free host driver size=2048 addr=0x310000000800 result=0 dev=-1
+		cuMemFree_v2 free device driver size=777 addr=0x200000004400 result=0 dev=0
+		cuMemFree_v2 free device driver size=3072 addr=0x200000004800 result=0 dev=0
+		cuMemFree_v2 free managed driver size=5000 addr=0x300000000c00 result=0 dev=-1
+		cuMemFree_v2 free device driver size=7000 addr=0x200000005600 result=0 dev=0
+		cuMemFree_v2 free device driver size=7001 addr=0x200000007200 result=0 dev=0
+		cuMemFree_v2 free device driver size=0 addr=0x200000004400 result=1 dev=-1
+		cuMemAddressReserve reserve virtual driver size=4194304 addr=0x400000000000 result=0 dev=-1
+		cuMemCreate create virtual driver size=2097152 addr=0x1000 result=0 dev=1
+		cuMemMap map virtual driver size=2097152 addr=0x400000000000 result=0 dev=1 handle=0x1000
+		cuMemUnmap unmap virtual driver size=2097152 addr=0x400000000000 result=0 dev=-1
+		cuMemRelease release virtual driver size=2097152 addr=0x1000 result=0 dev=1
+		cuMemAddressFree unreserve virtual driver size=4194304 addr=0x400000000000 result=0 dev=-1
+		cuMemCreate create virtual driver size=12345 addr=0x0 result=1 dev=-1
+		cuMemAlloc_v2 alloc device driver size=128 addr=0x200000005400 result=0 dev=0
+		cuMemAllocAsync_ptsz alloc device driver size=129 addr=0x200000004200 result=0 dev=0 stream=0x65
+		cuMemFree_v2 free device driver size=128 addr=0x200000005400 result=0 dev=0
+		cuMemFreeAsync_ptsz free device driver size=129 addr=0x200000004200 result=0 dev=0 stream=0x65
+		cudaFree free device runtime size=4096 addr=0x200000000400 result=0 dev=0
+		cudaFree free device runtime size=1000 addr=0x200000000000 result=0 dev=0
+		cudaFreeAsync free device runtime size=512 addr=0x200000001c00 result=0 dev=0 stream=0x52
+		cudaFree free device runtime size=5120 addr=0x200000001e00 result=0 dev=0
+		cudaFree free device runtime size=4096 addr=0x200000003200 result=0 dev=0
+	`)
+	checkSeqs(t, events, 0)
+	pid := events[0].PID
+	for i := range events {
+		e := &events[i]
+		if e.PID != pid || e.TID != pid {
+			t.Errorf("event %d: pid %d tid %d, want %d (one thread)", i, e.PID, e.TID, pid)
+		}
+		if e.Callsite == 0 || e.TimeNs <= 0 || e.DurationNs < 0 {
+			t.Errorf("event %d: callsite %#x time %d duration %d", i, e.Callsite, e.TimeNs, e.DurationNs)
+		}
+		if i > 0 && e.TimeNs < events[i-1].TimeNs {
+			t.Errorf("event %d: time %d before the previous event's %d", i, e.TimeNs, events[i-1].TimeNs)
+		}
+	}
+	// Live device bytes peak after the 3D allocation: 1000+4096+512+5120+4096 (+2048 freed before).
+	want := Summary{Events: 55, Processes: 1, Devices: []int32{0, 1}, PeakLiveBytes: 1000 + 4096 + 512 + 5120 + 4096 + 2097152}
+	checkSummary(t, sum, want)
+	if got, err := Command(dir); err != nil || len(got) != 1 || filepath.Base(got[0]) != "plain" {
+		t.Errorf("Command = %q, %v; want [.../plain]", got, err)
+	}
+}
+
+func checkSummary(t *testing.T, got, want Summary) {
+	t.Helper()
+	if got.Events != want.Events || got.Processes != want.Processes || !slices.Equal(got.Devices, want.Devices) ||
+		got.PeakLiveBytes != want.PeakLiveBytes || len(got.Warnings) != len(want.Warnings) {
+		t.Errorf("summary %+v, want %+v", got, want)
+	}
+	if got.AllocCallNs <= 0 {
+		t.Errorf("summary: time in calls %d ns", got.AllocCallNs)
+	}
+}
+
+// The way an nvcc default build (static cudart) reaches the driver: dlsym cuGetProcAddress_v2, then
+// "cuGetProcAddress" through itself (v2 for 12080, v1 for 11030), ptsz variants by flag.
+func TestStaticCudartResolution(t *testing.T) {
+	res, dir := record(t, "static_cudart")
+	if res.exitCode != 11 {
+		t.Errorf("exit code %d, want 11", res.exitCode)
+	}
+	// The wrappers must call what cuGetProcAddress handed out (30 calls), not the exported symbols (1).
+	if !strings.Contains(res.stdout, "driver calls: exported 1, through proc address 30\n") {
+		t.Errorf("wrong real functions called:\n%s", res.stdout)
+	}
+	events, sum := convertDir(t, dir)
+	checkEvents(t, events, `
+		cuMemAlloc_v2 alloc device driver size=1048576 addr=0x200000000000 result=0 dev=0
+		cuMemAlloc_v2 alloc device driver size=2097152 addr=0x200000100000 result=0 dev=0
+		cuMemAlloc_v2 alloc device driver size=3145728 addr=0x200000300000 result=0 dev=0
+		cuMemAlloc_v2 alloc device driver size=4194304 addr=0x200000600000 result=0 dev=0
+		cuMemAlloc_v2 alloc device driver size=5242880 addr=0x200000a00000 result=0 dev=0
+		cuMemFree_v2 free device driver size=5242880 addr=0x200000a00000 result=0 dev=0
+		cuMemFree_v2 free device driver size=4194304 addr=0x200000600000 result=0 dev=0
+		cuMemFree_v2 free device driver size=3145728 addr=0x200000300000 result=0 dev=0
+		cuMemFree_v2 free device driver size=2097152 addr=0x200000100000 result=0 dev=0
+		cuMemFree_v2 free device driver size=1048576 addr=0x200000000000 result=0 dev=0
+		cuMemAllocAsync alloc device driver size=4096 addr=0x200000f00000 result=0 dev=0 stream=0x21
+		cuMemAllocAsync_ptsz alloc device driver size=8192 addr=0x200000f01000 result=0 dev=0 stream=0x22
+		cuMemFreeAsync_ptsz free device driver size=4096 addr=0x200000f00000 result=0 dev=0 stream=0x22
+		cuMemFreeAsync free device driver size=8192 addr=0x200000f01000 result=0 dev=0 stream=0x21
+		cuMemAlloc_v2 alloc device driver size=100 addr=0x200000f03000 result=0 dev=0
+		cuMemFree_v2 free device driver size=100 addr=0x200000f03000 result=0 dev=0
+		cuMemCreate create virtual driver size=4194304 addr=0x1000 result=0 dev=0
+		cuMemRelease release virtual driver size=4194304 addr=0x1000 result=0 dev=0
+	`)
+	checkSeqs(t, events, 0)
+	checkSummary(t, sum, Summary{Events: 18, Processes: 1, Devices: []int32{0}, PeakLiveBytes: 15 << 20})
+}
+
+// CuPy's way: dlopen libcuda and dlsym the versioned names; symbols stay invisible where they were.
+func TestCupyStyleDlsym(t *testing.T) {
+	res, dir := record(t, "cupy_style")
+	if res.exitCode != 13 {
+		t.Errorf("exit code %d, want 13", res.exitCode)
+	}
+	for _, line := range []string{"before dlopen: cudaMalloc absent, cuMemAlloc_v2 absent\n",
+		"after dlopen: cuMemAlloc_v2 absent\n", "same pointer twice: yes\n", "missing symbol: null\n",
+		"driver calls: exported 8, through proc address 0\n"} {
+		if !strings.Contains(res.stdout, line) {
+			t.Errorf("stdout lacks %q:\n%s", line, res.stdout)
+		}
+	}
+	events, sum := convertDir(t, dir)
+	checkEvents(t, events, `
+		cuMemAlloc_v2 alloc device driver size=1000 addr=0x200000000000 result=0 dev=0
+		cuMemAlloc_v2 alloc device driver size=2000 addr=0x200000000400 result=0 dev=0
+		cuMemAlloc_v2 alloc device driver size=3000 addr=0x200000000c00 result=0 dev=0
+		cuMemAllocAsync alloc device driver size=64 addr=0x200000001800 result=0 dev=0 stream=0x31
+		cuMemFreeAsync free device driver size=64 addr=0x200000001800 result=0 dev=0 stream=0x31
+		cuMemFree_v2 free device driver size=1000 addr=0x200000000000 result=0 dev=0
+		cuMemFree_v2 free device driver size=2000 addr=0x200000000400 result=0 dev=0
+		cuMemFree_v2 free device driver size=3000 addr=0x200000000c00 result=0 dev=0
+	`)
+	checkSeqs(t, events, 0)
+	checkSummary(t, sum, Summary{Events: 8, Processes: 1, Devices: []int32{0}, PeakLiveBytes: 6064})
+}
+
+// 16 threads at once (32000 events, across a log chunk boundary): every call once, no nested driver
+// event, each thread's frees paired with its allocations, one seq per event.
+func TestSixteenThreads(t *testing.T) {
+	const threads, iterations = 16, 1000
+	res, dir := record(t, "threads")
+	if res.exitCode != 17 || res.stdout != "threads 16, iterations 1000, failures 0\n" {
+		t.Errorf("exit %d, stdout %q", res.exitCode, res.stdout)
+	}
+	events, sum := convertDir(t, dir)
+	if len(events) != 2*threads*iterations {
+		t.Fatalf("%d events, want %d", len(events), 2*threads*iterations)
+	}
+	checkSeqs(t, events, 0)
+	type open struct {
+		addr, size uint64
+		n          int
+		sizes      map[uint64]bool
+	}
+	perThread := map[uint32]*open{}
+	for i := range events {
+		e := &events[i]
+		th := perThread[e.TID]
+		if th == nil {
+			th = &open{sizes: map[uint64]bool{}}
+			perThread[e.TID] = th
+		}
+		switch {
+		case e.Function == "cudaMalloc" && e.OK() && th.addr == 0:
+			th.addr, th.size = e.Address, e.Size
+			th.sizes[e.Size] = true
+		case e.Function == "cudaFree" && e.OK() && e.Address == th.addr && e.Size == th.size && th.addr != 0:
+			th.addr, th.size = 0, 0
+			th.n++
+		default:
+			t.Fatalf("event %d (seq %d, tid %d): %s out of order for its thread", i, e.Seq, e.TID, render(e))
+		}
+	}
+	if len(perThread) != threads {
+		t.Errorf("%d threads seen, want %d", len(perThread), threads)
+	}
+	bases := map[uint64]bool{}
+	for tid, th := range perThread {
+		if th.n != iterations || len(th.sizes) != 3 {
+			t.Errorf("thread %d: %d pairs, sizes %v; want %d pairs of 3 sizes", tid, th.n, th.sizes, iterations)
+		}
+		base := slices.Min(slices.Collect(mapKeys(th.sizes)))
+		if base%256 != 0 || base < 256 || base > 256*threads || !th.sizes[base+1] || !th.sizes[base+2] {
+			t.Errorf("thread %d: sizes %v", tid, th.sizes)
+		}
+		bases[base] = true
+	}
+	if len(bases) != threads {
+		t.Errorf("%d distinct size bases, want %d", len(bases), threads)
+	}
+	if sum.Events != 32000 || sum.Processes != 1 || !slices.Equal(sum.Devices, []int32{0}) {
+		t.Errorf("summary %+v", sum)
+	}
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// A forked child logs to its own file and an exec'd child loads the shim again through LD_PRELOAD.
+func TestForkAndExec(t *testing.T) {
+	res, dir := record(t, "forkexec")
+	wantOut := "parent: 0x200000000000 0x200000000200 0x200000000400\n" +
+		"exec'd child: 0x200000000000 0x200000006000\nchild exit 23\nparent done\n"
+	if res.exitCode != 19 || res.stdout != wantOut {
+		t.Errorf("exit %d, stdout:\n%s", res.exitCode, res.stdout)
+	}
+	events, sum := convertDir(t, dir)
+	checkSeqs(t, events, 0)
+	if sum.Processes != 3 || sum.Events != 19 {
+		t.Fatalf("summary %+v, want 3 processes and 19 events", sum)
+	}
+	parent, child := events[0].PID, events[3].PID
+	if parent == child {
+		t.Fatalf("child events carry the parent's pid %d", parent)
+	}
+	checkEvents(t, events, `
+		cudaMalloc alloc device runtime size=100 addr=0x200000000000 result=0 dev=0
+		cudaMalloc alloc device runtime size=200 addr=0x200000000200 result=0 dev=0
+		cudaMalloc alloc device runtime size=300 addr=0x200000000400 result=0 dev=0
+		cudaMalloc alloc device runtime size=1111 addr=0x200000000600 result=0 dev=0
+		cudaFree free device runtime size=1111 addr=0x200000000600 result=0 dev=0
+		cudaFree free device runtime size=100 addr=0x200000000000 result=0 dev=0
+		cudaMalloc alloc device runtime size=4096 addr=0x200000000000 result=0 dev=0
+		cudaMalloc alloc device runtime size=8192 addr=0x200000001000 result=0 dev=0
+		cudaMalloc alloc device runtime size=12288 addr=0x200000003000 result=0 dev=0
+		cudaMalloc alloc device runtime size=16384 addr=0x200000006000 result=0 dev=0
+		cudaFree free device runtime size=4096 addr=0x200000000000 result=0 dev=0
+		cudaFree free device runtime size=8192 addr=0x200000001000 result=0 dev=0
+		cudaFree free device runtime size=12288 addr=0x200000003000 result=0 dev=0
+		cudaFree free device runtime size=16384 addr=0x200000006000 result=0 dev=0
+		cudaFree free device runtime size=200 addr=0x200000000200 result=0 dev=0
+		cudaFree free device runtime size=300 addr=0x200000000400 result=0 dev=0
+		cudaMalloc alloc device runtime size=400 addr=0x200000000400 result=0 dev=0
+		cudaFree free device runtime size=400 addr=0x200000000400 result=0 dev=0
+		cudaFree free device runtime size=100 addr=0x200000000000 result=0 dev=0
+	`)
+	for i := range events {
+		wantPID := parent
+		if i >= 3 && i < 14 {
+			wantPID = child
+		}
+		if events[i].PID != wantPID {
+			t.Errorf("event %d: pid %d, want %d", i, events[i].PID, wantPID)
+		}
+	}
+	// Three files: the parent's, the forked child's, and the exec'd image's (same pid, new file).
+	headers := logHeaders(t, dir)
+	var got []string
+	for _, h := range headers {
+		role := "parent"
+		switch {
+		case h.PID == child && len(h.Command) == 2 && h.Command[1] == "exec":
+			role = "exec"
+		case h.PID == child:
+			role = "fork"
+		}
+		if role != "parent" && h.PPID != parent {
+			t.Errorf("%s log: ppid %d, want %d", role, h.PPID, parent)
+		}
+		got = append(got, role)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"exec", "fork", "parent"}) {
+		t.Errorf("logs of %v, want exec, fork, parent", got)
+	}
+	if cmd, err := Command(dir); err != nil || len(cmd) != 1 || filepath.Base(cmd[0]) != "forkexec" {
+		t.Errorf("Command = %q, %v; want the parent's", cmd, err)
+	}
+}
+
+func logHeaders(t *testing.T, dir string) []rawHeader {
+	t.Helper()
+	paths, err := rawLogPaths(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs []rawHeader
+	for _, p := range paths {
+		lf, err := openLogFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, lf.log.header)
+		lf.f.Close()
+	}
+	return hs
+}
+
+// Killed by SIGKILL after 20000 events (two log chunks): every event is recovered.
+func TestSIGKILLRecovers(t *testing.T) {
+	const n = 10000
+	res, dir := record(t, "killed")
+	if res.signal != syscall.SIGKILL || res.stdout != "ready\n" {
+		t.Fatalf("signal %v, stdout %q; want SIGKILL and ready", res.signal, res.stdout)
+	}
+	events, sum := convertDir(t, dir)
+	if len(events) != 2*n || len(sum.Warnings) != 0 {
+		t.Fatalf("%d events (warnings %q), want %d", len(events), sum.Warnings, 2*n)
+	}
+	checkSeqs(t, events, 0)
+	for i := 0; i < n; i++ {
+		a, f := &events[i], &events[n+i]
+		size := uint64(512 * (i%16 + 1))
+		if a.Function != "cudaMalloc" || a.Size != size || !a.OK() || f.Function != "cudaFree" ||
+			f.Address != a.Address || f.Size != size || !f.OK() {
+			t.Fatalf("pair %d: %s / %s", i, render(a), render(f))
+		}
+	}
+}
+
+// An unwritable log directory: one line on stderr, the program's output and exit code unchanged.
+func TestUnwritableLogDir(t *testing.T) {
+	needBuilt(t)
+	base := runProgram(t, "", "plain")
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := runProgram(t, filepath.Join(file, "logs"), "plain")
+	if got.stdout != base.stdout || got.exitCode != base.exitCode || got.exitCode != 7 {
+		t.Errorf("exit %d (want %d), stdout differs: %v", got.exitCode, base.exitCode, got.stdout != base.stdout)
+	}
+	re := regexp.MustCompile(`^allocscope: cannot write log ` + regexp.QuoteMeta(file) +
+		`/logs/[0-9]+-[0-9]+\.alog: Not a directory; recording stopped\n$`)
+	if !re.MatchString(got.stderr) {
+		t.Errorf("stderr %q, want one line matching %s", got.stderr, re)
+	}
+}
+
+// Without ALLOCSCOPE_LOG_DIR the preloaded shim records nothing and changes nothing.
+func TestNoLogDirIsInvisible(t *testing.T) {
+	needBuilt(t)
+	for _, name := range []string{"plain", "static_cudart", "cupy_style"} {
+		base := runProgram(t, "", name)
+		cmd := runProgramPreloadOnly(t, name)
+		if cmd.stdout != base.stdout || cmd.exitCode != base.exitCode || cmd.stderr != base.stderr {
+			t.Errorf("%s: preloaded without a log dir behaves differently:\n%s\n%s", name, cmd.stdout, cmd.stderr)
+		}
+	}
+}
+
+func runProgramPreloadOnly(t *testing.T, name string) result {
+	t.Helper()
+	t.Setenv("LD_PRELOAD", built.shim)
+	t.Setenv(EnvLogDir, "")
+	return runProgram(t, "", name)
+}
+
+// The trace written through the real trace.Writer reads back as the same events.
+func TestConvertWritesTrace(t *testing.T) {
+	_, dir := record(t, "plain")
+	want, _ := convertDir(t, dir)
+	out := filepath.Join(t.TempDir(), "run.arrow")
+	w, err := trace.Create(out, trace.Info{Source: "allocscope", Command: []string{"plain"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Convert(dir, w, ConvertOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Events != int64(len(want)) {
+		t.Fatalf("Convert wrote %d events, want %d", sum.Events, len(want))
+	}
+	r, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var got []trace.Event
+	for {
+		batch, err := r.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, batch...)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("trace read back differs: %d events, want %d", len(got), len(want))
+	}
+}
