@@ -27,6 +27,7 @@ func assemble(name string, st *stats.Result, rec *recommendation, outs []sim.Out
 func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 	sc := rec.config.SizeClass
 	p := &model.SizeClassPlan{Alignment: sizeclass.Alignment, LargeThreshold: sc.LargeThreshold,
+		ThresholdRule: sizeclass.ThresholdRule, Thresholds: rec.splits,
 		DistinctSizes: rec.plan.DistinctSizes, K: rec.plan.K, KRule: sizeclass.KRule,
 		ClassBytes: rec.classBytes(), LargePeakLiveBytes: rec.sizing.LargePeakLiveBytes,
 		ArenaBytes: sc.ArenaBytes, PeakLiveBytes: st.Requests.PeakLiveBytes, Classes: []model.ClassPlan{}}
@@ -38,7 +39,7 @@ func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 		p.Classes = append(p.Classes, model.ClassPlan{Size: c.Size, Slots: c.Slots})
 	}
 	for _, s := range st.Sizes {
-		if s.Size == 0 || sizeclass.IsLarge(s.Size) || len(p.Classes) == 0 {
+		if s.Size == 0 || s.Size > sc.LargeThreshold || len(p.Classes) == 0 {
 			continue
 		}
 		c := &p.Classes[sizeclass.ClassOf(rec.plan.Classes, s.Size)]

@@ -45,7 +45,7 @@ func progress(opts Options, stage string) func(int) {
 
 // collect is the statistics pass.
 func collect(src Source, opts Options) (*stats.Collector, error) {
-	c := stats.NewCollector(sizeclass.IsLarge)
+	c := stats.NewCollector(sizeclass.Thresholds)
 	report := progress(opts, "statistics")
 	for {
 		b, err := src.Next()
@@ -76,16 +76,27 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	}
 	warns = append(warns, st.Warnings...)
 	stream := sim.Stream{Framework: st.RequestLayer == "framework"}
-	plan := sizeclass.Choose(sizeTallies(st.Sizes), opts.K)
-	var sizing sim.Sizing
+	plans := make([]sizeclass.Plan, len(sizeclass.Thresholds))
+	cands := make([]sim.Candidate, len(plans))
+	for i, th := range sizeclass.Thresholds {
+		plans[i] = sizeclass.Choose(sizeTallies(st.Sizes), th, opts.K)
+		cands[i] = sim.Candidate{Threshold: th, Classes: plans[i].Classes, LargePeakLiveBytes: st.LargePeakLiveBytes[i]}
+	}
+	var sizings []sim.Sizing
 	err = open.pass(nil, func(src Source) (err error) {
-		sizing, err = sim.Size(src, stream, plan.Classes, st.LargePeakLiveBytes, progress(opts, "sizing"))
+		sizings, err = sim.Size(src, stream, cands, progress(opts, "sizing"))
 		return err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	rec := recommend(name, st, plan, sizing)
+	best := bestCandidate(sizings)
+	rec := recommend(name, st, plans[best], sizings[best])
+	for i, sz := range sizings {
+		rec.splits = append(rec.splits, model.Split{Threshold: plans[i].Threshold, K: plans[i].K,
+			ClassBytes: sz.ClassBytes(), ArenaBytes: sz.ArenaPeakReservedBytes,
+			TotalBytes: sz.ClassBytes() + sz.ArenaPeakReservedBytes})
+	}
 	policies := whatIfPolicies(rec, st, opts.Capacity)
 	var outs []sim.Outcome
 	err = open.pass(nil, func(src Source) (err error) {
@@ -126,4 +137,17 @@ func sizeTallies(in []stats.SizeTally) []sizeclass.Size {
 		out[i] = sizeclass.Size{Bytes: s.Size, Count: s.Count, AtPeak: s.AtPeak}
 	}
 	return out
+}
+
+// bestCandidate applies sizeclass.ThresholdRule: the least class bytes plus arena bytes, ties to
+// the larger threshold (the later candidate).
+func bestCandidate(sizings []sim.Sizing) int {
+	best, bestBytes := 0, uint64(0)
+	for i, sz := range sizings {
+		b := sz.ClassBytes() + sz.ArenaPeakReservedBytes
+		if i == 0 || b <= bestBytes {
+			best, bestBytes = i, b
+		}
+	}
+	return best
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/analysis/internal/render"
 	"github.com/allocscope/allocscope/analysis/internal/sim"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
@@ -26,11 +27,12 @@ type recommendation struct {
 	st     *stats.Result
 	plan   sizeclass.Plan
 	sizing sim.Sizing
+	splits []model.Split
 	config pool.Config
 }
 
 func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Sizing) *recommendation {
-	sc := &pool.SizeClassConfig{LargeThreshold: sizeclass.LargeThreshold,
+	sc := &pool.SizeClassConfig{LargeThreshold: plan.Threshold,
 		ArenaBytes: alignUp(sizing.ArenaPeakReservedBytes, pool.DefaultAlignment)}
 	for i, size := range plan.Classes {
 		sc.Classes = append(sc.Classes, pool.Class{Size: size, Slots: sizing.Slots[i]})

@@ -136,6 +136,8 @@ type EventRef struct {
 type SizeClassPlan struct {
 	Alignment          uint64      `json:"alignment_bytes"`
 	LargeThreshold     uint64      `json:"large_threshold_bytes"`
+	ThresholdRule      string      `json:"threshold_rule"`
+	Thresholds         []Split     `json:"thresholds"`     // every candidate threshold tried
 	DistinctSizes      int         `json:"distinct_sizes"` // aligned sizes at or below the threshold
 	K                  int         `json:"k"`
 	KRule              string      `json:"k_rule"`
@@ -146,6 +148,15 @@ type SizeClassPlan struct {
 	ArenaBytes         uint64      `json:"arena_bytes"`
 	PoolBytes          uint64      `json:"pool_bytes"`
 	PeakLiveBytes      uint64      `json:"peak_live_bytes"`
+}
+
+// Split is one candidate large-request threshold and what replaying the trace through it gave.
+type Split struct {
+	Threshold  uint64 `json:"threshold_bytes"`
+	K          int    `json:"k"`
+	ClassBytes uint64 `json:"class_bytes"`
+	ArenaBytes uint64 `json:"arena_bytes"`
+	TotalBytes uint64 `json:"total_bytes"`
 }
 
 // ClassPlan is one recommended size class.

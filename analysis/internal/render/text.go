@@ -159,8 +159,15 @@ func (t *textWriter) anomalies(a *model.Anomalies) {
 func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 	t.printf("\nSIZE CLASSES: k = %d of %d distinct aligned sizes <= %s\n", p.K, p.DistinctSizes,
 		Bytes(p.LargeThreshold))
-	t.printf("  rule: %s\n", p.KRule)
-	rows := []string{"  class\tslots\trequests\tlive at peak\twaste at peak"}
+	t.printf("  k rule: %s\n", wrap(p.KRule, 90, "    "))
+	t.printf("  threshold rule: %s\n", wrap(p.ThresholdRule, 90, "    "))
+	rows := []string{"  threshold\tk\tclass slots\tarena peak\ttotal"}
+	for _, c := range p.Thresholds {
+		rows = append(rows, fmt.Sprintf("  %s\t%d\t%s\t%s\t%s", Bytes(c.Threshold), c.K, Bytes(c.ClassBytes),
+			Bytes(c.ArenaBytes), Bytes(c.TotalBytes)))
+	}
+	t.table(rows)
+	rows = []string{"  class\tslots\trequests\tlive at peak\twaste at peak"}
 	for _, c := range p.Classes {
 		rows = append(rows, fmt.Sprintf("  %s\t%s\t%s\t%s\t%s", Bytes(c.Size), Count(c.Slots),
 			Count(c.Requests), Count(c.PeakLive), Bytes(c.WasteAtPk)))
@@ -221,4 +228,22 @@ func (t *textWriter) config(tr *model.TraceReport) {
 	t.printf("  RMM pool_memory_resource: initial %d, maximum %d bytes\n", e.RMMInitialPoolBytes,
 		e.RMMMaximumPoolBytes)
 	t.printf("  cudaMemPoolAttrReleaseThreshold: %d bytes\n", e.CudaMemPoolReleaseThreshold)
+}
+
+// wrap breaks s into lines of at most width columns, indenting the lines after the first.
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	col := 0
+	for i, word := range strings.Fields(s) {
+		if i > 0 && col+1+len(word) > width {
+			b.WriteString("\n" + indent)
+			col = len(indent)
+		} else if i > 0 {
+			b.WriteByte(' ')
+			col++
+		}
+		b.WriteString(word)
+		col += len(word)
+	}
+	return b.String()
 }

@@ -9,6 +9,7 @@ import (
 
 // Sizing is what replaying the trace through the chosen classes found.
 type Sizing struct {
+	Classes            []uint64 // the class sizes
 	Slots              []uint64 // most blocks of each class live at once
 	LargePeakLiveBytes uint64   // peak of live bytes of the requests above the threshold
 	// ArenaPeakReservedBytes is the peak reserved memory of a best-fit arena (pool.PolicyBestFit,
@@ -18,15 +19,25 @@ type Sizing struct {
 	Events                 uint64 // events read
 }
 
+// ClassBytes returns the bytes the classes' slots take.
+func (s Sizing) ClassBytes() uint64 {
+	var n uint64
+	for i, slots := range s.Slots {
+		n += slots * s.Classes[i]
+	}
+	return n
+}
+
 type slotCounter struct {
-	stream  Stream
-	classes []uint64
-	live    []uint64
-	maxLive []uint64
-	blocks  map[stats.Key]int32 // class of each live class-served block, -1 for large
-	large   uint64
-	bigPeak uint64
-	events  uint64
+	stream    Stream
+	classes   []uint64
+	threshold uint64
+	live      []uint64
+	maxLive   []uint64
+	blocks    map[stats.Key]int32 // class of each live class-served block, -1 for large
+	large     uint64
+	bigPeak   uint64
+	events    uint64
 }
 
 func (c *slotCounter) batch(events []trace.Event) {
@@ -39,13 +50,13 @@ func (c *slotCounter) batch(events []trace.Event) {
 			if old, ok := c.blocks[k]; ok {
 				c.drop(old, 0)
 			}
-			if sizeclass.IsLarge(e.Size) {
+			cl := int32(sizeclass.ClassOf(c.classes, e.Size))
+			if e.Size > c.threshold || cl < 0 {
 				c.blocks[k] = -1
 				c.large += e.Size
 				c.bigPeak = max(c.bigPeak, c.large)
 				continue
 			}
-			cl := int32(sizeclass.ClassOf(c.classes, e.Size))
 			c.blocks[k] = cl
 			c.live[cl]++
 			c.maxLive[cl] = max(c.maxLive[cl], c.live[cl])
@@ -67,23 +78,42 @@ func (c *slotCounter) drop(cl int32, size uint64) {
 	c.large -= min(size, c.large)
 }
 
-// Size replays src through classes: it counts the slots each class needs and simulates the
-// large-request arena. largePeak is the large requests' peak live bytes, from the statistics.
-func Size(src Source, s Stream, classes []uint64, largePeak uint64, progress func(int)) (Sizing, error) {
-	c := &slotCounter{stream: s, classes: classes, live: make([]uint64, len(classes)),
-		maxLive: make([]uint64, len(classes)), blocks: make(map[stats.Key]int32)}
-	arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
-		BestFit: &pool.BestFitConfig{InitialBytes: alignUp(largePeak, pool.DefaultAlignment)}}
-	r := newReplayer(Policy{Name: "arena", Config: arena}, s, 0, nil)
-	r.only = sizeclass.IsLarge
-	workers := []func([]trace.Event){c.batch, r.batch}
-	err := forEachBatch(src, 2, func(i int, b []trace.Event) { workers[i](b) }, progress)
-	out := r.finish()
-	if err == nil && out.Err != nil {
-		err = out.Err
+// Candidate is one way to split the requests between classes and the arena.
+type Candidate struct {
+	Threshold          uint64   // requests above it go to the arena
+	Classes            []uint64 // class sizes, ascending, all at or below Threshold
+	LargePeakLiveBytes uint64   // peak live bytes of the requests above Threshold
+}
+
+// Size replays src through every candidate at once: it counts the slots each class needs and
+// simulates each candidate's large-request arena.
+func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing, error) {
+	var workers []func([]trace.Event)
+	counters := make([]*slotCounter, len(cands))
+	arenas := make([]*replayer, len(cands))
+	for i, cand := range cands {
+		c := &slotCounter{stream: s, classes: cand.Classes, threshold: cand.Threshold,
+			live: make([]uint64, len(cand.Classes)), maxLive: make([]uint64, len(cand.Classes)),
+			blocks: make(map[stats.Key]int32)}
+		arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
+			BestFit: &pool.BestFitConfig{InitialBytes: alignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
+		r := newReplayer(Policy{Name: "arena", Config: arena}, s, 0, nil)
+		th := cand.Threshold
+		r.only = func(size uint64) bool { return size > th }
+		counters[i], arenas[i] = c, r
+		workers = append(workers, c.batch, r.batch)
 	}
-	return Sizing{Slots: c.maxLive, LargePeakLiveBytes: c.bigPeak, Events: c.events,
-		ArenaPeakReservedBytes: out.Stats.PeakReservedBytes}, err
+	err := forEachBatch(src, len(workers), func(i int, b []trace.Event) { workers[i](b) }, progress)
+	out := make([]Sizing, len(cands))
+	for i, c := range counters {
+		o := arenas[i].finish()
+		if err == nil && o.Err != nil {
+			err = o.Err
+		}
+		out[i] = Sizing{Classes: c.classes, Slots: c.maxLive, LargePeakLiveBytes: c.bigPeak, Events: c.events,
+			ArenaPeakReservedBytes: o.Stats.PeakReservedBytes}
+	}
+	return out, err
 }
 
 func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }

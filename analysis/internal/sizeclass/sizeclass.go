@@ -10,10 +10,8 @@ import (
 const (
 	// Alignment is the granularity of blocks: sizes are rounded up to a multiple of it.
 	Alignment = 512
-	// LargeThreshold is the size above which requests go to the best-fit arena instead of a
-	// class: PyTorch's small/large split. Above it, blocks are few per size and big, so a shared
-	// best-fit arena wastes less than per-class slots sized for each class's own peak.
-	LargeThreshold = 1 << 20
+	// MaxThreshold is the largest large-request threshold tried: PyTorch's small/large split.
+	MaxThreshold = 1 << 20
 	// MaxK caps the number of classes.
 	MaxK = 32
 	// PeakWasteFraction and TotalWasteFraction are the k rule's bounds: the smallest k whose
@@ -25,6 +23,16 @@ const (
 	// 0.25 × (waste per request over the run).
 	PeakWeight = 0.75
 )
+
+// Thresholds are the candidate large-request thresholds, 4 KiB to 1 MiB in powers of 4. Requests
+// above the threshold go to the best-fit arena, the others to a class. The analysis sizes the
+// classes and the arena for each candidate by replaying the trace and keeps the one that reserves
+// the least (ThresholdRule).
+var Thresholds = []uint64{4 << 10, 16 << 10, 64 << 10, 256 << 10, MaxThreshold}
+
+// ThresholdRule states how the threshold is chosen.
+const ThresholdRule = "the candidate (4 KiB, 16 KiB, 64 KiB, 256 KiB, 1 MiB) whose replayed " +
+	"class slots plus simulated arena peak reserve the least; ties go to the larger threshold"
 
 // KRule states how k is chosen.
 var KRule = fmt.Sprintf("smallest k with waste at peak <= %.0f%% of class-served live bytes at peak "+
@@ -50,7 +58,8 @@ type Waste struct {
 type Plan struct {
 	Classes       []uint64 // class sizes, ascending; the last is the largest class-served size
 	K             int
-	DistinctSizes int     // distinct aligned sizes at or below LargeThreshold
+	Threshold     uint64  // requests above it go to the arena
+	DistinctSizes int     // distinct aligned sizes at or below Threshold
 	Curve         []Waste // every k tried
 	Forced        bool    // k was given by the user
 }
@@ -58,15 +67,12 @@ type Plan struct {
 // Align rounds size up to the alignment.
 func Align(size uint64) uint64 { return (size + Alignment - 1) &^ (Alignment - 1) }
 
-// IsLarge reports whether a request of size bytes goes to the arena.
-func IsLarge(size uint64) bool { return size > LargeThreshold }
-
 // aligned merges the class-served sizes into distinct aligned sizes, ascending.
-func aligned(sizes []Size) []Size {
+func aligned(sizes []Size, threshold uint64) []Size {
 	byAligned := map[uint64]int{}
 	var out []Size
 	for _, s := range sizes {
-		if s.Bytes == 0 || IsLarge(s.Bytes) {
+		if s.Bytes == 0 || s.Bytes > threshold {
 			continue
 		}
 		a := Align(s.Bytes)
@@ -83,12 +89,13 @@ func aligned(sizes []Size) []Size {
 	return out
 }
 
-// Choose returns the optimal classes for the request sizes (any order, exact sizes). forceK > 0
-// forces the number of classes (capped at the number of distinct aligned sizes).
-func Choose(sizes []Size, forceK int) Plan {
-	a := aligned(sizes)
+// Choose returns the optimal classes for the request sizes (any order, exact sizes) at or below
+// threshold. forceK > 0 forces the number of classes (capped at the number of distinct aligned
+// sizes).
+func Choose(sizes []Size, threshold uint64, forceK int) Plan {
+	a := aligned(sizes, threshold)
 	n := len(a)
-	p := Plan{DistinctSizes: n}
+	p := Plan{DistinctSizes: n, Threshold: threshold}
 	if n == 0 {
 		return p
 	}
@@ -96,7 +103,7 @@ func Choose(sizes []Size, forceK int) Plan {
 	// against the exact request sizes).
 	var peakBytes, totalBytes, peakBlocks, requests float64
 	for _, s := range sizes {
-		if s.Bytes == 0 || IsLarge(s.Bytes) {
+		if s.Bytes == 0 || s.Bytes > threshold {
 			continue
 		}
 		peakBytes += float64(s.AtPeak * s.Bytes)
@@ -112,7 +119,7 @@ func Choose(sizes []Size, forceK int) Plan {
 	parent := solve(a, w, maxK)
 	for k := 1; k <= maxK; k++ {
 		classes := reconstruct(a, parent, k)
-		pw, tw := waste(sizes, classes)
+		pw, tw := waste(sizes, classes, threshold)
 		obj := objective(a, w, classes)
 		p.Curve = append(p.Curve, Waste{K: k, PeakWaste: pw, TotalWaste: tw, Objective: obj})
 		good := float64(pw) <= PeakWasteFraction*peakBytes && float64(tw) <= TotalWasteFraction*totalBytes
@@ -212,9 +219,9 @@ func ClassOf(classes []uint64, size uint64) int {
 
 // waste returns the rounding waste in bytes at the peak and over the run, exact request sizes
 // against their classes.
-func waste(sizes []Size, classes []uint64) (peak, total uint64) {
+func waste(sizes []Size, classes []uint64, threshold uint64) (peak, total uint64) {
 	for _, s := range sizes {
-		if s.Bytes == 0 || IsLarge(s.Bytes) {
+		if s.Bytes == 0 || s.Bytes > threshold {
 			continue
 		}
 		c := classes[ClassOf(classes, s.Bytes)]

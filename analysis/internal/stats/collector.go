@@ -31,11 +31,11 @@ type Collector struct {
 	freeFns   map[uint16]bool
 }
 
-// NewCollector returns an empty Collector; isLarge tells the requests whose peak live bytes are
-// tracked apart (those a pool would send to its large-block arena).
-func NewCollector(isLarge func(size uint64) bool) *Collector {
+// NewCollector returns an empty Collector. For each of thresholds it tracks the peak live bytes
+// of the requests above it (those a pool would send to its large-block arena).
+func NewCollector(thresholds []uint64) *Collector {
 	fns := newInterner()
-	return &Collector{fns: fns, native: newTracker(fns, isLarge), framework: newTracker(fns, isLarge),
+	return &Collector{fns: fns, native: newTracker(fns, thresholds), framework: newTracker(fns, thresholds),
 		calls: make(map[callKey]*Sketch), freeFns: make(map[uint16]bool)}
 }
 
@@ -91,8 +91,8 @@ type Result struct {
 	Groups       []*model.Stats
 	Anomalies    model.Anomalies
 	Sizes        []SizeTally // request sizes, ascending
-	// LargePeakLiveBytes is the peak of live bytes of the requests that isLarge accepts.
-	LargePeakLiveBytes uint64
+	// LargePeakLiveBytes[i] is the peak of live bytes of the requests above thresholds[i].
+	LargePeakLiveBytes []uint64
 	// Native segment allocations (successful native device allocations plus maps) for fidelity.
 	NativeSegments, NativeSegmentBytes, NativeMaps uint64
 	MeasuredCallNs                                 int64 // total duration of the native device alloc and free calls

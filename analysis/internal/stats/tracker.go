@@ -78,13 +78,14 @@ type tracker struct {
 	failed       anomaly
 	zeroSize     anomaly
 	events       uint64
-	isLarge      func(size uint64) bool
-	largeLive    uint64
-	largePeak    uint64
+	thresholds   []uint64 // sizes above thresholds[i] are large for candidate i
+	largeLive    []uint64
+	largePeak    []uint64
 }
 
-func newTracker(fns *interner, isLarge func(uint64) bool) *tracker {
-	return &tracker{fns: fns, isLarge: isLarge, live: make(map[Key]liveBlock), freed: make(map[Key]struct{}),
+func newTracker(fns *interner, thresholds []uint64) *tracker {
+	return &tracker{fns: fns, thresholds: thresholds, largeLive: make([]uint64, len(thresholds)),
+		largePeak: make([]uint64, len(thresholds)), live: make(map[Key]liveBlock), freed: make(map[Key]struct{}),
 		overall:  &tally{lifetime: NewSketch(overallSketchCap), freeDur: NewSketch(overallSketchCap)},
 		groupIdx: make(map[groupKey]int32), lastIdx: -1, sizes: newSizeTable()}
 }
@@ -159,9 +160,11 @@ func (t *tracker) alloc(e *trace.Event, g *tally) {
 	t.live[k] = liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size, callsite: e.Callsite,
 		group: gi, sizeIdx: si, fn: t.fns.id(e.Function)}
 	t.sizes.alloc(si)
-	if t.isLarge(e.Size) {
-		t.largeLive += e.Size
-		t.largePeak = max(t.largePeak, t.largeLive)
+	for i, th := range t.thresholds {
+		if e.Size > th {
+			t.largeLive[i] += e.Size
+			t.largePeak[i] = max(t.largePeak[i], t.largeLive[i])
+		}
 	}
 	g.alloc(e)
 	peak := t.overall.peak
@@ -195,9 +198,7 @@ func (t *tracker) free(e *trace.Event) {
 	delete(t.live, k)
 	t.remember(k)
 	t.sizes.free(b.sizeIdx)
-	if t.isLarge(b.size) {
-		t.largeLive -= b.size
-	}
+	t.dropLarge(b.size)
 	g.free(e, &b)
 	t.overall.free(e, &b)
 	t.timeline.Add(e.TimeNs, t.overall.live)
@@ -211,9 +212,7 @@ func (t *tracker) release(e *trace.Event, b liveBlock) {
 	t.overall.live -= b.size
 	t.overall.liveBlocks--
 	t.sizes.free(b.sizeIdx)
-	if t.isLarge(b.size) {
-		t.largeLive -= b.size
-	}
+	t.dropLarge(b.size)
 }
 
 func (t *tracker) remember(k Key) {
@@ -259,4 +258,12 @@ func (t *tracker) finishLeaks() {
 func (t *tracker) anomalies() model.Anomalies {
 	return model.Anomalies{Leaks: t.leaks.result(), DoubleFrees: t.doubleFrees.result(),
 		UnknownFrees: t.unknownFrees.result(), FailedAllocs: t.failed.result(), ZeroSize: t.zeroSize.result()}
+}
+
+func (t *tracker) dropLarge(size uint64) {
+	for i, th := range t.thresholds {
+		if size > th {
+			t.largeLive[i] -= size
+		}
+	}
 }
