@@ -53,6 +53,9 @@ type Report = model.Report
 // TraceReport is the analysis of one event stream: one input, or all of them together.
 type TraceReport = model.TraceReport
 
+// EventRef identifies one event of a trace in a report.
+type EventRef = model.EventRef
+
 // Analyze analyzes the inputs: all of them together and, when there are several, each alone.
 // An error names the input and the position in it; the report's Warnings hold the rest.
 func Analyze(inputs []Input, opts Options) (*Report, error) {

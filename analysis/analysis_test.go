@@ -1,24 +1,130 @@
 package analysis
 
 import (
-	"bytes"
 	"testing"
+
+	"github.com/allocscope/allocscope/trace"
 )
 
-func TestSmoke(t *testing.T) {
+// handmade is a small native trace with one of every anomaly (see the comments).
+func handmade() []trace.Event {
 	b := &builder{}
-	b.alloc(0x1000, 1000, 5000).alloc(0x2000, 3<<20, 20000).free(0x1000, 2000).alloc(0x3000, 600, 4000)
-	b.free(0x2000, 90000).free(0x3000, 2000)
-	r, err := Analyze([]Input{fakeInput("smoke", b.events)}, Options{})
+	b.alloc(0x1000, 1000, 5000)                                                       // 1: A
+	b.alloc(0x2000, 3<<20, 20000)                                                     // 2: B, peak 3146728 bytes in 2 blocks
+	b.alloc(0, 0, 1000)                                                               // 3: zero-size request, null pointer
+	b.free(0x1000, 2000)                                                              // 4: free A, lifetime 3000
+	b.free(0x1000, 2000)                                                              // 5: double free
+	b.free(0x9000, 2000)                                                              // 6: free of an unknown address
+	b.add(trace.Event{Op: trace.OpAlloc, Size: 1 << 40, Result: 2, DurationNs: 1000}) // 7: failed
+	b.alloc(0x4000, 600, 4000)                                                        // 8: D (leaked)
+	b.free(0x2000, 90000)                                                             // 9: free B after 7000 ns; waited for the device
+	b.alloc(0x5000, 5000, 4000)                                                       // 10: E (leaked)
+	b.alloc(0x6000, 70000, 4000)                                                      // 11: F (leaked)
+	return b.events
+}
+
+func analyzeEvents(t *testing.T, events []trace.Event) *TraceReport {
+	t.Helper()
+	r, err := Analyze([]Input{fakeInput("handmade", events)}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := WriteText(&buf, r); err != nil {
-		t.Fatal(err)
+	return r.Combined
+}
+
+func TestHandmadeStatistics(t *testing.T) {
+	tr := analyzeEvents(t, handmade())
+	s := tr.Requests
+	check := func(name string, got, want any) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
 	}
-	t.Log("\n" + buf.String())
-	buf.Reset()
-	WriteJSON(&buf, r)
-	t.Log(buf.String())
+	check("events", tr.Events, uint64(11))
+	check("layer", tr.RequestLayer, "native")
+	check("allocs", s.Allocs, uint64(5))
+	check("alloc bytes", s.AllocBytes, uint64(1000+3<<20+600+5000+70000))
+	check("frees", s.Frees, uint64(2))
+	check("freed bytes", s.FreedBytes, uint64(1000+3<<20))
+	check("peak", s.PeakLiveBytes, uint64(3146728))
+	check("peak blocks", s.PeakLiveBlocks, uint64(2))
+	check("peak seq", s.PeakSeq, uint64(2))
+	check("peak time", s.PeakTimeNs, int64(2000))
+	check("end live", s.EndLiveBytes, uint64(75600))
+	check("wall", s.WallNs, int64(9000+90000-1000)) // the free of B ends last
+	check("call ns", s.CallNs, int64(5000+20000+1000+2000*3+1000+4000+90000+4000+4000))
+	check("lifetime count", s.Lifetime.Count, uint64(2))
+	check("lifetime min", s.Lifetime.Min, 3000.0)
+	check("lifetime max", s.Lifetime.Max, 7000.0)
+	check("median free", s.MedianFreeNs, int64(2000))
+	check("waited threshold", s.WaitedFreeNs, int64(8192))
+	check("waited", s.WaitedFrees, uint64(1))
+	wantHist := [][3]uint64{{512, 2, 1600}, {4096, 1, 5000}, {65536, 1, 70000}, {2 << 20, 1, 3 << 20}}
+	if len(s.Histogram) != len(wantHist) {
+		t.Fatalf("histogram %+v", s.Histogram)
+	}
+	for i, w := range wantHist {
+		h := s.Histogram[i]
+		if h.Lo != w[0] || h.Hi != 2*w[0] || h.Count != w[1] || h.Bytes != w[2] {
+			t.Errorf("histogram[%d] = %+v, want lo %d count %d bytes %d", i, h, w[0], w[1], w[2])
+		}
+	}
+	if len(tr.Groups) != 1 || tr.Groups[0].PID != 100 || tr.Groups[0].PeakLiveBytes != 3146728 {
+		t.Errorf("groups = %+v", tr.Groups)
+	}
+}
+
+func TestHandmadeAnomalies(t *testing.T) {
+	a := analyzeEvents(t, handmade()).Anomalies
+	for _, c := range []struct {
+		name         string
+		count, bytes uint64
+		seqs         []uint64
+	}{
+		{"leaks", a.Leaks.Count, a.Leaks.Bytes, seqs(a.Leaks.Events)},
+		{"double", a.DoubleFrees.Count, a.DoubleFrees.Bytes, seqs(a.DoubleFrees.Events)},
+		{"unknown", a.UnknownFrees.Count, a.UnknownFrees.Bytes, seqs(a.UnknownFrees.Events)},
+		{"failed", a.FailedAllocs.Count, a.FailedAllocs.Bytes, seqs(a.FailedAllocs.Events)},
+		{"zero", a.ZeroSize.Count, a.ZeroSize.Bytes, seqs(a.ZeroSize.Events)},
+	} {
+		want := map[string]struct {
+			count, bytes uint64
+			seqs         []uint64
+		}{
+			"leaks":   {3, 75600, []uint64{8, 10, 11}},
+			"double":  {1, 0, []uint64{5}},
+			"unknown": {1, 0, []uint64{6}},
+			"failed":  {1, 1 << 40, []uint64{7}},
+			"zero":    {1, 0, []uint64{3}},
+		}[c.name]
+		if c.count != want.count || c.bytes != want.bytes || !equal(c.seqs, want.seqs) {
+			t.Errorf("%s: count %d bytes %d seqs %v, want %d %d %v", c.name, c.count, c.bytes, c.seqs,
+				want.count, want.bytes, want.seqs)
+		}
+	}
+	leak := a.Leaks.Events[0]
+	if leak.Function != "cudaMalloc" || leak.Callsite != "0x400000" || leak.Address != "0x4000" || leak.Size != 600 {
+		t.Errorf("first leak = %+v", leak)
+	}
+}
+
+func seqs(refs []EventRef) []uint64 {
+	var out []uint64
+	for _, r := range refs {
+		out = append(out, r.Seq)
+	}
+	return out
+}
+
+func equal(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }

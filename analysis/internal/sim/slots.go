@@ -28,13 +28,19 @@ func (s Sizing) ClassBytes() uint64 {
 	return n
 }
 
+// slotBlock is a live block: its class, or -1 and its size for a large one.
+type slotBlock struct {
+	class int32
+	size  uint64
+}
+
 type slotCounter struct {
 	stream    Stream
 	classes   []uint64
 	threshold uint64
 	live      []uint64
 	maxLive   []uint64
-	blocks    map[stats.Key]int32 // class of each live class-served block, -1 for large
+	blocks    map[stats.Key]slotBlock
 	large     uint64
 	bigPeak   uint64
 	events    uint64
@@ -48,34 +54,34 @@ func (c *slotCounter) batch(events []trace.Event) {
 		case 1:
 			k := stats.KeyOf(e)
 			if old, ok := c.blocks[k]; ok {
-				c.drop(old, 0)
+				c.drop(old)
 			}
 			cl := int32(sizeclass.ClassOf(c.classes, e.Size))
 			if e.Size > c.threshold || cl < 0 {
-				c.blocks[k] = -1
+				c.blocks[k] = slotBlock{class: -1, size: e.Size}
 				c.large += e.Size
 				c.bigPeak = max(c.bigPeak, c.large)
 				continue
 			}
-			c.blocks[k] = cl
+			c.blocks[k] = slotBlock{class: cl}
 			c.live[cl]++
 			c.maxLive[cl] = max(c.maxLive[cl], c.live[cl])
 		case -1:
 			k := stats.KeyOf(e)
-			if cl, ok := c.blocks[k]; ok {
-				c.drop(cl, e.Size)
+			if b, ok := c.blocks[k]; ok {
+				c.drop(b)
 				delete(c.blocks, k)
 			}
 		}
 	}
 }
 
-func (c *slotCounter) drop(cl int32, size uint64) {
-	if cl >= 0 {
-		c.live[cl]--
+func (c *slotCounter) drop(b slotBlock) {
+	if b.class >= 0 {
+		c.live[b.class]--
 		return
 	}
-	c.large -= min(size, c.large)
+	c.large -= b.size
 }
 
 // Candidate is one way to split the requests between classes and the arena.
@@ -94,7 +100,7 @@ func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing
 	for i, cand := range cands {
 		c := &slotCounter{stream: s, classes: cand.Classes, threshold: cand.Threshold,
 			live: make([]uint64, len(cand.Classes)), maxLive: make([]uint64, len(cand.Classes)),
-			blocks: make(map[stats.Key]int32)}
+			blocks: make(map[stats.Key]slotBlock)}
 		arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: alignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
 		r := newReplayer(Policy{Name: "arena", Config: arena}, s, 0, nil)
