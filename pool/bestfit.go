@@ -33,6 +33,10 @@ func (p *bestFitPool) Alloc(size, stream uint64) (uint64, error) {
 	if p.closed {
 		return 0, errClosed("alloc")
 	}
+	if err := checkRequest(size); err != nil {
+		p.c.failed()
+		return 0, err
+	}
 	addr, b, err := p.arena.alloc(size, stream)
 	if err != nil {
 		p.c.failed()

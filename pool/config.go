@@ -198,9 +198,18 @@ func slicesContains(ps []Policy, p Policy) bool {
 	return false
 }
 
+// MaxSlots bounds the slots of all classes together (and SizeClassConfig.GrowSlots): the pool
+// keeps 8 bytes of bookkeeping per slot.
+const MaxSlots = 1 << 27
+
 func (s *SizeClassConfig) validate(align uint64, bf *BestFitConfig) error {
-	var prev uint64
+	var prev, slots uint64
+	planned := s.ArenaBytes
 	for i, cl := range s.Classes {
+		slots += cl.Slots
+		if slots > MaxSlots {
+			return fmt.Errorf("classes[%d].slots: %d slots in all exceed the limit of %d", i, slots, MaxSlots)
+		}
 		switch {
 		case cl.Size == 0:
 			return fmt.Errorf("classes[%d].size_bytes: must be above 0", i)
@@ -210,11 +219,19 @@ func (s *SizeClassConfig) validate(align uint64, bf *BestFitConfig) error {
 			return fmt.Errorf("classes[%d].size_bytes: %d is not above the previous class's %d (classes must be strictly ascending)", i, cl.Size, prev)
 		case cl.Slots > 0 && cl.Size > math.MaxUint64/cl.Slots:
 			return fmt.Errorf("classes[%d].slots: %d slots of %d bytes overflow", i, cl.Slots, cl.Size)
+		case s.GrowSlots > 0 && cl.Size > math.MaxUint64/s.GrowSlots/2:
+			return fmt.Errorf("grow_slots: %d slots of %d bytes overflow", s.GrowSlots, cl.Size)
 		}
 		prev = cl.Size
+		if planned += cl.Size * cl.Slots; planned < cl.Size*cl.Slots || planned > math.MaxUint64/2 {
+			return fmt.Errorf("classes[%d].slots: the planned bytes overflow", i)
+		}
 	}
 	if s.ArenaBytes > math.MaxUint64/2 {
 		return fmt.Errorf("arena_bytes: %d is too large", s.ArenaBytes)
+	}
+	if s.GrowSlots > MaxSlots {
+		return fmt.Errorf("grow_slots: %d exceeds the limit of %d", s.GrowSlots, MaxSlots)
 	}
 	if bf != nil && bf.InitialBytes != 0 && bf.InitialBytes != s.ArenaBytes {
 		return fmt.Errorf("arena_bytes: %d differs from best_fit.initial_bytes %d (set the arena's size here and leave initial_bytes 0)", s.ArenaBytes, bf.InitialBytes)

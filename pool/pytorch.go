@@ -152,6 +152,10 @@ func (p *torchPool) Alloc(size, stream uint64) (uint64, error) {
 	if p.closed {
 		return 0, errClosed("alloc")
 	}
+	if err := checkRequest(size); err != nil {
+		p.c.failed()
+		return 0, err
+	}
 	rs := p.roundSize(size)
 	small := rs <= torchSmallSize
 	s, ok := p.getFreeBlock(small, stream, rs)

@@ -25,6 +25,10 @@ func (p *rawPool) Alloc(size, stream uint64) (uint64, error) {
 	if p.closed {
 		return 0, errClosed("alloc")
 	}
+	if err := checkRequest(size); err != nil {
+		p.c.failed()
+		return 0, err
+	}
 	blk := roundUp(max(size, 1), p.align)
 	addr, err := p.up.reserve(blk)
 	if err != nil {

@@ -28,8 +28,9 @@ type sizeClassPool struct {
 type sizeClass struct {
 	size      uint64
 	growSlots uint64
-	free      []slotRef             // LIFO; with perStream, the slots no stream has used yet
-	streams   map[uint64]*[]slotRef // with perStream: LIFO per freeing stream
+	free      []slotRef             // freed slots, LIFO (unused with perStream)
+	streams   map[uint64]*[]slotRef // with perStream: freed slots, LIFO per freeing stream
+	fresh     *slab                 // the slab whose slots from fresh.used on were never handed out
 }
 
 // slotRef names one slot of a slab.
@@ -46,6 +47,7 @@ type slab struct {
 	size      uint64   // the class's block size
 	class     int      // index into sizeClassPool.classes
 	req       []uint64 // per slot: requested bytes + 1 while live, 0 while free
+	used      uint64   // slots handed out at least once (they are handed out in address order)
 }
 
 // region is an Upstream region the pool owns.
@@ -106,8 +108,8 @@ func (p *sizeClassPool) reservePlan(classes []Class, arenaBytes uint64) error {
 	return nil
 }
 
-// addSlab adds a slab of n slots of class ci at addr and puts its slots on the class's shared
-// free list, lowest address on top.
+// addSlab adds a slab of n slots of class ci at addr; its slots are handed out in address order
+// once the class's freed slots are used up.
 func (p *sizeClassPool) addSlab(ci int, addr, n uint64) {
 	c := &p.classes[ci]
 	sl := &slab{base: addr, end: addr + n*c.size, size: c.size, class: ci, req: make([]uint64, n)}
@@ -115,10 +117,7 @@ func (p *sizeClassPool) addSlab(ci int, addr, n uint64) {
 		return cmpUint(s.base, a)
 	})
 	p.slabs = slices.Insert(p.slabs, i, sl)
-	c.free = slices.Grow(c.free, int(n))
-	for k := n; k > 0; k-- {
-		c.free = append(c.free, slotRef{sl, k - 1})
-	}
+	c.fresh = sl
 }
 
 func cmpUint(a, b uint64) int {
@@ -158,6 +157,10 @@ func (p *sizeClassPool) Alloc(size, stream uint64) (uint64, error) {
 	if p.closed {
 		return 0, errClosed("alloc")
 	}
+	if err := checkRequest(size); err != nil {
+		p.c.failed()
+		return 0, err
+	}
 	ci := p.classFor(max(size, 1))
 	if ci < 0 {
 		return p.allocLarge(size, stream)
@@ -187,7 +190,7 @@ func (p *sizeClassPool) allocLarge(size, stream uint64) (uint64, error) {
 	return addr, nil
 }
 
-// pop takes the most recently freed slot usable on stream.
+// pop takes the most recently freed slot usable on stream, else the lowest never-used slot.
 func (p *sizeClassPool) pop(c *sizeClass, stream uint64) (slotRef, bool) {
 	if p.perStream {
 		if l := c.streams[stream]; l != nil && len(*l) > 0 {
@@ -196,13 +199,16 @@ func (p *sizeClassPool) pop(c *sizeClass, stream uint64) (slotRef, bool) {
 			return ref, true
 		}
 	}
-	n := len(c.free)
-	if n == 0 {
-		return slotRef{}, false
+	if n := len(c.free); n > 0 {
+		ref := c.free[n-1]
+		c.free = c.free[:n-1]
+		return ref, true
 	}
-	ref := c.free[n-1]
-	c.free = c.free[:n-1]
-	return ref, true
+	if f := c.fresh; f != nil && f.used < uint64(len(f.req)) {
+		f.used++
+		return slotRef{f, f.used - 1}, true
+	}
+	return slotRef{}, false
 }
 
 // grow adds a slab of growSlots slots to class ci: a Fallback.

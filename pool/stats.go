@@ -117,6 +117,18 @@ func (t *tracked) unmapPages(m Mapper, addr, size uint64) error {
 	return nil
 }
 
+// maxRequest is the largest request any policy accepts (4 EiB); larger ones fail with
+// ErrOutOfMemory before any rounding could overflow.
+const maxRequest = 1 << 62
+
+// checkRequest returns an error for a request above maxRequest.
+func checkRequest(size uint64) error {
+	if size > maxRequest {
+		return fmt.Errorf("alloc %d bytes: larger than any device: %w", size, ErrOutOfMemory)
+	}
+	return nil
+}
+
 // isOOM reports whether err means "no memory" (as opposed to a broken Upstream).
 func isOOM(err error) bool { return errors.Is(err, ErrOutOfMemory) }
 

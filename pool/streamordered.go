@@ -59,6 +59,10 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 	if p.closed {
 		return 0, errClosed("alloc")
 	}
+	if err := checkRequest(size); err != nil {
+		p.c.failed()
+		return 0, err
+	}
 	blk := roundUp(max(size, 1), p.align)
 	s, ok := p.free.bestFit(true, stream, blk)
 	if !ok {
