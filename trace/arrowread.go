@@ -63,6 +63,9 @@ func catch(f func() error) (err error) {
 type arrowSource struct {
 	fr     *ipc.FileReader
 	closer io.Closer
+	in     io.ReaderAt
+	size   int64
+	blocks []arrowBlock // record batch blocks of the footer
 	cols   [numColumns]int // schema index of each layout column
 	batch  int             // next batch to read
 	enums  [numColumns]*stringColumn
@@ -73,16 +76,26 @@ func (r *Reader) openArrow(in readAtSeeker, size int64, closer io.Closer, cfg re
 	if err := checkArrowEnds(in, size); err != nil {
 		return err
 	}
+	footer, err := readFooter(in, size)
+	if err != nil {
+		return err
+	}
+	dicts, blocks := footerBlocks(footer)
+	for i, blk := range dicts {
+		if err := checkBlockMessage(in, size, blk); err != nil {
+			return fmt.Errorf("dictionary %d: %w", i, err)
+		}
+	}
 	alloc := guardAllocator{Allocator: cfg.alloc, limit: maxArrowAllocation}
 	var fr *ipc.FileReader
-	err := catch(func() (err error) {
+	err = catch(func() (err error) {
 		fr, err = ipc.NewFileReader(in, ipc.WithAllocator(alloc))
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("byte offset %d: bad Arrow footer: %w", size-int64(len(arrowMagic)), err)
 	}
-	src := &arrowSource{fr: fr, closer: closer}
+	src := &arrowSource{fr: fr, closer: closer, in: in, size: size, blocks: blocks}
 	if err := src.checkSchema(r); err != nil {
 		fr.Close()
 		return fmt.Errorf("schema: %w", err)
@@ -146,6 +159,12 @@ func (s *arrowSource) next(buf []Event) ([]Event, error) {
 	}
 	i := s.batch
 	s.batch++
+	if i >= len(s.blocks) {
+		return nil, fmt.Errorf("batch %d: not in the footer", i)
+	}
+	if err := checkBlockMessage(s.in, s.size, s.blocks[i]); err != nil {
+		return nil, fmt.Errorf("batch %d: %w", i, err)
+	}
 	var rec arrow.RecordBatch
 	err := catch(func() (err error) {
 		rec, err = s.fr.RecordBatchAt(i)

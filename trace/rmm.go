@@ -35,18 +35,21 @@ type rmmSource struct {
 
 func (r *Reader) openRMM(in readAtSeeker, size int64, closer io.Closer, cfg readConfig) error {
 	cr := csv.NewReader(bufio.NewReaderSize(io.NewSectionReader(in, 0, size), 1<<20))
-	cr.FieldsPerRecord = len(rmmColumns)
+	cr.FieldsPerRecord = -1 // checked below for the header, then by the csv reader
 	cr.ReuseRecord = true
 	cr.TrimLeadingSpace = true
 	header, err := cr.Read()
 	if err != nil {
 		return csvError(err)
 	}
-	for i, name := range rmmColumns {
-		if strings.TrimPrefix(strings.TrimSpace(header[i]), "\ufeff") != name {
-			return fmt.Errorf("line 1: header %q, want %s", strings.Join(header, ","), strings.Join(rmmColumns, ","))
-		}
+	ok := len(header) == len(rmmColumns)
+	for i := 0; ok && i < len(header); i++ {
+		ok = strings.TrimPrefix(strings.TrimSpace(header[i]), "\ufeff") == rmmColumns[i]
 	}
+	if !ok {
+		return fmt.Errorf("line 1: header %q, want %s", strings.Join(header, ","), strings.Join(rmmColumns, ","))
+	}
+	cr.FieldsPerRecord = len(rmmColumns)
 	r.info = Info{Source: SourceRMMCSV}
 	r.src = &rmmSource{r: r, csv: cr, closer: closer, skipBad: cfg.skipBadRows}
 	return nil
