@@ -65,7 +65,7 @@ type arrowSource struct {
 	closer io.Closer
 	in     io.ReaderAt
 	size   int64
-	blocks []arrowBlock // record batch blocks of the footer
+	blocks []arrowBlock    // record batch blocks of the footer
 	cols   [numColumns]int // schema index of each layout column
 	batch  int             // next batch to read
 	enums  [numColumns]*stringColumn

@@ -119,8 +119,8 @@ func TestCorruptArrowBytes(t *testing.T) {
 
 func TestWrongMagicAndUnknownFormats(t *testing.T) {
 	for data, want := range map[string]string{
-		"ARROX1\x00\x00garbage":    `byte offset 0: unknown trace format (first bytes "ARROX1\x00\x00garbage")`,
-		"hello, world\n":           `byte offset 0: unknown trace format (first bytes "hello, world\n")`,
+		"ARROX1\x00\x00garbage":     `byte offset 0: unknown trace format (first bytes "ARROX1\x00\x00garbage")`,
+		"hello, world\n":            `byte offset 0: unknown trace format (first bytes "hello, world\n")`,
 		"Thread,Time,Action\n1,2\n": `line 1: header "Thread,Time,Action", want Thread,Time,Action,Pointer,Size,Stream`,
 	} {
 		path := writeFile(t, "x", []byte(data))
