@@ -159,8 +159,8 @@ func (t *textWriter) anomalies(a *model.Anomalies) {
 func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 	t.printf("\nSIZE CLASSES: k = %d of %d distinct aligned sizes <= %s\n", p.K, p.DistinctSizes,
 		Bytes(p.LargeThreshold))
-	t.printf("  k rule: %s\n", wrap(p.KRule, 90, "    "))
-	t.printf("  threshold rule: %s\n", wrap(p.ThresholdRule, 90, "    "))
+	t.printf("  k rule: %s\n", wrap(p.KRule, 88, "    "))
+	t.printf("  threshold rule: %s\n", wrap(p.ThresholdRule, 80, "    "))
 	rows := []string{"  threshold\tk\tclass slots\tarena peak\ttotal"}
 	for _, c := range p.Thresholds {
 		rows = append(rows, fmt.Sprintf("  %s\t%d\t%s\t%s\t%s", Bytes(c.Threshold), c.K, Bytes(c.ClassBytes),
@@ -179,16 +179,17 @@ func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 }
 
 func (t *textWriter) simulations(sims []model.Simulation) {
-	t.printf("\nWHAT-IF SIMULATION\n")
-	rows := []string{"  policy\tpeak reserved\tx live\tint frag\text frag\treserves\treleases\tfails\tfallbk\tsaved"}
+	t.printf("\nWHAT-IF SIMULATION (peak reserved, its ratio to peak live, fragmentation at that peak,\n" +
+		"upstream calls, failed requests, fallbacks beyond the plan, allocator time saved)\n")
+	rows := []string{"  policy\treserved\tx live\tint frag\text frag\tcalls\tfails\tfallbk\tsaved"}
 	for _, s := range sims {
 		if s.Error != "" {
-			rows = append(rows, fmt.Sprintf("  %s\terror\t\t\t\t\t\t\t\t", s.Name))
+			rows = append(rows, fmt.Sprintf("  %s\terror\t\t\t\t\t\t\t", s.Name))
 			continue
 		}
-		rows = append(rows, fmt.Sprintf("  %s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Name,
+		rows = append(rows, fmt.Sprintf("  %s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s", s.Name,
 			Bytes(s.PeakReservedBytes), s.ReservedRatio, Bytes(s.InternalFragBytes),
-			Bytes(s.ExternalFragBytes), Count(s.UpstreamReserves), Count(s.UpstreamReleases),
+			Bytes(s.ExternalFragBytes), Count(s.UpstreamReserves+s.UpstreamReleases),
 			Count(s.Failures), Count(s.Fallbacks), SignedDuration(s.TimeSavedNs)))
 	}
 	t.table(rows)
@@ -217,8 +218,8 @@ func (t *textWriter) config(tr *model.TraceReport) {
 	}
 	p, e := c.Prediction, c.Equivalents
 	t.printf("\nRECOMMENDATION (pool.json, policy %s)\n", c.Policy)
-	t.printf("  predicted: peak reserved %s for peak live %s, %s upstream calls, %s fallbacks, "+
-		"%s failures, saves %s\n", Bytes(p.PeakReservedBytes), Bytes(p.PeakLiveBytes), Count(p.UpstreamCalls),
+	t.printf("  predicted: peak reserved %s for peak live %s, %s upstream calls,\n"+
+		"             %s fallbacks, %s failures, allocator time saved %s\n", Bytes(p.PeakReservedBytes), Bytes(p.PeakLiveBytes), Count(p.UpstreamCalls),
 		Count(p.Fallbacks), Count(p.Failures), SignedDuration(p.AllocatorTimeSavedNs))
 	conf := e.PyTorchAllocConf
 	if conf == "" {

@@ -230,23 +230,30 @@ func (t *tracker) wasFreed(k Key) bool {
 	return ok
 }
 
+type leak struct {
+	k Key
+	b liveBlock
+}
+
+// byAge orders leaks by seq, then time, process, device and address (merged traces may repeat seqs).
+func byAge(x, y leak) int {
+	return cmp.Or(cmp.Compare(x.b.seq, y.b.seq), cmp.Compare(x.b.time, y.b.time), cmp.Compare(x.k.PID, y.k.PID),
+		cmp.Compare(x.k.Device, y.k.Device), cmp.Compare(x.k.Addr, y.k.Addr))
+}
+
 // finishLeaks records the blocks still live as leaks, the oldest first.
 func (t *tracker) finishLeaks() {
-	type leak struct {
-		k Key
-		b liveBlock
-	}
 	var oldest []leak
 	for k, b := range t.live {
 		t.leaks.count++
 		t.leaks.bytes += b.size
 		oldest = append(oldest, leak{k, b})
 		if len(oldest) > 4*maxExamples {
-			slices.SortFunc(oldest, func(x, y leak) int { return cmp.Compare(x.b.seq, y.b.seq) })
+			slices.SortFunc(oldest, byAge)
 			oldest = oldest[:maxExamples]
 		}
 	}
-	slices.SortFunc(oldest, func(x, y leak) int { return cmp.Compare(x.b.seq, y.b.seq) })
+	slices.SortFunc(oldest, byAge)
 	for i := 0; i < len(oldest) && i < maxExamples; i++ {
 		l := oldest[i]
 		t.leaks.events = append(t.leaks.events, model.EventRef{Seq: l.b.seq, TimeNs: l.b.time,

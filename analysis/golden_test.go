@@ -1,0 +1,150 @@
+package analysis
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/allocscope/allocscope/trace"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, or rewrites the file with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file; run go test ./analysis -update and review the diff\n%s",
+			name, got)
+	}
+}
+
+// framework is a PyTorch-like trace: framework requests served from native segments.
+func framework() []trace.Event {
+	b := &builder{}
+	fw := func(op trace.Op, addr, size uint64) {
+		fn := map[trace.Op]string{trace.OpAlloc: "torch.alloc", trace.OpFree: "torch.free_completed"}[op]
+		b.add(trace.Event{Op: op, Layer: trace.LayerFramework, Function: fn, Address: addr, Size: size, Stream: 7})
+	}
+	b.add(trace.Event{Op: trace.OpAlloc, Function: "torch.segment_alloc", Address: 0x10000000, Size: 2 << 20})
+	for step := range 3 {
+		fw(trace.OpAlloc, 0x10000000, 4096)
+		fw(trace.OpAlloc, 0x10001000, 512*1024)
+		if step == 0 {
+			b.add(trace.Event{Op: trace.OpAlloc, Function: "torch.segment_alloc", Address: 0x20000000, Size: 14 << 20})
+		}
+		fw(trace.OpAlloc, 0x20000000, 12<<20+100)
+		fw(trace.OpFree, 0x10001000, 0)
+		fw(trace.OpFree, 0x20000000, 0)
+		fw(trace.OpFree, 0x10000000, 0)
+	}
+	return b.events
+}
+
+func output(t *testing.T, r *Report, write func(*bytes.Buffer, *Report) error) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := write(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestGoldenReports(t *testing.T) {
+	text := func(b *bytes.Buffer, r *Report) error { return WriteText(b, r) }
+	js := func(b *bytes.Buffer, r *Report) error { return WriteJSON(b, r) }
+	second := handmade()
+	for i := range second {
+		second[i].PID = 200
+		second[i].TimeNs += 500
+	}
+	for _, c := range []struct {
+		name   string
+		inputs []Input
+	}{
+		{"handmade", []Input{fakeInput("handmade", handmade())}},
+		{"framework", []Input{fakeInput("framework", framework())}},
+		{"two-files", []Input{fakeInput("rank0", handmade()), fakeInput("rank1", second)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := Analyze(c.inputs, Options{Top: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := output(t, r, text)
+			for i, line := range strings.Split(string(out), "\n") {
+				if n := len([]rune(line)); n > 100 {
+					t.Errorf("line %d is %d columns wide: %q", i+1, n, line)
+				}
+			}
+			golden(t, c.name+".txt", out)
+			golden(t, c.name+".json", output(t, r, js))
+		})
+	}
+}
+
+func TestFrameworkFidelityAndConfig(t *testing.T) {
+	r, err := Analyze([]Input{fakeInput("framework", framework())}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := r.Combined
+	if tr.RequestLayer != "framework" || tr.Upstream == nil || tr.Upstream.Allocs != 2 {
+		t.Fatalf("layer %s upstream %+v", tr.RequestLayer, tr.Upstream)
+	}
+	f := tr.Fidelity
+	// PyTorch's model makes the same 2 MiB small segment and 14 MiB large segment (requests of
+	// 10 MiB or more are rounded up to 2 MiB and get a segment of their own).
+	if f == nil || f.Model != "pytorch" || f.RealSegments != 2 || f.RealBytes != 16<<20 ||
+		f.ModelSegments != 2 || f.ModelBytes != 16<<20 || f.CountMatch != 100 || f.BytesMatch != 100 {
+		t.Fatalf("fidelity = %+v", f)
+	}
+	if tr.Requests.PeakLiveBytes != 4096+512*1024+12<<20+100 || tr.Requests.Allocs != 9 {
+		t.Errorf("requests: peak %d allocs %d", tr.Requests.PeakLiveBytes, tr.Requests.Allocs)
+	}
+	cfg := Config(r)
+	if cfg.Prediction == nil || cfg.Prediction.Fallbacks != 0 || cfg.Prediction.Failures != 0 ||
+		cfg.Prediction.PeakLiveBytes != tr.Requests.PeakLiveBytes {
+		t.Errorf("prediction = %+v", cfg.Prediction)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("emitted config does not validate: %v", err)
+	}
+}
+
+var outsideRef = regexp.MustCompile(`(?i)https?:|src=|@import|url\(`)
+
+func TestHTMLSelfContained(t *testing.T) {
+	r, err := Analyze([]Input{fakeInput("handmade", handmade())}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteHTML(b, r) }))
+	if m := outsideRef.FindString(page); m != "" {
+		t.Errorf("page refers outside itself: %q", m)
+	}
+	if n := strings.Count(page, "<svg"); n != 4 {
+		t.Errorf("%d SVG charts, want 4", n)
+	}
+	for _, title := range []string{"Live bytes over time", "Request sizes (log2 buckets)",
+		"Allocation lifetime CDF", "Simulated policies: peak reserved vs peak live", "peak 3 MiB"} {
+		if !strings.Contains(page, title) {
+			t.Errorf("page lacks %q", title)
+		}
+	}
+}
