@@ -44,8 +44,9 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	if err := intercept.PrepareLogDir(opt.logDir); err != nil {
 		return fmt.Errorf("prepare raw log directory: %w", err)
 	}
+	childStart := time.Now()
 	code, runErr := runChild(args, lib, opt.logDir, stderr)
-	elapsed := time.Since(start)
+	elapsed := time.Since(childStart)
 	if runErr != nil {
 		os.Remove(opt.output)
 		os.RemoveAll(opt.logDir)
