@@ -105,7 +105,7 @@ type CUDABackend struct {
 	desc       string
 	streams    map[Stream]C.CUstream
 	nextStream Stream
-	buf        [sampleBytes]byte
+	buf        []byte // host copy of one sample; its own allocation, as cgo requires
 }
 
 // NewCUDABackend opens device ordinal device.
@@ -128,7 +128,7 @@ func openCUDA(device int) (*CUDABackend, error) {
 	if err != nil {
 		return nil, cuErr("cuDevicePrimaryCtxRetain", err)
 	}
-	b := &CUDABackend{dev: dev, ctx: ctx, streams: make(map[Stream]C.CUstream)}
+	b := &CUDABackend{dev: dev, ctx: ctx, streams: make(map[Stream]C.CUstream), buf: make([]byte, sampleBytes)}
 	if err := cuErr("cuCtxSetCurrent", cu.SetCurrentContext(ctx)); err != nil {
 		return nil, err
 	}

@@ -153,20 +153,19 @@ func newRunner(t *Trace, b Backend, cfg pool.Config, opt Options) *runner {
 
 // warmUpBytes is the size of the block each used path of the backend serves once before the
 // replay, so that one-time costs (context set-up, kernels for memset) are not counted as a leak.
-const warmUpBytes = 2 << 20
+// The raw path also serves a block of warmUpSmallBytes: CUDA sub-allocates small cuMemAlloc
+// requests from a heap it keeps once created.
+const (
+	warmUpBytes      = 2 << 20
+	warmUpSmallBytes = 512
+)
 
 func (r *runner) warmUp() error {
-	b := r.b
 	if slices.Contains(r.opt.Modes, ModeRaw) || slices.Contains(r.opt.Modes, ModePool) {
-		addr, err := b.Reserve(warmUpBytes)
-		if err != nil {
-			return err
-		}
-		if err := r.warmTouch(addr); err != nil {
-			return errors.Join(err, b.Release(addr, warmUpBytes))
-		}
-		if err := b.Release(addr, warmUpBytes); err != nil {
-			return err
+		for _, size := range []uint64{warmUpSmallBytes, warmUpBytes} {
+			if err := r.warmReserve(size); err != nil {
+				return err
+			}
 		}
 	}
 	if slices.Contains(r.opt.Modes, ModeAsync) {
@@ -175,25 +174,51 @@ func (r *runner) warmUp() error {
 	return nil
 }
 
-func (r *runner) warmUpAsync() error {
-	b := r.b
-	s, err := b.CreateStream()
+func (r *runner) warmReserve(size uint64) error {
+	addr, err := r.b.Reserve(size)
 	if err != nil {
 		return err
 	}
-	addr, err := b.AllocAsync(warmUpBytes, s)
-	if err != nil {
-		return errors.Join(err, b.DestroyStream(s))
+	return errors.Join(r.warmTouch(addr, size), r.b.Release(addr, size))
+}
+
+// warmUpAsync serves a small and a large block on as many streams as the trace uses: CUDA keeps
+// some memory the first time its pool serves several streams.
+func (r *runner) warmUpAsync() error {
+	b := r.b
+	var streams []Stream
+	var err error
+	for range max(r.t.Stats.Streams, 1) {
+		s, cerr := b.CreateStream()
+		if cerr != nil {
+			err = cerr
+			break
+		}
+		streams = append(streams, s)
+		for _, size := range []uint64{warmUpSmallBytes, warmUpBytes} {
+			addr, aerr := b.AllocAsync(size, s)
+			if aerr != nil {
+				err = aerr
+				break
+			}
+			err = errors.Join(err, r.warmTouch(addr, size), b.FreeAsync(addr, s))
+		}
+		if err != nil {
+			break
+		}
 	}
-	err = errors.Join(r.warmTouch(addr), b.FreeAsync(addr, s), b.Synchronize(), b.DestroyStream(s))
+	err = errors.Join(err, b.Synchronize())
+	for _, s := range streams {
+		err = errors.Join(err, b.DestroyStream(s))
+	}
 	return errors.Join(err, b.ResetAsyncPool())
 }
 
-func (r *runner) warmTouch(addr uint64) error {
+func (r *runner) warmTouch(addr, size uint64) error {
 	if !r.opt.Touch {
 		return nil
 	}
-	return r.b.Touch(addr, warmUpBytes, 0x5a)
+	return r.b.Touch(addr, size, 0x5a)
 }
 
 // clockOverhead returns the median of many differences between two back-to-back clock readings.

@@ -66,7 +66,15 @@ func (r *runner) pass(acc *modeAcc, rep int) error {
 		return err
 	}
 	r.replayOps(ps)
-	return r.finish(ps)
+	if err := r.finish(ps); err != nil {
+		return err
+	}
+	free, _, err = r.b.MemGetInfo()
+	if err != nil {
+		return fmt.Errorf("memory info: %w", err)
+	}
+	acc.FreeBytesAfterRepetition = append(acc.FreeBytesAfterRepetition, free)
+	return nil
 }
 
 // begin builds the mode's driver.

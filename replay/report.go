@@ -64,6 +64,9 @@ type ModeResult struct {
 	// PeakMemInfoBytes is the largest drop of the backend's free memory (MemGetInfo) from the start
 	// of a repetition, sampled at each new own-accounting peak.
 	PeakMemInfoBytes uint64 `json:"peak_meminfo_bytes"`
+	// FreeBytesAfterRepetition is the backend's free memory after each repetition, once the
+	// allocator was closed or trimmed.
+	FreeBytesAfterRepetition []uint64 `json:"free_bytes_after_repetition"`
 	// LeakedBytes is what the allocator still held after it was closed (raw, pool) or trimmed (async).
 	LeakedBytes uint64 `json:"leaked_bytes"`
 	// PoolStats are the allocator's own counters of the first repetition (raw and pool).
