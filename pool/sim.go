@@ -65,8 +65,8 @@ func NewSimUpstream(capacity, granularity uint64) *SimUpstream {
 		granularity: granularity,
 		top:         roundUpAny(SimBase, granularity),
 		holes:       newFreeIndex(bySizeOrder),
-		regions:     btree.NewG(btreeDegree, regionLess),
-		mapped:      btree.NewG(btreeDegree, regionLess),
+		regions:     btree.NewG(16, regionLess),
+		mapped:      btree.NewG(16, regionLess),
 	}
 }
 

@@ -1,7 +1,5 @@
 package pool
 
-import "github.com/google/btree"
-
 // span is a free range [addr, addr+size) inside one segment. Every policy that splits and
 // coalesces (the best-fit arena, the PyTorch model, the stream-ordered pool, the simulated
 // address space) keeps its free ranges as spans in a freeIndex: one implementation of best fit.
@@ -19,47 +17,27 @@ func (s span) sameList(o span) bool {
 	return s.seg == o.seg && s.tagged == o.tagged && s.stream == o.stream
 }
 
-// bySizeOrder orders spans by owner, then size, then address: a lower bound on (owner, size)
-// is a best fit, ties going to the lowest address.
-func bySizeOrder(a, b span) bool {
-	if a.tagged != b.tagged {
-		return !a.tagged
-	}
-	if a.stream != b.stream {
-		return a.stream < b.stream
-	}
-	if a.size != b.size {
-		return a.size < b.size
-	}
-	return a.addr < b.addr
-}
-
-// byAddrOrder orders spans by owner, then address (PyTorch's unmapped-block set).
-func byAddrOrder(a, b span) bool {
-	if a.tagged != b.tagged {
-		return !a.tagged
-	}
-	if a.stream != b.stream {
-		return a.stream < b.stream
-	}
-	return a.addr < b.addr
-}
+// The orders a freeIndex keeps its spans in.
+const (
+	// bySizeOrder orders spans by owner, then size, then address: a lower bound on (owner, size)
+	// is a best fit, ties going to the lowest address.
+	bySizeOrder = true
+	// byAddrOrder orders spans by owner, then address (PyTorch's unmapped-block set).
+	byAddrOrder = false
+)
 
 // freeIndex holds free spans in an ordered tree (O(log n) best fit) and in two hash maps keyed by
 // start and end address (O(1) neighbour lookup for coalescing).
 type freeIndex struct {
-	tree    *btree.BTreeG[span]
+	tree    *spanTree
 	byStart map[uint64]span
 	byEnd   map[uint64]uint64 // end address → start address
 	bytes   uint64            // total free bytes
 }
 
-// btreeDegree is the B-tree's node fan-out; 16 keeps nodes within a few cache lines.
-const btreeDegree = 16
-
-func newFreeIndex(less btree.LessFunc[span]) *freeIndex {
+func newFreeIndex(order bool) *freeIndex {
 	return &freeIndex{
-		tree:    btree.NewG(btreeDegree, less),
+		tree:    newSpanTree(order),
 		byStart: make(map[uint64]span),
 		byEnd:   make(map[uint64]uint64),
 	}
@@ -67,7 +45,7 @@ func newFreeIndex(less btree.LessFunc[span]) *freeIndex {
 
 // add inserts s as it is, without coalescing.
 func (f *freeIndex) add(s span) {
-	f.tree.ReplaceOrInsert(s)
+	f.tree.insert(s)
 	f.byStart[s.addr] = s
 	f.byEnd[s.end()] = s.addr
 	f.bytes += s.size
@@ -75,7 +53,7 @@ func (f *freeIndex) add(s span) {
 
 // remove deletes s, which must be in the index.
 func (f *freeIndex) remove(s span) {
-	f.tree.Delete(s)
+	f.tree.delete(s)
 	delete(f.byStart, s.addr)
 	delete(f.byEnd, s.end())
 	f.bytes -= s.size
@@ -114,51 +92,37 @@ func (f *freeIndex) endingAt(addr uint64) (span, bool) {
 // bestFit returns the smallest span of the given owner with at least size bytes (lowest address
 // among equals).
 func (f *freeIndex) bestFit(tagged bool, stream, size uint64) (span, bool) {
-	var found span
-	ok := false
-	f.ascendFrom(tagged, stream, size, func(s span) bool {
-		found, ok = s, true
-		return false
-	})
-	return found, ok
+	s, ok := f.tree.lowerBound(span{tagged: tagged, stream: stream, size: size})
+	if !ok || s.tagged != tagged || s.stream != stream {
+		return span{}, false
+	}
+	return s, true
 }
 
 // ascendFrom calls fn on the spans of the given owner in index order, starting at the first one
 // not below (owner, size), until fn returns false.
 func (f *freeIndex) ascendFrom(tagged bool, stream, size uint64, fn func(span) bool) {
-	pivot := span{tagged: tagged, stream: stream, size: size}
-	f.tree.AscendGreaterOrEqual(pivot, func(s span) bool {
-		if s.tagged != tagged || s.stream != stream {
-			return false
-		}
-		return fn(s)
-	})
+	s, ok := f.tree.lowerBound(span{tagged: tagged, stream: stream, size: size})
+	for ok && s.tagged == tagged && s.stream == stream && fn(s) {
+		s, ok = f.tree.above(s)
+	}
 }
 
 // descendBelow calls fn on the spans of the given owner that sort below (owner, size), in
 // descending order, until fn returns false.
 func (f *freeIndex) descendBelow(tagged bool, stream, size uint64, fn func(span) bool) {
-	pivot := span{tagged: tagged, stream: stream, size: size}
-	f.tree.DescendLessOrEqual(pivot, func(s span) bool {
-		if s == pivot {
-			return true
-		}
-		if s.tagged != tagged || s.stream != stream {
-			return false
-		}
-		return fn(s)
-	})
+	s, ok := f.tree.below(span{tagged: tagged, stream: stream, size: size})
+	for ok && s.tagged == tagged && s.stream == stream && fn(s) {
+		s, ok = f.tree.below(s)
+	}
 }
 
 // all returns every span in index order.
 func (f *freeIndex) all() []span {
-	out := make([]span, 0, f.tree.Len())
-	f.tree.Ascend(func(s span) bool {
-		out = append(out, s)
-		return true
-	})
+	out := make([]span, 0, f.tree.count)
+	f.tree.each(func(s span) { out = append(out, s) })
 	return out
 }
 
 // len returns the number of free spans.
-func (f *freeIndex) len() int { return f.tree.Len() }
+func (f *freeIndex) len() int { return f.tree.count }

@@ -1,0 +1,223 @@
+package pool
+
+// spanTree is an AVL tree of spans: O(log n) insert, delete, lower bound and predecessor in the
+// worst case. It is written for spans alone (comparisons inline, nodes in one slice linked by
+// index, freed nodes reused) because it sits on every arena allocation and free, where a generic
+// B-tree with a comparison callback cost three times as much (see BenchmarkTraceThroughput).
+type spanTree struct {
+	nodes  []avlNode
+	root   int32
+	free   int32 // head of the list of unused nodes, linked through left
+	count  int
+	bySize bool // order (owner, size, addr); else (owner, addr)
+}
+
+type avlNode struct {
+	s           span
+	left, right int32
+	height      int32
+}
+
+const nilNode = -1
+
+func newSpanTree(bySize bool) *spanTree {
+	return &spanTree{root: nilNode, free: nilNode, bySize: bySize}
+}
+
+// less orders spans by owner (untagged first, then by stream), then size (when bySize), then address.
+func (t *spanTree) less(a, b *span) bool {
+	if a.tagged != b.tagged {
+		return !a.tagged
+	}
+	if a.stream != b.stream {
+		return a.stream < b.stream
+	}
+	if t.bySize && a.size != b.size {
+		return a.size < b.size
+	}
+	return a.addr < b.addr
+}
+
+func (t *spanTree) height(n int32) int32 {
+	if n == nilNode {
+		return 0
+	}
+	return t.nodes[n].height
+}
+
+func (t *spanTree) fix(n int32) {
+	nd := &t.nodes[n]
+	nd.height = 1 + max(t.height(nd.left), t.height(nd.right))
+}
+
+func (t *spanTree) rotateRight(n int32) int32 {
+	l := t.nodes[n].left
+	t.nodes[n].left = t.nodes[l].right
+	t.nodes[l].right = n
+	t.fix(n)
+	t.fix(l)
+	return l
+}
+
+func (t *spanTree) rotateLeft(n int32) int32 {
+	r := t.nodes[n].right
+	t.nodes[n].right = t.nodes[r].left
+	t.nodes[r].left = n
+	t.fix(n)
+	t.fix(r)
+	return r
+}
+
+// balance restores the AVL property at n and returns the subtree's new root.
+func (t *spanTree) balance(n int32) int32 {
+	t.fix(n)
+	nd := &t.nodes[n]
+	switch bf := t.height(nd.left) - t.height(nd.right); {
+	case bf > 1:
+		if l := nd.left; t.height(t.nodes[l].left) < t.height(t.nodes[l].right) {
+			nd.left = t.rotateLeft(l)
+		}
+		return t.rotateRight(n)
+	case bf < -1:
+		if r := nd.right; t.height(t.nodes[r].right) < t.height(t.nodes[r].left) {
+			nd.right = t.rotateRight(r)
+		}
+		return t.rotateLeft(n)
+	}
+	return n
+}
+
+func (t *spanTree) newNode(s span) int32 {
+	if n := t.free; n != nilNode {
+		t.free = t.nodes[n].left
+		t.nodes[n] = avlNode{s: s, left: nilNode, right: nilNode, height: 1}
+		return n
+	}
+	t.nodes = append(t.nodes, avlNode{s: s, left: nilNode, right: nilNode, height: 1})
+	return int32(len(t.nodes) - 1)
+}
+
+// insert adds s, which must not be in the tree.
+func (t *spanTree) insert(s span) {
+	t.root = t.insertAt(t.root, &s)
+	t.count++
+}
+
+func (t *spanTree) insertAt(n int32, s *span) int32 {
+	if n == nilNode {
+		return t.newNode(*s)
+	}
+	if t.less(s, &t.nodes[n].s) {
+		l := t.insertAt(t.nodes[n].left, s)
+		t.nodes[n].left = l
+	} else {
+		r := t.insertAt(t.nodes[n].right, s)
+		t.nodes[n].right = r
+	}
+	return t.balance(n)
+}
+
+// delete removes the span equal to s (same owner, size and address); it reports whether one was there.
+func (t *spanTree) delete(s span) bool {
+	before := t.count
+	t.root = t.deleteAt(t.root, &s)
+	return t.count < before
+}
+
+func (t *spanTree) deleteAt(n int32, s *span) int32 {
+	if n == nilNode {
+		return nilNode
+	}
+	nd := &t.nodes[n]
+	switch {
+	case t.less(s, &nd.s):
+		l := t.deleteAt(nd.left, s)
+		t.nodes[n].left = l
+	case t.less(&nd.s, s):
+		r := t.deleteAt(nd.right, s)
+		t.nodes[n].right = r
+	default:
+		t.count--
+		left, right := nd.left, nd.right
+		t.nodes[n].left, t.free = t.free, n
+		if left == nilNode {
+			return right
+		}
+		if right == nilNode {
+			return left
+		}
+		// Replace n by its successor, the minimum of the right subtree.
+		var m int32
+		right, m = t.detachMin(right)
+		t.nodes[m].left, t.nodes[m].right = left, right
+		return t.balance(m)
+	}
+	return t.balance(n)
+}
+
+// detachMin removes the minimum node of subtree n and returns the new subtree and that node.
+func (t *spanTree) detachMin(n int32) (rest, min int32) {
+	if t.nodes[n].left == nilNode {
+		return t.nodes[n].right, n
+	}
+	l, m := t.detachMin(t.nodes[n].left)
+	t.nodes[n].left = l
+	return t.balance(n), m
+}
+
+// lowerBound returns the smallest span not below key.
+func (t *spanTree) lowerBound(key span) (span, bool) {
+	best, found := span{}, false
+	for n := t.root; n != nilNode; {
+		nd := &t.nodes[n]
+		if t.less(&nd.s, &key) {
+			n = nd.right
+		} else {
+			best, found = nd.s, true
+			n = nd.left
+		}
+	}
+	return best, found
+}
+
+// above returns the smallest span greater than key.
+func (t *spanTree) above(key span) (span, bool) {
+	best, found := span{}, false
+	for n := t.root; n != nilNode; {
+		nd := &t.nodes[n]
+		if t.less(&key, &nd.s) {
+			best, found = nd.s, true
+			n = nd.left
+		} else {
+			n = nd.right
+		}
+	}
+	return best, found
+}
+
+// below returns the greatest span less than key.
+func (t *spanTree) below(key span) (span, bool) {
+	best, found := span{}, false
+	for n := t.root; n != nilNode; {
+		nd := &t.nodes[n]
+		if t.less(&nd.s, &key) {
+			best, found = nd.s, true
+			n = nd.right
+		} else {
+			n = nd.left
+		}
+	}
+	return best, found
+}
+
+// each calls fn on every span in order.
+func (t *spanTree) each(fn func(span)) { t.eachAt(t.root, fn) }
+
+func (t *spanTree) eachAt(n int32, fn func(span)) {
+	if n == nilNode {
+		return
+	}
+	t.eachAt(t.nodes[n].left, fn)
+	fn(t.nodes[n].s)
+	t.eachAt(t.nodes[n].right, fn)
+}
