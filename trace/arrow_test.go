@@ -89,6 +89,9 @@ func readAll(t testing.TB, path string) ([]Event, []int, Info) {
 	}
 	var all []Event
 	var sizes []int
+	if done, _ := r.Progress(); done != 0 {
+		t.Errorf("progress before the first batch = %d, want 0", done)
+	}
 	for {
 		batch, err := r.Next()
 		if err == io.EOF {
@@ -99,6 +102,9 @@ func readAll(t testing.TB, path string) ([]Event, []int, Info) {
 		}
 		sizes = append(sizes, len(batch))
 		all = append(all, batch...)
+	}
+	if done, total := r.Progress(); done != total || done != int64(len(sizes)) {
+		t.Errorf("progress at the end = %d of %d, want %d of %d", done, total, len(sizes), len(sizes))
 	}
 	info := r.Info()
 	if err := r.Close(); err != nil {

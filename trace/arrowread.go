@@ -138,6 +138,10 @@ func (s *arrowSource) checkSchema(r *Reader) error {
 	return nil
 }
 
+func (s *arrowSource) progress() (done, total int64) {
+	return int64(s.batch), int64(len(s.blocks))
+}
+
 func (s *arrowSource) close() error {
 	for _, c := range s.enums {
 		if c != nil {

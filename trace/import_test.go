@@ -238,6 +238,9 @@ func drain(t *testing.T, r *Reader) []Event {
 		batch, err := r.Next()
 		if err != nil {
 			if err.Error() == "EOF" {
+				if done, total := r.Progress(); done != total {
+					t.Errorf("progress at the end = %d of %d", done, total)
+				}
 				return all
 			}
 			t.Fatal(err)

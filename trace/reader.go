@@ -57,6 +57,8 @@ type source interface {
 	// next fills buf (reusing its storage) with the next events, or returns io.EOF.
 	// Errors carry the position but not the file name.
 	next(buf []Event) ([]Event, error)
+	// progress reports how far next has got, as done out of total units.
+	progress() (done, total int64)
 	close() error
 }
 
@@ -194,6 +196,16 @@ func (r *Reader) Next() ([]Event, error) {
 	}
 	r.buf = events
 	return events, nil
+}
+
+// Progress reports how far Next has got through the trace, as done out of total in a unit
+// that depends on the format (record batches, bytes or events); done == total at the end.
+// Use done/total for a progress bar.
+func (r *Reader) Progress() (done, total int64) {
+	if r.src == nil {
+		return 0, 0
+	}
+	return r.src.progress()
 }
 
 // Warnings returns non-fatal problems found so far (e.g. skipped snapshot entries), each

@@ -31,10 +31,27 @@ type rmmSource struct {
 	lastTime int64             // for time-of-day wrap-around at midnight
 	dayNs    int64             // days added after wrap-arounds
 	started  bool
+	counter  *countingReader
+	size     int64
 }
 
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (s *rmmSource) progress() (done, total int64) { return s.counter.n, s.size }
+
 func (r *Reader) openRMM(in readAtSeeker, size int64, closer io.Closer, cfg readConfig) error {
-	cr := csv.NewReader(bufio.NewReaderSize(io.NewSectionReader(in, 0, size), 1<<20))
+	counter := &countingReader{r: io.NewSectionReader(in, 0, size)}
+	cr := csv.NewReader(bufio.NewReaderSize(counter, 1<<20))
 	cr.FieldsPerRecord = -1 // checked below for the header, then by the csv reader
 	cr.ReuseRecord = true
 	cr.TrimLeadingSpace = true
@@ -51,7 +68,7 @@ func (r *Reader) openRMM(in readAtSeeker, size int64, closer io.Closer, cfg read
 	}
 	cr.FieldsPerRecord = len(rmmColumns)
 	r.info = Info{Source: SourceRMMCSV}
-	r.src = &rmmSource{r: r, csv: cr, closer: closer, skipBad: cfg.skipBadRows}
+	r.src = &rmmSource{r: r, csv: cr, closer: closer, skipBad: cfg.skipBadRows, counter: counter, size: size}
 	return nil
 }
 

@@ -180,6 +180,10 @@ func (s *sliceSource) next([]Event) ([]Event, error) {
 	return batch, nil
 }
 
+func (s *sliceSource) progress() (done, total int64) {
+	return int64(s.pos), int64(len(s.events))
+}
+
 func (s *sliceSource) close() error { s.events = nil; return nil }
 
 // snapshotImporter turns a decoded snapshot into events and a Snapshot.

@@ -26,6 +26,7 @@ type writerConfig struct {
 	functions   []string
 	compressNP  int
 	compression bool
+	zstdLevel   int
 }
 
 // WithAllocator makes the Writer take its Arrow buffers from alloc (default memory.DefaultAllocator).
@@ -45,6 +46,10 @@ func WithFunctions(names ...string) WriterOption {
 // WithCompressConcurrency sets how many goroutines compress the columns of a batch
 // (default 1: on a 2-core machine more goroutines do not pay; see docs/benchmarks.md).
 func WithCompressConcurrency(n int) WriterOption { return func(c *writerConfig) { c.compressNP = n } }
+
+// withZstdLevel sets the zstd level (arrow-go maps 1-2 to its fastest preset, 3-5 to its
+// default); for benchmarks only.
+func withZstdLevel(level int) WriterOption { return func(c *writerConfig) { c.zstdLevel = level } }
 
 // withoutCompression writes uncompressed buffers; for benchmarks only.
 func withoutCompression() WriterOption { return func(c *writerConfig) { c.compression = false } }
@@ -93,7 +98,7 @@ func NewWriter(w io.Writer, info Info, opts ...WriterOption) (*Writer, error) {
 	}
 	ipcOpts := []ipc.Option{ipc.WithSchema(tw.schema), ipc.WithAllocator(cfg.alloc)}
 	if cfg.compression {
-		ipcOpts = append(ipcOpts, ipc.WithZstd(), ipc.WithCompressConcurrency(cfg.compressNP))
+		ipcOpts = append(ipcOpts, ipc.WithZstdLevel(cfg.zstdLevel), ipc.WithCompressConcurrency(cfg.compressNP))
 	}
 	fw, err := ipc.NewFileWriter(tw.buf, ipcOpts...)
 	if err != nil {
