@@ -3,6 +3,24 @@
 // (PyTorch memory snapshots, RMM logging_resource_adaptor CSV files).
 //
 // It is the project's one stable public API and imports no other allocscope package.
+//
+// # File format (FormatVersion 1)
+//
+// A trace is an Arrow IPC file (the "Feather v2" file format) with one column per Event field,
+// in this order: seq uint64, time_ns int64 (ns), duration_ns int64 (ns), pid uint32, tid uint32,
+// device int32, op, memory, layer, function, size uint64 (bytes), address uint64, handle uint64,
+// stream uint64, result int32, callsite uint64. The four string columns are dictionary-encoded
+// (int8 indices; int16 for function) with one dictionary per column for the whole file: op, memory
+// and layer hold the names of the Op, Memory and Layer constants (entry i is the name of value
+// i), function holds KnownFunctions plus any names given with WithFunctions. Each field's
+// metadata has a "description" and, for times and sizes, a "unit" ("ns" or "bytes"). The schema
+// metadata holds allocscope.format_version, allocscope.source, allocscope.command (JSON array),
+// allocscope.host, allocscope.start_time (RFC 3339), allocscope.recorder_version,
+// allocscope.driver_version and allocscope.gpu_names (JSON array). Record batches hold 65536 rows
+// and their buffers are zstd-compressed. pyarrow (pyarrow.ipc.open_file), pandas (read_feather,
+// string columns as categories) and DuckDB (through a pyarrow table) read the files unchanged.
+//
+// Readers accept the string columns as plain strings too, and extra columns are ignored.
 package trace
 
 import "fmt"
