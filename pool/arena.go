@@ -31,11 +31,12 @@ func (b *base) PeakStats() Stats {
 	return b.c.peak
 }
 
-// block is a live block handed out from best-fit space or straight from the Upstream.
+// block is a live block handed out from a space or straight from the Upstream.
 type block struct {
 	req, size uint64 // bytes requested; bytes of the block
 	seg       uint64 // segment (Upstream region) the block lies in
 	stream    uint64 // stream it was allocated on
+	node      int32  // its node in the policy's space
 	small     bool   // PolicyPyTorch: from the small pool
 }
 
@@ -49,21 +50,22 @@ func errUnknown(addr uint64) error { return fmt.Errorf("free %#x: %w", addr, Err
 // span that fits (lowest address among equals); freed blocks merge with free neighbours of the
 // same region. When nothing fits it grows by a new region of max(block, growMin) bytes, capped
 // so that its regions total at most maximum (0 = unbounded); each growth counts a Fallback.
+// With perStream, a freed block is kept for the stream that freed it (fresh space is shared).
 type arena struct {
 	up        *tracked
-	free      *freeIndex
+	sp        *space
 	owned     map[uint64]uint64 // regions it reserved itself: base → size
 	align     uint64
 	total     uint64 // bytes of all its space
 	growMin   uint64
 	maximum   uint64
-	perStream bool // keep freed spans on the freeing stream's own list
+	perStream bool
 }
 
 func newArena(up *tracked, align, growMin, maximum uint64, perStream bool) *arena {
 	return &arena{
 		up:        up,
-		free:      newFreeIndex(bySizeOrder),
+		sp:        newSpace(),
 		owned:     make(map[uint64]uint64),
 		align:     align,
 		growMin:   roundUp(growMin, align),
@@ -74,7 +76,7 @@ func newArena(up *tracked, align, growMin, maximum uint64, perStream bool) *aren
 
 // addSpace gives the arena [addr, addr+size), a planned part of a region someone else owns.
 func (a *arena) addSpace(addr, size uint64) {
-	a.free.add(span{addr: addr, size: size, seg: addr})
+	a.sp.addSegment(addr, size, false, 0, nodeFree)
 	a.total += size
 }
 
@@ -92,38 +94,34 @@ func (a *arena) reserveInitial(size uint64) error {
 // alloc returns a block of at least size bytes for stream.
 func (a *arena) alloc(size, stream uint64) (addr uint64, b block, err error) {
 	blk := roundUp(max(size, 1), a.align)
-	s, ok := a.find(blk, stream)
+	id, ok := a.find(blk, stream)
 	if !ok {
 		if err := a.grow(blk); err != nil {
 			return 0, block{}, err
 		}
-		s, _ = a.find(blk, stream)
+		id, _ = a.find(blk, stream)
 	}
-	a.free.remove(s)
-	if s.size > blk {
-		rest := s
-		rest.addr, rest.size = s.addr+blk, s.size-blk
-		a.free.add(rest)
-	}
-	return s.addr, block{req: size, size: blk, seg: s.seg, stream: stream}, nil
+	a.sp.take(id, blk)
+	n := a.sp.node(id)
+	return n.addr, block{req: size, size: blk, seg: n.seg, stream: stream, node: id}, nil
 }
 
-func (a *arena) find(blk, stream uint64) (span, bool) {
+func (a *arena) find(blk, stream uint64) (int32, bool) {
 	if a.perStream {
-		if s, ok := a.free.bestFit(true, stream, blk); ok {
-			return s, true
+		if id, ok := a.sp.bestFit(true, stream, blk); ok {
+			return id, true
 		}
 	}
-	return a.free.bestFit(false, 0, blk)
+	return a.sp.bestFit(false, 0, blk)
 }
 
-// freeBlock returns b, at addr, freed on stream, to the free space.
-func (a *arena) freeBlock(addr uint64, b block, stream uint64) {
-	s := span{addr: addr, size: b.size, seg: b.seg}
+// freeBlock returns b, freed on stream, to the free space.
+func (a *arena) freeBlock(b block, stream uint64) {
 	if a.perStream {
-		s.tagged, s.stream = true, stream
+		a.sp.release(b.node, true, stream)
+	} else {
+		a.sp.release(b.node, false, 0)
 	}
-	a.free.insert(s)
 }
 
 // grow adds a region that can hold a block of blk bytes.
@@ -141,8 +139,7 @@ func (a *arena) grow(blk uint64) error {
 	}
 	a.up.c.s.Fallbacks++
 	a.owned[addr] = n
-	a.total += n
-	a.free.add(span{addr: addr, size: n, seg: addr})
+	a.addSpace(addr, n)
 	return nil
 }
 

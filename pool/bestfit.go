@@ -59,7 +59,7 @@ func (p *bestFitPool) Free(addr, stream uint64) error {
 		return errUnknown(addr)
 	}
 	delete(p.blocks, addr)
-	p.arena.freeBlock(addr, b, stream)
+	p.arena.freeBlock(b, stream)
 	p.c.freed(b.req, b.size)
 	return nil
 }

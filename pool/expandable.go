@@ -1,9 +1,6 @@
 package pool
 
-import (
-	"errors"
-	"slices"
-)
+import "errors"
 
 // This file models PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).
 
@@ -17,148 +14,134 @@ func pageSize(small bool) uint64 {
 
 // allocExpandable is PyTorch's try_allocate_expandable_block: find room in a segment of the
 // stream (or start a new one), map pages until the free block at the candidate reaches rs bytes,
-// and take it out of the pool.
-func (p *torchPool) allocExpandable(small bool, stream, rs uint64) (span, bool, error) {
-	c, isUnmapped, err := p.findExpandable(small, stream, rs)
+// and return it (a free node, in its tree).
+func (p *torchPool) allocExpandable(small bool, stream, rs uint64) (int32, bool, error) {
+	sp := p.pools[poolIndex(small)]
+	c, err := p.findExpandable(small, stream, rs)
 	if err != nil {
 		if isOOM(err) {
-			return span{}, false, nil
+			return nilNode, false, nil
 		}
-		return span{}, false, err
+		return nilNode, false, err
 	}
 	ok := true
-	if isUnmapped {
-		if c, ok, err = p.mapBlock(small, c, min(c.size, rs)); !ok || err != nil {
-			return span{}, false, err
+	if sp.node(c).state == nodeUnmapped {
+		if c, ok, err = p.mapBlock(small, c, min(sp.node(c).size, rs)); !ok || err != nil {
+			return nilNode, false, err
 		}
 	}
-	for c.size < rs {
-		next, _ := p.unmapped[poolIndex(small)].startingAt(c.end())
-		if c, ok, err = p.mapBlock(small, next, min(rs-c.size, next.size)); !ok || err != nil {
-			return span{}, false, err
+	for sp.node(c).size < rs {
+		next := sp.node(c).next // unmapped: findExpandable saw enough room
+		need := rs - sp.node(c).size
+		if c, ok, err = p.mapBlock(small, next, min(need, sp.node(next).size)); !ok || err != nil {
+			return nilNode, false, err
 		}
 	}
-	p.pools[poolIndex(small)].remove(c)
 	return c, true, nil
 }
 
 // findExpandable is PyTorch's find_expandable_block: the lowest-addressed unmapped range of the
 // stream (or the free block just before it) from which enough free and unmapped address space
-// follows; else a new segment. isUnmapped tells which of the two indexes holds the result.
-func (p *torchPool) findExpandable(small bool, stream, rs uint64) (c span, isUnmapped bool, err error) {
-	pool, unmapped := p.pools[poolIndex(small)], p.unmapped[poolIndex(small)]
-	found := false
-	unmapped.ascendFrom(true, stream, 0, func(u span) bool {
-		c, isUnmapped = u, true
-		if prev, ok := pool.endingAt(u.addr); ok && prev.seg == u.seg {
-			c, isUnmapped = prev, false
+// follows; else a new segment.
+func (p *torchPool) findExpandable(small bool, stream, rs uint64) (int32, error) {
+	sp := p.pools[poolIndex(small)]
+	found := nilNode
+	u, ok := sp.unmapped.lowerBound(span{tagged: true, stream: stream})
+	for ; ok && u.tagged && u.stream == stream; u, ok = sp.unmapped.above(u) {
+		c := u.node
+		if prev := sp.node(c).prev; prev != nilNode && sp.node(prev).state == nodeFree {
+			c = prev
 		}
-		found = p.hasAddressSpace(small, c, rs)
-		return !found
-	})
-	if found {
-		return c, isUnmapped, nil
+		if p.hasAddressSpace(sp, c, rs) {
+			found = c
+			break
+		}
+	}
+	if found != nilNode {
+		return found, nil
 	}
 	addr, err := p.mapper.ReserveAddress(p.vaSize)
 	if err != nil {
-		return span{}, false, err
+		return nilNode, err
 	}
-	p.segments[addr] = &torchSegment{size: p.vaSize, small: small, stream: stream, expandable: true}
-	c = span{addr: addr, size: p.vaSize, seg: addr, tagged: true, stream: stream}
-	unmapped.add(c)
-	return c, true, nil
+	id := sp.addSegment(addr, p.vaSize, true, stream, nodeUnmapped)
+	p.segments[addr] = &torchSegment{size: p.vaSize, small: small, stream: stream, expandable: true, head: id}
+	return id, nil
 }
 
-// hasAddressSpace reports whether free and unmapped ranges following c in its segment add up to
-// need bytes.
-func (p *torchPool) hasAddressSpace(small bool, c span, need uint64) bool {
-	pool, unmapped := p.pools[poolIndex(small)], p.unmapped[poolIndex(small)]
+// hasAddressSpace reports whether the free and unmapped nodes from c on add up to need bytes.
+func (p *torchPool) hasAddressSpace(sp *space, c int32, need uint64) bool {
 	total := uint64(0)
-	for {
-		total += c.size
-		if total >= need {
+	for ; c != nilNode && sp.node(c).state != nodeUsed; c = sp.node(c).next {
+		if total += sp.node(c).size; total >= need {
 			return true
 		}
-		next, ok := pool.startingAt(c.end())
-		if !ok {
-			next, ok = unmapped.startingAt(c.end())
-		}
-		if !ok || next.seg != c.seg {
-			return false
-		}
-		c = next
 	}
+	return false
 }
 
-// mapBlock is PyTorch's map_block: map whole pages at the start of unmapped range u to cover
-// size bytes, and return the free block they form with their free neighbours.
-func (p *torchPool) mapBlock(small bool, u span, size uint64) (span, bool, error) {
-	n := min(roundUpAny(size, pageSize(small)), u.size)
-	if err := p.up.mapPages(p.mapper, u.addr, n); err != nil {
+// mapBlock is PyTorch's map_block: map whole pages at the start of unmapped node u to cover
+// size bytes, and return the free node they form with their free neighbours.
+func (p *torchPool) mapBlock(small bool, u int32, size uint64) (int32, bool, error) {
+	sp := p.pools[poolIndex(small)]
+	un := *sp.node(u)
+	n := min(roundUpAny(size, pageSize(small)), un.size)
+	if err := p.up.mapPages(p.mapper, un.addr, n); err != nil {
 		if isOOM(err) {
-			return span{}, false, nil
+			return nilNode, false, nil
 		}
-		return span{}, false, err
+		return nilNode, false, err
 	}
-	unmapped := p.unmapped[poolIndex(small)]
-	unmapped.remove(u)
-	if n < u.size {
-		rest := u
-		rest.addr, rest.size = u.addr+n, u.size-n
-		unmapped.add(rest)
+	if n < un.size {
+		sp.split(u, n)
 	}
-	mapped := u
-	mapped.size = n
-	return p.pools[poolIndex(small)].insert(mapped), true, nil
+	return sp.setState(u, nodeFree), true, nil
 }
 
-// unmapBlock is PyTorch's unmap_block: unmap the whole pages inside free block s; the slivers
+// unmapBlock is PyTorch's unmap_block: unmap the whole pages inside free node id; the slivers
 // before and after them stay free and mapped.
-func (p *torchPool) unmapBlock(small bool, s span) error {
+func (p *torchPool) unmapBlock(small bool, id int32) error {
+	sp := p.pools[poolIndex(small)]
+	s := sp.node(id).span
 	page := pageSize(small)
 	begin := s.seg + roundUpAny(s.addr-s.seg, page)
 	end := s.seg + (s.end()-s.seg)/page*page
 	if begin >= end {
 		return nil
 	}
-	pool := p.pools[poolIndex(small)]
-	pool.remove(s)
-	if begin > s.addr {
-		head := s
-		head.size = begin - s.addr
-		pool.add(head)
-	}
-	if end < s.end() {
-		tail := s
-		tail.addr, tail.size = end, s.end()-end
-		pool.add(tail)
-	}
 	if err := p.up.unmapPages(p.mapper, begin, end-begin); err != nil {
 		return err
 	}
-	gone := s
-	gone.addr, gone.size = begin, end-begin
-	p.unmapped[poolIndex(small)].insert(gone)
+	mid := id
+	if begin > s.addr {
+		mid = sp.split(id, begin-s.addr)
+	}
+	if end < s.end() {
+		sp.split(mid, end-begin)
+	}
+	sp.setState(mid, nodeUnmapped)
 	return nil
 }
 
 // closeExpandable unmaps every mapped range of a segment and releases its address space.
 func (p *torchPool) closeExpandable(addr uint64, seg *torchSegment) error {
-	var holes []span
-	for _, u := range p.unmapped[poolIndex(seg.small)].all() {
-		if u.seg == addr {
-			holes = append(holes, u)
-		}
-	}
-	slices.SortFunc(holes, func(a, b span) int { return cmpUint(a.addr, b.addr) })
+	sp := p.pools[poolIndex(seg.small)]
 	var errs []error
-	at := addr
-	for _, h := range append(holes, span{addr: addr + seg.size}) {
-		if h.addr > at {
-			errs = append(errs, p.up.unmapPages(p.mapper, at, h.addr-at))
+	runStart, inRun := uint64(0), false
+	for id := seg.head; id != nilNode; id = sp.node(id).next {
+		n := sp.node(id)
+		switch {
+		case n.state != nodeUnmapped && !inRun:
+			runStart, inRun = n.addr, true
+		case n.state == nodeUnmapped && inRun:
+			errs = append(errs, p.up.unmapPages(p.mapper, runStart, n.addr-runStart))
+			inRun = false
 		}
-		at = h.end()
 	}
+	if inRun {
+		errs = append(errs, p.up.unmapPages(p.mapper, runStart, addr+seg.size-runStart))
+	}
+	sp.dropSegment(seg.head)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

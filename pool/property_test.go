@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/google/btree"
 )
 
 // propertyConfigs are the configs the property tests drive with random traces: every policy,
@@ -38,15 +36,12 @@ func propertyConfigs() map[string]Config {
 	}
 }
 
-// liveRange is a block handed out, as its user sees it.
-type liveRange struct{ addr, size, stream uint64 }
-
 // checker drives an allocator and checks its invariants after every call.
 type checker struct {
 	t      *testing.T
 	a      Allocator
 	up     *SimUpstream
-	byAddr *btree.BTreeG[liveRange]
+	byAddr *spanTree // live blocks as the user sees them, by address
 	addrs  []uint64       // live addresses, for picking one at random
 	index  map[uint64]int // address → position in addrs
 	live   uint64         // requested bytes live
@@ -60,8 +55,7 @@ func newChecker(t *testing.T, cfg Config, capacity uint64) *checker {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return &checker{t: t, a: a, up: up, index: map[uint64]int{},
-		byAddr: btree.NewG(8, func(x, y liveRange) bool { return x.addr < y.addr })}
+	return &checker{t: t, a: a, up: up, index: map[uint64]int{}, byAddr: newSpanTree(byAddrOrder)}
 }
 
 func (c *checker) alloc(size, stream uint64) {
@@ -74,23 +68,17 @@ func (c *checker) alloc(size, stream uint64) {
 		c.fails++
 		return
 	}
-	r := liveRange{addr, max(size, 1), stream}
-	c.byAddr.DescendLessOrEqual(r, func(prev liveRange) bool {
-		if prev.addr+prev.size > addr {
-			c.t.Fatalf("block %#x+%d overlaps live block %#x+%d", addr, size, prev.addr, prev.size)
-		}
-		return false
-	})
-	c.byAddr.AscendGreaterOrEqual(r, func(next liveRange) bool {
-		if next.addr < addr+r.size {
-			c.t.Fatalf("block %#x+%d overlaps live block %#x+%d", addr, size, next.addr, next.size)
-		}
-		return false
-	})
+	r := span{addr: addr, size: max(size, 1)} // untagged, stream 0: ordered by address alone
+	if prev, ok := c.byAddr.below(span{addr: addr + 1}); ok && prev.end() > addr {
+		c.t.Fatalf("block %#x+%d overlaps live block %#x+%d", addr, size, prev.addr, prev.size)
+	}
+	if next, ok := c.byAddr.lowerBound(span{addr: addr}); ok && next.addr < r.end() {
+		c.t.Fatalf("block %#x+%d overlaps live block %#x+%d", addr, size, next.addr, next.size)
+	}
 	if !c.up.Contains(addr, r.size) {
 		c.t.Fatalf("block %#x+%d is not inside reserved memory", addr, size)
 	}
-	c.byAddr.ReplaceOrInsert(liveRange{addr, r.size, stream})
+	c.byAddr.insert(r)
 	c.index[addr] = len(c.addrs)
 	c.addrs = append(c.addrs, addr)
 	c.live += size
@@ -99,7 +87,7 @@ func (c *checker) alloc(size, stream uint64) {
 func (c *checker) free(i int, stream uint64) {
 	c.t.Helper()
 	addr := c.addrs[i]
-	r, _ := c.byAddr.Get(liveRange{addr: addr})
+	r, _ := c.byAddr.lowerBound(span{addr: addr})
 	before := c.a.Stats()
 	if err := c.a.Free(addr, stream); err != nil {
 		c.t.Fatalf("Free(%#x): %v", addr, err)
@@ -111,7 +99,7 @@ func (c *checker) free(i int, stream uint64) {
 	if err := c.a.Free(addr, stream); !errors.Is(err, ErrUnknownAddress) {
 		c.t.Fatalf("second Free(%#x) = %v, want ErrUnknownAddress", addr, err)
 	}
-	c.byAddr.Delete(r)
+	c.byAddr.delete(r)
 	last := c.addrs[len(c.addrs)-1]
 	c.addrs[i] = last
 	c.index[last] = i

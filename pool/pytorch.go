@@ -45,8 +45,7 @@ const (
 type torchPool struct {
 	base
 	mapper     Mapper
-	pools      [2]*freeIndex // free mapped blocks: [0] large pool, [1] small pool
-	unmapped   [2]*freeIndex // expandable segments' unmapped ranges, ordered by stream and address
+	pools      [2]*space // [0] large pool, [1] small pool
 	segments   map[uint64]*torchSegment
 	blocks     map[uint64]block
 	maxSplit   uint64 // math.MaxUint64 when unlimited
@@ -60,6 +59,7 @@ type torchSegment struct {
 	small      bool
 	stream     uint64
 	expandable bool
+	head       int32 // its first node
 }
 
 func poolIndex(small bool) int {
@@ -87,8 +87,7 @@ func newPyTorch(cfg Config, up Upstream) (*torchPool, error) {
 		p.maxSplit = pc.MaxSplitSizeMB << 20
 	}
 	for i := range p.pools {
-		p.pools[i] = newFreeIndex(bySizeOrder)
-		p.unmapped[i] = newFreeIndex(byAddrOrder)
+		p.pools[i] = newSpace()
 	}
 	if p.expandable {
 		m, ok := up.(Mapper)
@@ -158,10 +157,10 @@ func (p *torchPool) Alloc(size, stream uint64) (uint64, error) {
 	}
 	rs := p.roundSize(size)
 	small := rs <= torchSmallSize
-	s, ok := p.getFreeBlock(small, stream, rs)
+	id, ok := p.getFreeBlock(small, stream, rs)
 	var err error
 	if !ok {
-		s, ok, err = p.allocWithRetry(small, stream, rs)
+		id, ok, err = p.allocWithRetry(small, stream, rs)
 	}
 	if err == nil && !ok {
 		err = fmt.Errorf("no segment for %d bytes: %w", rs, ErrOutOfMemory)
@@ -170,16 +169,17 @@ func (p *torchPool) Alloc(size, stream uint64) (uint64, error) {
 		p.c.failed()
 		return 0, fmt.Errorf("alloc %d bytes on stream %#x: %w", size, stream, err)
 	}
-	b := block{req: size, size: s.size, seg: s.seg, stream: stream, small: small}
-	if p.shouldSplit(s.size, rs, small) {
-		rest := s
-		rest.addr, rest.size = s.addr+rs, s.size-rs
-		p.pools[poolIndex(small)].insert(rest)
-		b.size = rs
+	sp := p.pools[poolIndex(small)]
+	n := sp.node(id)
+	keep := n.size
+	if p.shouldSplit(n.size, rs, small) {
+		keep = rs
 	}
-	p.blocks[s.addr] = b
-	p.c.allocated(size, b.size)
-	return s.addr, nil
+	sp.take(id, keep)
+	n = sp.node(id)
+	p.blocks[n.addr] = block{req: size, size: keep, seg: n.seg, stream: stream, node: id, small: small}
+	p.c.allocated(size, keep)
+	return n.addr, nil
 }
 
 // shouldSplit is PyTorch's should_split.
@@ -192,68 +192,68 @@ func (p *torchPool) shouldSplit(blockSize, rs uint64, small bool) bool {
 }
 
 // getFreeBlock is PyTorch's get_free_block: best fit on the stream, with the oversize rules.
-func (p *torchPool) getFreeBlock(small bool, stream, rs uint64) (span, bool) {
-	idx := p.pools[poolIndex(small)]
+// It returns a free node, still in its tree.
+func (p *torchPool) getFreeBlock(small bool, stream, rs uint64) (int32, bool) {
+	sp := p.pools[poolIndex(small)]
 	var cand span
 	found := false
-	idx.ascendFrom(true, stream, rs, func(s span) bool {
+	sp.ascendFree(true, stream, rs, func(s span) bool {
 		if !found {
 			cand, found = s, true
 			return p.expandable
 		}
 		// Expandable segments: prefer a block that can grow less (keep a segment's growing end).
-		if p.expandableSize(small, s) < p.expandableSize(small, cand) {
+		if p.expandableSize(sp, s) < p.expandableSize(sp, cand) {
 			cand = s
 			return true
 		}
 		return false
 	})
 	if !found {
-		return span{}, false
+		return nilNode, false
 	}
 	if rs < p.maxSplit && cand.size >= p.maxSplit {
-		return span{}, false
+		return nilNode, false
 	}
 	if rs >= p.maxSplit && cand.size >= rs+torchLargeBuffer {
-		return span{}, false
+		return nilNode, false
 	}
-	idx.remove(cand)
-	return cand, true
+	return cand.node, true
 }
 
 // expandableSize is a free block's size plus the unmapped range right after it in its segment.
-func (p *torchPool) expandableSize(small bool, s span) uint64 {
-	if u, ok := p.unmapped[poolIndex(small)].startingAt(s.end()); ok && u.seg == s.seg {
-		return s.size + u.size
+func (p *torchPool) expandableSize(sp *space, s span) uint64 {
+	if nx := sp.node(s.node).next; nx != nilNode && sp.node(nx).state == nodeUnmapped {
+		return s.size + sp.node(nx).size
 	}
 	return s.size
 }
 
-// allocWithRetry is the cudaMalloc part of PyTorch's malloc with its two retries. The span it
-// returns is not in any free index.
-func (p *torchPool) allocWithRetry(small bool, stream, rs uint64) (span, bool, error) {
-	s, ok, err := p.allocBlock(small, stream, rs)
+// allocWithRetry is the cudaMalloc part of PyTorch's malloc with its two retries. It returns
+// a free node, still in its tree.
+func (p *torchPool) allocWithRetry(small bool, stream, rs uint64) (int32, bool, error) {
+	id, ok, err := p.allocBlock(small, stream, rs)
 	if ok || err != nil {
-		return s, ok, err
+		return id, ok, err
 	}
 	released, err := p.releaseAvailable(small, stream, rs)
 	if err != nil {
-		return span{}, false, err
+		return nilNode, false, err
 	}
 	if released {
-		if s, ok, err = p.allocBlock(small, stream, rs); ok || err != nil {
-			return s, ok, err
+		if id, ok, err = p.allocBlock(small, stream, rs); ok || err != nil {
+			return id, ok, err
 		}
 	}
 	if err := p.releaseCached(); err != nil {
-		return span{}, false, err
+		return nilNode, false, err
 	}
 	return p.allocBlock(small, stream, rs)
 }
 
 // allocBlock is PyTorch's alloc_block: a new segment, or with expandable segments, more pages.
 // An out-of-memory Upstream gives ok == false and no error.
-func (p *torchPool) allocBlock(small bool, stream, rs uint64) (span, bool, error) {
+func (p *torchPool) allocBlock(small bool, stream, rs uint64) (int32, bool, error) {
 	if p.expandable {
 		return p.allocExpandable(small, stream, rs)
 	}
@@ -261,12 +261,13 @@ func (p *torchPool) allocBlock(small bool, stream, rs uint64) (span, bool, error
 	addr, err := p.up.reserve(n)
 	if err != nil {
 		if isOOM(err) {
-			return span{}, false, nil
+			return nilNode, false, nil
 		}
-		return span{}, false, err
+		return nilNode, false, err
 	}
-	p.segments[addr] = &torchSegment{size: n, small: small, stream: stream}
-	return span{addr: addr, size: n, seg: addr, tagged: true, stream: stream}, true, nil
+	id := p.pools[poolIndex(small)].addSegment(addr, n, true, stream, nodeFree)
+	p.segments[addr] = &torchSegment{size: n, small: small, stream: stream, head: id}
+	return id, true, nil
 }
 
 // releaseAvailable is PyTorch's release_available_cached_blocks: with max_split_size set, free
@@ -276,43 +277,46 @@ func (p *torchPool) releaseAvailable(small bool, stream, rs uint64) (bool, error
 	if p.maxSplit == math.MaxUint64 {
 		return false, nil
 	}
-	idx := p.pools[poolIndex(small)]
+	sp := p.pools[poolIndex(small)]
 	key := max(rs, p.maxSplit)
-	if s, ok := idx.bestFit(true, stream, key); ok && !p.segments[s.seg].expandable {
-		return p.releaseWhole(idx, s)
+	if id, ok := sp.bestFit(true, stream, key); ok && !p.segments[sp.node(id).seg].expandable {
+		return p.releaseWhole(sp, id)
 	}
-	var victims []span
+	var victims []int32
 	total := uint64(0)
-	idx.descendBelow(true, stream, key, func(s span) bool {
+	sp.descendFreeBelow(true, stream, key, func(s span) bool {
 		if total >= key || s.size < p.maxSplit {
 			return false
 		}
-		if !p.segments[s.seg].expandable && p.isWholeSegment(s) {
-			victims = append(victims, s)
+		if !p.segments[s.seg].expandable && isWholeSegment(sp, s.node) {
+			victims = append(victims, s.node)
 			total += s.size
 		}
 		return true
 	})
-	for _, s := range victims {
-		if _, err := p.releaseWhole(idx, s); err != nil {
+	for _, id := range victims {
+		if _, err := p.releaseWhole(sp, id); err != nil {
 			return false, err
 		}
 	}
 	return total >= key, nil
 }
 
-func (p *torchPool) isWholeSegment(s span) bool {
-	return s.addr == s.seg && s.size == p.segments[s.seg].size
+// isWholeSegment reports whether node id is all of its segment (PyTorch: no prev, no next).
+func isWholeSegment(sp *space, id int32) bool {
+	n := sp.node(id)
+	return n.prev == nilNode && n.next == nilNode
 }
 
-// releaseWhole returns the segment of free block s to the Upstream if s is the whole segment.
-func (p *torchPool) releaseWhole(idx *freeIndex, s span) (bool, error) {
-	if !p.isWholeSegment(s) {
+// releaseWhole returns the segment of free node id to the Upstream if the node is the whole segment.
+func (p *torchPool) releaseWhole(sp *space, id int32) (bool, error) {
+	if !isWholeSegment(sp, id) {
 		return false, nil
 	}
-	idx.remove(s)
-	delete(p.segments, s.seg)
-	if err := p.up.release(s.addr, s.size); err != nil {
+	n := *sp.node(id)
+	sp.dropSegment(id)
+	delete(p.segments, n.seg)
+	if err := p.up.release(n.addr, n.size); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -321,13 +325,13 @@ func (p *torchPool) releaseWhole(idx *freeIndex, s span) (bool, error) {
 // releaseCached is PyTorch's release_cached_blocks: every cached segment that is entirely free
 // goes back to the Upstream; in expandable segments the whole pages inside free blocks are unmapped.
 func (p *torchPool) releaseCached() error {
-	for i, idx := range p.pools {
-		for _, s := range idx.all() {
+	for i, sp := range p.pools {
+		for _, s := range sp.freeSpans() {
 			var err error
 			if p.segments[s.seg].expandable {
-				err = p.unmapBlock(i == 1, s)
+				err = p.unmapBlock(i == 1, s.node)
 			} else {
-				_, err = p.releaseWhole(idx, s)
+				_, err = p.releaseWhole(sp, s.node)
 			}
 			if err != nil {
 				return err
@@ -349,7 +353,7 @@ func (p *torchPool) Free(addr, stream uint64) error {
 		return errUnknown(addr)
 	}
 	delete(p.blocks, addr)
-	p.pools[poolIndex(b.small)].insert(span{addr: addr, size: b.size, seg: b.seg, tagged: true, stream: b.stream})
+	p.pools[poolIndex(b.small)].release(b.node, true, b.stream)
 	p.c.freed(b.req, b.size)
 	return nil
 }

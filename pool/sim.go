@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-
-	"github.com/google/btree"
 )
 
 // SimBase is the first address a SimUpstream hands out (rounded up to its granularity).
@@ -24,10 +22,10 @@ type SimUpstream struct {
 	mu          sync.Mutex
 	capacity    uint64
 	granularity uint64
-	top         uint64                   // lowest address above every range handed out
-	holes       *freeIndex               // freed ranges below top
-	regions     *btree.BTreeG[simRegion] // ranges handed out, by address
-	mapped      *btree.BTreeG[simRegion] // mapped page ranges, coalesced within one address reservation
+	addrs       *space               // the whole address space: one segment from SimBase, cut into ranges
+	regions     map[uint64]simRegion // ranges handed out, by base address
+	byAddr      *spanTree            // the same ranges ordered by address (seg = 1 for address space only)
+	mapped      *spanTree            // mapped page ranges, coalesced within one address reservation (seg = its base)
 	st          SimStats
 }
 
@@ -44,30 +42,30 @@ type SimStats struct {
 	Failures          uint64 // Reserve or Map calls refused for lack of capacity
 }
 
-// simRegion is a range handed out (addressOnly: by ReserveAddress) or, in mapped, a mapped range
-// (addressOnly unused, owner = base of its address reservation).
+// simRegion is a range handed out.
 type simRegion struct {
-	addr, size  uint64
-	owner       uint64
-	addressOnly bool
+	size        uint64
+	node        int32 // its node in addrs
+	addressOnly bool  // from ReserveAddress
 }
 
-func (r simRegion) end() uint64 { return r.addr + r.size }
-
-func regionLess(a, b simRegion) bool { return a.addr < b.addr }
+// simSpaceBytes is the size of the simulated address space.
+const simSpaceBytes = 1 << 63
 
 // NewSimUpstream returns an empty simulated address space holding at most capacity bytes
 // (0 = unbounded) whose ranges are multiples of granularity bytes (0 means 1).
 func NewSimUpstream(capacity, granularity uint64) *SimUpstream {
 	granularity = max(granularity, 1)
-	return &SimUpstream{
+	u := &SimUpstream{
 		capacity:    capacity,
 		granularity: granularity,
-		top:         roundUpAny(SimBase, granularity),
-		holes:       newFreeIndex(bySizeOrder),
-		regions:     btree.NewG(16, regionLess),
-		mapped:      btree.NewG(16, regionLess),
+		addrs:       newSpace(),
+		regions:     make(map[uint64]simRegion),
+		byAddr:      newSpanTree(byAddrOrder),
+		mapped:      newSpanTree(byAddrOrder),
 	}
+	u.addrs.addSegment(roundUpAny(SimBase, granularity), simSpaceBytes, false, 0, nodeFree)
+	return u
 }
 
 // Reserve returns the base of a new region of size bytes rounded up to the granularity.
@@ -82,11 +80,10 @@ func (u *SimUpstream) Reserve(size uint64) (uint64, error) {
 		u.st.Failures++
 		return 0, fmt.Errorf("reserve %d bytes with %d of %d held: %w", r, u.st.ReservedBytes, u.capacity, ErrOutOfMemory)
 	}
-	addr, err := u.take(r)
+	addr, err := u.take(r, false)
 	if err != nil {
 		return 0, fmt.Errorf("reserve %d bytes: %w", size, err)
 	}
-	u.regions.ReplaceOrInsert(simRegion{addr: addr, size: r})
 	u.st.Reserves++
 	u.st.Regions++
 	u.hold(r)
@@ -98,12 +95,11 @@ func (u *SimUpstream) Release(addr, size uint64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	r, _ := u.rounded(size)
-	reg, ok := u.regions.Get(simRegion{addr: addr})
+	reg, ok := u.regions[addr]
 	if !ok || reg.addressOnly || reg.size != r {
 		return fmt.Errorf("release %d bytes at %#x: no such region: %w", size, addr, ErrUnknownAddress)
 	}
-	u.regions.Delete(reg)
-	u.give(addr, r)
+	u.give(addr, reg)
 	u.st.Releases++
 	u.st.Regions--
 	u.st.ReservedBytes -= r
@@ -119,11 +115,10 @@ func (u *SimUpstream) ReserveAddress(size uint64) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reserve %d bytes of address space: %w", size, err)
 	}
-	addr, err := u.take(r)
+	addr, err := u.take(r, true)
 	if err != nil {
 		return 0, fmt.Errorf("reserve %d bytes of address space: %w", size, err)
 	}
-	u.regions.ReplaceOrInsert(simRegion{addr: addr, size: r, addressOnly: true})
 	u.st.AddressBytes += r
 	return addr, nil
 }
@@ -133,15 +128,14 @@ func (u *SimUpstream) ReleaseAddress(addr, size uint64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	r, _ := u.rounded(size)
-	reg, ok := u.regions.Get(simRegion{addr: addr})
+	reg, ok := u.regions[addr]
 	if !ok || !reg.addressOnly || reg.size != r {
 		return fmt.Errorf("release %d bytes of address space at %#x: no such reservation: %w", size, addr, ErrUnknownAddress)
 	}
-	if m, ok := u.firstMappedFrom(addr); ok && m.addr < reg.end() {
+	if m, ok := u.mapped.lowerBound(span{addr: addr}); ok && m.addr < addr+r {
 		return fmt.Errorf("release address space at %#x: %d bytes at %#x still mapped", addr, m.size, m.addr)
 	}
-	u.regions.Delete(reg)
-	u.give(addr, r)
+	u.give(addr, reg)
 	u.st.AddressBytes -= r
 	return nil
 }
@@ -158,14 +152,14 @@ func (u *SimUpstream) Map(addr, size uint64) error {
 	if prev, ok := u.lastMappedAtOrBelow(addr); ok && prev.end() > addr {
 		return fmt.Errorf("map %d bytes at %#x: overlaps mapped range at %#x", size, addr, prev.addr)
 	}
-	if next, ok := u.firstMappedFrom(addr); ok && next.addr < addr+size {
+	if next, ok := u.mapped.lowerBound(span{addr: addr}); ok && next.addr < addr+size {
 		return fmt.Errorf("map %d bytes at %#x: overlaps mapped range at %#x", size, addr, next.addr)
 	}
 	if u.capacity > 0 && u.st.ReservedBytes+size > u.capacity {
 		u.st.Failures++
 		return fmt.Errorf("map %d bytes with %d of %d held: %w", size, u.st.ReservedBytes, u.capacity, ErrOutOfMemory)
 	}
-	u.addMapped(simRegion{addr: addr, size: size, owner: owner})
+	u.addMapped(span{addr: addr, size: size, seg: owner})
 	u.st.Maps++
 	u.hold(size)
 	return nil
@@ -182,12 +176,12 @@ func (u *SimUpstream) Unmap(addr, size uint64) error {
 	if !ok || m.end() < addr+size {
 		return fmt.Errorf("unmap %d bytes at %#x: not mapped: %w", size, addr, ErrUnknownAddress)
 	}
-	u.mapped.Delete(m)
+	u.mapped.delete(m)
 	if addr > m.addr {
-		u.mapped.ReplaceOrInsert(simRegion{addr: m.addr, size: addr - m.addr, owner: m.owner})
+		u.mapped.insert(span{addr: m.addr, size: addr - m.addr, seg: m.seg})
 	}
 	if end := addr + size; end < m.end() {
-		u.mapped.ReplaceOrInsert(simRegion{addr: end, size: m.end() - end, owner: m.owner})
+		u.mapped.insert(span{addr: end, size: m.end() - end, seg: m.seg})
 	}
 	u.st.Unmaps++
 	u.st.ReservedBytes -= size
@@ -199,16 +193,11 @@ func (u *SimUpstream) Unmap(addr, size uint64) error {
 func (u *SimUpstream) Contains(addr, size uint64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	var reg simRegion
-	found := false
-	u.regions.DescendLessOrEqual(simRegion{addr: addr}, func(r simRegion) bool {
-		reg, found = r, true
-		return false
-	})
+	reg, found := u.byAddr.below(span{addr: addr + 1})
 	if !found || addr+size > reg.end() || addr+size < addr {
 		return false
 	}
-	if !reg.addressOnly {
+	if reg.seg == 0 {
 		return true
 	}
 	m, ok := u.lastMappedAtOrBelow(addr)
@@ -232,30 +221,28 @@ func (u *SimUpstream) rounded(size uint64) (uint64, error) {
 	return roundUpAny(size, u.granularity), nil
 }
 
-// take finds room for r bytes: the best-fitting hole, else the top of the address space.
-func (u *SimUpstream) take(r uint64) (uint64, error) {
-	if h, ok := u.holes.bestFit(false, 0, r); ok {
-		u.holes.remove(h)
-		if h.size > r {
-			u.holes.add(span{addr: h.addr + r, size: h.size - r})
-		}
-		return h.addr, nil
-	}
-	if u.top > math.MaxUint64-r {
+// take finds room for r bytes: the lowest address of the smallest free range that fits.
+func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
+	id, ok := u.addrs.bestFit(false, 0, r)
+	if !ok {
 		return 0, fmt.Errorf("address space exhausted: %w", ErrOutOfMemory)
 	}
-	addr := u.top
-	u.top += r
+	u.addrs.take(id, r)
+	addr := u.addrs.node(id).addr
+	u.regions[addr] = simRegion{size: r, node: id, addressOnly: addressOnly}
+	flag := uint64(0)
+	if addressOnly {
+		flag = 1
+	}
+	u.byAddr.insert(span{addr: addr, size: r, seg: flag})
 	return addr, nil
 }
 
-// give returns [addr, addr+r) to the free address space.
-func (u *SimUpstream) give(addr, r uint64) {
-	merged := u.holes.insert(span{addr: addr, size: r})
-	if merged.end() == u.top {
-		u.holes.remove(merged)
-		u.top = merged.addr
-	}
+// give returns a range handed out to the free address space.
+func (u *SimUpstream) give(addr uint64, reg simRegion) {
+	u.addrs.release(reg.node, false, 0)
+	delete(u.regions, addr)
+	u.byAddr.delete(span{addr: addr})
 }
 
 func (u *SimUpstream) hold(r uint64) {
@@ -269,47 +256,27 @@ func (u *SimUpstream) checkPages(addr, size uint64) (uint64, error) {
 	if size == 0 || addr%u.granularity != 0 || size%u.granularity != 0 {
 		return 0, fmt.Errorf("range not a non-empty multiple of the %d-byte granularity", u.granularity)
 	}
-	var reg simRegion
-	found := false
-	u.regions.DescendLessOrEqual(simRegion{addr: addr}, func(r simRegion) bool {
-		reg, found = r, true
-		return false
-	})
-	if !found || !reg.addressOnly || addr+size > reg.end() || addr+size < addr {
+	reg, found := u.byAddr.below(span{addr: addr + 1})
+	if !found || reg.seg == 0 || addr+size > reg.end() || addr+size < addr {
 		return 0, fmt.Errorf("range outside any address reservation: %w", ErrUnknownAddress)
 	}
 	return reg.addr, nil
 }
 
 // addMapped inserts a mapped range, merging it with adjacent ranges of the same reservation.
-func (u *SimUpstream) addMapped(m simRegion) {
-	if prev, ok := u.lastMappedAtOrBelow(m.addr); ok && prev.end() == m.addr && prev.owner == m.owner {
-		u.mapped.Delete(prev)
+func (u *SimUpstream) addMapped(m span) {
+	if prev, ok := u.lastMappedAtOrBelow(m.addr); ok && prev.end() == m.addr && prev.seg == m.seg {
+		u.mapped.delete(prev)
 		m.addr, m.size = prev.addr, prev.size+m.size
 	}
-	if next, ok := u.mapped.Get(simRegion{addr: m.end()}); ok && next.owner == m.owner {
-		u.mapped.Delete(next)
+	if next, ok := u.mapped.lowerBound(span{addr: m.end()}); ok && next.addr == m.end() && next.seg == m.seg {
+		u.mapped.delete(next)
 		m.size += next.size
 	}
-	u.mapped.ReplaceOrInsert(m)
+	u.mapped.insert(m)
 }
 
-func (u *SimUpstream) lastMappedAtOrBelow(addr uint64) (simRegion, bool) {
-	var out simRegion
-	found := false
-	u.mapped.DescendLessOrEqual(simRegion{addr: addr}, func(r simRegion) bool {
-		out, found = r, true
-		return false
-	})
-	return out, found
-}
-
-func (u *SimUpstream) firstMappedFrom(addr uint64) (simRegion, bool) {
-	var out simRegion
-	found := false
-	u.mapped.AscendGreaterOrEqual(simRegion{addr: addr}, func(r simRegion) bool {
-		out, found = r, true
-		return false
-	})
-	return out, found
+// lastMappedAtOrBelow returns the mapped range with the highest base not above addr.
+func (u *SimUpstream) lastMappedAtOrBelow(addr uint64) (span, bool) {
+	return u.mapped.below(span{addr: addr + 1})
 }

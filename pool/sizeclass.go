@@ -264,7 +264,7 @@ func (p *sizeClassPool) freeLarge(addr, stream uint64) error {
 		return errUnknown(addr)
 	}
 	delete(p.large, addr)
-	p.arena.freeBlock(addr, b, stream)
+	p.arena.freeBlock(b, stream)
 	p.c.freed(b.req, b.size)
 	return nil
 }

@@ -1,128 +1,250 @@
 package pool
 
-// span is a free range [addr, addr+size) inside one segment. Every policy that splits and
-// coalesces (the best-fit arena, the PyTorch model, the stream-ordered pool, the simulated
-// address space) keeps its free ranges as spans in a freeIndex: one implementation of best fit.
+// span is a range [addr, addr+size) of address space with an owner: the key of the ordered
+// trees. Every policy that splits and coalesces (the best-fit arena, the PyTorch model, the
+// stream-ordered pool, the simulated address space) keeps its address space as spans in a space:
+// one implementation of best fit.
 type span struct {
 	addr, size uint64
-	seg        uint64 // identifies the segment (Upstream region) the span lies in; spans of different segments never merge
-	tagged     bool   // true when the span belongs to stream's own free list; false when any stream may use it
+	seg        uint64 // base address of the segment (Upstream region) the span lies in
 	stream     uint64 // the owning stream when tagged
+	tagged     bool   // true when the span belongs to stream's own free list; false when any stream may use it
+	node       int32  // the span's node in its space (not part of any order)
 }
 
 func (s span) end() uint64 { return s.addr + s.size }
 
-// sameList reports whether s and o may coalesce: same segment, same owner.
-func (s span) sameList(o span) bool {
-	return s.seg == o.seg && s.tagged == o.tagged && s.stream == o.stream
-}
-
-// The orders a freeIndex keeps its spans in.
+// The orders a spanTree keeps its spans in.
 const (
 	// bySizeOrder orders spans by owner, then size, then address: a lower bound on (owner, size)
 	// is a best fit, ties going to the lowest address.
 	bySizeOrder = true
-	// byAddrOrder orders spans by owner, then address (PyTorch's unmapped-block set).
+	// byAddrOrder orders spans by owner, then address.
 	byAddrOrder = false
 )
 
-// freeIndex holds free spans in an ordered tree (O(log n) best fit) and in two hash maps keyed by
-// start and end address (O(1) neighbour lookup for coalescing).
-type freeIndex struct {
-	tree    *spanTree
-	byStart map[uint64]span
-	byEnd   map[uint64]uint64 // end address → start address
-	bytes   uint64            // total free bytes
+// nodeState says what a node of a space is.
+type nodeState uint8
+
+const (
+	nodeFree     nodeState = iota // free memory, in the free tree
+	nodeUsed                      // a live block
+	nodeUnmapped                  // address space without memory (PyTorch's expandable segments), in the unmapped tree
+)
+
+// spaceNode is a piece of a segment; the pieces of a segment are linked in address order, so a
+// freed block finds its neighbours without a search.
+type spaceNode struct {
+	span
+	prev, next int32 // neighbours in the same segment, nilNode at its ends
+	state      nodeState
 }
 
-func newFreeIndex(order bool) *freeIndex {
-	return &freeIndex{
-		tree:    newSpanTree(order),
-		byStart: make(map[uint64]span),
-		byEnd:   make(map[uint64]uint64),
+// space cuts segments of address space into nodes: free ones in a tree ordered by owner, size and
+// address (O(log n) best fit), unmapped ones in a tree ordered by owner and address, used ones
+// held by the policy by node index. Nodes of a segment never merge with another segment's. A
+// node always keeps the lowest part of what it is split into, and absorbs the neighbours merged
+// into it from above, so a segment's first node keeps its index for the segment's life.
+type space struct {
+	nodes     []spaceNode
+	recycled  int32 // unused node slots, linked through next
+	free      *spanTree
+	unmapped  *spanTree
+	freeBytes uint64
+}
+
+func newSpace() *space {
+	return &space{recycled: nilNode, free: newSpanTree(bySizeOrder), unmapped: newSpanTree(byAddrOrder)}
+}
+
+func (sp *space) node(id int32) *spaceNode { return &sp.nodes[id] }
+
+func (sp *space) newNode(s span, state nodeState) int32 {
+	id := sp.recycled
+	if id == nilNode {
+		sp.nodes = append(sp.nodes, spaceNode{})
+		id = int32(len(sp.nodes) - 1)
+	} else {
+		sp.recycled = sp.nodes[id].next
+	}
+	s.node = id
+	sp.nodes[id] = spaceNode{span: s, prev: nilNode, next: nilNode, state: state}
+	return id
+}
+
+func (sp *space) recycle(id int32) {
+	sp.nodes[id] = spaceNode{next: sp.recycled, state: nodeUsed}
+	sp.recycled = id
+}
+
+// attach puts a free or unmapped node into its tree.
+func (sp *space) attach(id int32) {
+	n := &sp.nodes[id]
+	switch n.state {
+	case nodeFree:
+		sp.free.insert(n.span)
+		sp.freeBytes += n.size
+	case nodeUnmapped:
+		sp.unmapped.insert(n.span)
 	}
 }
 
-// add inserts s as it is, without coalescing.
-func (f *freeIndex) add(s span) {
-	f.tree.insert(s)
-	f.byStart[s.addr] = s
-	f.byEnd[s.end()] = s.addr
-	f.bytes += s.size
-}
-
-// remove deletes s, which must be in the index.
-func (f *freeIndex) remove(s span) {
-	f.tree.delete(s)
-	delete(f.byStart, s.addr)
-	delete(f.byEnd, s.end())
-	f.bytes -= s.size
-}
-
-// insert adds s, merging it with the free spans right before and after it that share its
-// segment and owner, and returns the merged span.
-func (f *freeIndex) insert(s span) span {
-	if prev, ok := f.endingAt(s.addr); ok && prev.sameList(s) {
-		f.remove(prev)
-		s.addr, s.size = prev.addr, prev.size+s.size
+// detach takes a free or unmapped node out of its tree.
+func (sp *space) detach(id int32) {
+	n := &sp.nodes[id]
+	switch n.state {
+	case nodeFree:
+		sp.free.delete(n.span)
+		sp.freeBytes -= n.size
+	case nodeUnmapped:
+		sp.unmapped.delete(n.span)
 	}
-	if next, ok := f.byStart[s.end()]; ok && next.sameList(s) {
-		f.remove(next)
-		s.size += next.size
+}
+
+// addSegment adds a segment [addr, addr+size) as one node in the given state and returns it.
+func (sp *space) addSegment(addr, size uint64, tagged bool, stream uint64, state nodeState) int32 {
+	id := sp.newNode(span{addr: addr, size: size, seg: addr, tagged: tagged, stream: stream}, state)
+	sp.attach(id)
+	return id
+}
+
+// dropSegment removes every node of the segment whose first node is head.
+func (sp *space) dropSegment(head int32) {
+	for id := head; id != nilNode; {
+		next := sp.nodes[id].next
+		sp.detach(id)
+		sp.recycle(id)
+		id = next
 	}
-	f.add(s)
-	return s
 }
 
-// startingAt returns the free span that starts at addr.
-func (f *freeIndex) startingAt(addr uint64) (span, bool) {
-	s, ok := f.byStart[addr]
-	return s, ok
-}
-
-// endingAt returns the free span that ends at addr.
-func (f *freeIndex) endingAt(addr uint64) (span, bool) {
-	start, ok := f.byEnd[addr]
-	if !ok {
-		return span{}, false
-	}
-	return f.byStart[start], true
-}
-
-// bestFit returns the smallest span of the given owner with at least size bytes (lowest address
-// among equals).
-func (f *freeIndex) bestFit(tagged bool, stream, size uint64) (span, bool) {
-	s, ok := f.tree.lowerBound(span{tagged: tagged, stream: stream, size: size})
+// bestFit returns the free node of the given owner that is the smallest with at least size
+// bytes (lowest address among equals).
+func (sp *space) bestFit(tagged bool, stream, size uint64) (int32, bool) {
+	s, ok := sp.free.lowerBound(span{tagged: tagged, stream: stream, size: size})
 	if !ok || s.tagged != tagged || s.stream != stream {
-		return span{}, false
+		return nilNode, false
 	}
-	return s, true
+	return s.node, true
 }
 
-// ascendFrom calls fn on the spans of the given owner in index order, starting at the first one
-// not below (owner, size), until fn returns false.
-func (f *freeIndex) ascendFrom(tagged bool, stream, size uint64, fn func(span) bool) {
-	s, ok := f.tree.lowerBound(span{tagged: tagged, stream: stream, size: size})
+// split cuts node id after its first size bytes; the rest becomes a new node in the same state,
+// returned. Tree membership follows.
+func (sp *space) split(id int32, size uint64) int32 {
+	sp.detach(id)
+	r := sp.splitDetached(id, size)
+	sp.attach(id)
+	return r
+}
+
+// splitDetached is split for a node out of its tree; the new node is attached.
+func (sp *space) splitDetached(id int32, size uint64) int32 {
+	n := sp.nodes[id]
+	rest := n.span
+	rest.addr, rest.size = n.addr+size, n.size-size
+	r := sp.newNode(rest, n.state)
+	sp.nodes[id].size = size
+	sp.nodes[r].prev, sp.nodes[r].next = id, n.next
+	if n.next != nilNode {
+		sp.nodes[n.next].prev = r
+	}
+	sp.nodes[id].next = r
+	sp.attach(r)
+	return r
+}
+
+// take makes free node id a used block of size bytes, splitting the rest off as a free node.
+func (sp *space) take(id int32, size uint64) {
+	sp.detach(id)
+	if sp.nodes[id].size > size {
+		sp.splitDetached(id, size)
+	}
+	sp.nodes[id].state = nodeUsed
+}
+
+// release makes used node id free for the given owner, merges it with free neighbours of the
+// same owner and returns the node that holds it now.
+func (sp *space) release(id int32, tagged bool, stream uint64) int32 {
+	n := &sp.nodes[id]
+	n.state, n.tagged, n.stream = nodeFree, tagged, stream
+	id = sp.absorbNeighbours(id)
+	sp.attach(id)
+	return id
+}
+
+// setOwner gives free node id to another owner, merging it with that owner's free neighbours.
+func (sp *space) setOwner(id int32, tagged bool, stream uint64) int32 {
+	sp.detach(id)
+	n := &sp.nodes[id]
+	n.tagged, n.stream = tagged, stream
+	id = sp.absorbNeighbours(id)
+	sp.attach(id)
+	return id
+}
+
+// setState turns node id (detached from its tree first) into state, merges it with neighbours
+// in the same state and owner, and returns the node that holds it now.
+func (sp *space) setState(id int32, state nodeState) int32 {
+	sp.detach(id)
+	sp.nodes[id].state = state
+	id = sp.absorbNeighbours(id)
+	sp.attach(id)
+	return id
+}
+
+// absorbNeighbours merges detached node id with its neighbours that are in the same state (not
+// used) and owner, which leave their trees; the lower node survives and is returned detached.
+func (sp *space) absorbNeighbours(id int32) int32 {
+	if p := sp.nodes[id].prev; p != nilNode && sp.mergeable(p, id) {
+		sp.detach(p)
+		sp.absorbNext(p)
+		id = p
+	}
+	if nx := sp.nodes[id].next; nx != nilNode && sp.mergeable(nx, id) {
+		sp.detach(nx)
+		sp.absorbNext(id)
+	}
+	return id
+}
+
+func (sp *space) mergeable(a, b int32) bool {
+	x, y := &sp.nodes[a], &sp.nodes[b]
+	return x.state == y.state && x.state != nodeUsed && x.tagged == y.tagged && x.stream == y.stream
+}
+
+// absorbNext appends node id's next node to it; both are detached.
+func (sp *space) absorbNext(id int32) {
+	n := &sp.nodes[id]
+	nx := n.next
+	n.size += sp.nodes[nx].size
+	n.next = sp.nodes[nx].next
+	if n.next != nilNode {
+		sp.nodes[n.next].prev = id
+	}
+	sp.recycle(nx)
+}
+
+// ascendFree calls fn on the free spans of the given owner in (size, address) order, starting at
+// the first one of at least size bytes, until fn returns false.
+func (sp *space) ascendFree(tagged bool, stream, size uint64, fn func(span) bool) {
+	s, ok := sp.free.lowerBound(span{tagged: tagged, stream: stream, size: size})
 	for ok && s.tagged == tagged && s.stream == stream && fn(s) {
-		s, ok = f.tree.above(s)
+		s, ok = sp.free.above(s)
 	}
 }
 
-// descendBelow calls fn on the spans of the given owner that sort below (owner, size), in
-// descending order, until fn returns false.
-func (f *freeIndex) descendBelow(tagged bool, stream, size uint64, fn func(span) bool) {
-	s, ok := f.tree.below(span{tagged: tagged, stream: stream, size: size})
+// descendFreeBelow calls fn on the free spans of the given owner below size bytes, largest
+// first, until fn returns false.
+func (sp *space) descendFreeBelow(tagged bool, stream, size uint64, fn func(span) bool) {
+	s, ok := sp.free.below(span{tagged: tagged, stream: stream, size: size})
 	for ok && s.tagged == tagged && s.stream == stream && fn(s) {
-		s, ok = f.tree.below(s)
+		s, ok = sp.free.below(s)
 	}
 }
 
-// all returns every span in index order.
-func (f *freeIndex) all() []span {
-	out := make([]span, 0, f.tree.count)
-	f.tree.each(func(s span) { out = append(out, s) })
+// freeSpans returns every free span in (owner, size, address) order.
+func (sp *space) freeSpans() []span {
+	out := make([]span, 0, sp.free.count)
+	sp.free.each(func(s span) { out = append(out, s) })
 	return out
 }
-
-// len returns the number of free spans.
-func (f *freeIndex) len() int { return f.tree.count }

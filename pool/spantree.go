@@ -18,7 +18,7 @@ type avlNode struct {
 	height      int32
 }
 
-const nilNode = -1
+const nilNode int32 = -1
 
 func newSpanTree(bySize bool) *spanTree {
 	return &spanTree{root: nilNode, free: nilNode, bySize: bySize}

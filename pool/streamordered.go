@@ -25,7 +25,7 @@ const streamOrderedChunk = 2 << 20
 //     growth is tried once more, as the driver trims a pool before failing.
 type streamOrderedPool struct {
 	base
-	free      *freeIndex
+	sp        *space
 	regions   map[uint64]*soRegion
 	blocks    map[uint64]block
 	align     uint64
@@ -34,12 +34,13 @@ type streamOrderedPool struct {
 
 type soRegion struct {
 	size uint64
-	live int // live blocks in it
+	live int   // live blocks in it
+	head int32 // its first node
 }
 
 func newStreamOrdered(cfg Config, up Upstream) *streamOrderedPool {
 	p := &streamOrderedPool{
-		free:    newFreeIndex(bySizeOrder),
+		sp:      newSpace(),
 		regions: make(map[uint64]*soRegion),
 		blocks:  make(map[uint64]block),
 		align:   cfg.alignment(),
@@ -64,47 +65,42 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 		return 0, err
 	}
 	blk := roundUp(max(size, 1), p.align)
-	s, ok := p.free.bestFit(true, stream, blk)
+	id, ok := p.sp.bestFit(true, stream, blk)
 	if !ok {
-		s, ok = p.free.bestFit(false, 0, blk)
+		id, ok = p.sp.bestFit(false, 0, blk)
 	}
 	if !ok {
 		var err error
-		if s, err = p.grow(blk); err != nil {
+		if id, err = p.grow(blk); err != nil {
 			p.c.failed()
 			return 0, fmt.Errorf("alloc %d bytes on stream %#x: %w", size, stream, err)
 		}
 	}
-	p.free.remove(s)
-	if s.size > blk {
-		rest := s
-		rest.addr, rest.size = s.addr+blk, s.size-blk
-		p.free.add(rest)
-	}
-	p.regions[s.seg].live++
-	p.blocks[s.addr] = block{req: size, size: blk, seg: s.seg, stream: stream}
+	p.sp.take(id, blk)
+	n := p.sp.node(id)
+	p.regions[n.seg].live++
+	p.blocks[n.addr] = block{req: size, size: blk, seg: n.seg, stream: stream, node: id}
 	p.c.allocated(size, blk)
-	return s.addr, nil
+	return n.addr, nil
 }
 
 // grow adds a region for a block of blk bytes, trimming empty regions and retrying once when
 // the Upstream is out of memory.
-func (p *streamOrderedPool) grow(blk uint64) (span, error) {
+func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
 	n := roundUp(blk, streamOrderedChunk)
 	addr, err := p.up.reserve(n)
 	if err != nil && isOOM(err) {
 		if terr := p.trim(0); terr != nil {
-			return span{}, terr
+			return nilNode, terr
 		}
 		addr, err = p.up.reserve(n)
 	}
 	if err != nil {
-		return span{}, err
+		return nilNode, err
 	}
-	p.regions[addr] = &soRegion{size: n}
-	s := span{addr: addr, size: n, seg: addr}
-	p.free.add(s)
-	return s, nil
+	id := p.sp.addSegment(addr, n, false, 0, nodeFree)
+	p.regions[addr] = &soRegion{size: n, head: id}
+	return id, nil
 }
 
 // Free puts the block on the freeing stream's free list.
@@ -120,7 +116,7 @@ func (p *streamOrderedPool) Free(addr, stream uint64) error {
 	}
 	delete(p.blocks, addr)
 	p.regions[b.seg].live--
-	p.free.insert(span{addr: addr, size: b.size, seg: b.seg, tagged: true, stream: stream})
+	p.sp.release(b.node, true, stream)
 	p.c.freed(b.req, b.size)
 	return nil
 }
@@ -132,11 +128,9 @@ func (p *streamOrderedPool) Sync() error {
 	if p.closed {
 		return errClosed("sync")
 	}
-	for _, s := range p.free.all() {
+	for _, s := range p.sp.freeSpans() {
 		if s.tagged {
-			p.free.remove(s)
-			s.tagged, s.stream = false, 0
-			p.free.insert(s)
+			p.sp.setOwner(s.node, false, 0)
 		}
 	}
 	return p.trim(p.threshold)
@@ -155,14 +149,7 @@ func (p *streamOrderedPool) trim(keep uint64) error {
 		if r.live > 0 {
 			continue
 		}
-		for at := addr; at < addr+r.size; {
-			s, ok := p.free.startingAt(at)
-			if !ok {
-				return fmt.Errorf("trim region %#x: no free span at %#x", addr, at)
-			}
-			p.free.remove(s)
-			at = s.end()
-		}
+		p.sp.dropSegment(r.head)
 		delete(p.regions, addr)
 		if err := p.up.release(addr, r.size); err != nil {
 			return err
