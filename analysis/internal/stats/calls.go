@@ -10,40 +10,35 @@ type CallDurations struct {
 
 func (c *Collector) callDurations() *CallDurations {
 	d := &CallDurations{alloc: map[uint8]float64{}, free: map[uint8]float64{}}
-	counts := map[uint16]uint64{}
-	for k, s := range c.calls {
-		counts[k.fn] += s.Count()
-	}
-	var bestAlloc, bestFree uint64
 	allocFn, freeFn := -1, -1
-	for fn, n := range counts {
-		k := callKey{fn: fn}
-		if c.isFreeFn(k.fn) {
-			if n > bestFree || n == bestFree && int(k.fn) < freeFn {
-				bestFree, freeFn = n, int(k.fn)
+	var bestAlloc, bestFree uint64
+	for fn, buckets := range c.calls {
+		var n uint64
+		for _, s := range buckets {
+			if s != nil {
+				n += s.Count()
 			}
-		} else if n > bestAlloc || n == bestAlloc && int(k.fn) < allocFn {
-			bestAlloc, allocFn = n, int(k.fn)
+		}
+		if c.freeFns[fn] && n > bestFree {
+			bestFree, freeFn = n, fn
+		} else if !c.freeFns[fn] && n > bestAlloc {
+			bestAlloc, allocFn = n, fn
 		}
 	}
-	for k, s := range c.calls {
-		switch int(k.fn) {
-		case allocFn:
-			d.alloc[k.bucket] = s.Quantile(0.5)
-		case freeFn:
-			d.free[k.bucket] = s.Quantile(0.5)
+	fill := func(fn int, into map[uint8]float64) string {
+		if fn < 0 {
+			return ""
 		}
+		for b, s := range c.calls[fn] {
+			if s != nil {
+				into[uint8(b)] = s.Quantile(0.5)
+			}
+		}
+		return c.fns.name(uint16(fn))
 	}
-	if allocFn >= 0 {
-		d.allocFn = c.fns.name(uint16(allocFn))
-	}
-	if freeFn >= 0 {
-		d.freeFn = c.fns.name(uint16(freeFn))
-	}
+	d.allocFn, d.freeFn = fill(allocFn, d.alloc), fill(freeFn, d.free)
 	return d
 }
-
-func (c *Collector) isFreeFn(fn uint16) bool { return c.freeFns[fn] }
 
 // Alloc returns the estimated duration of an upstream allocation of size bytes.
 func (d *CallDurations) Alloc(size uint64) float64 { return nearest(d.alloc, size) }

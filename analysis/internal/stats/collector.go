@@ -9,12 +9,6 @@ import (
 	"github.com/allocscope/allocscope/trace"
 )
 
-// callKey identifies the native calls of one function and one log2 size bucket.
-type callKey struct {
-	fn     uint16
-	bucket uint8
-}
-
 const callSketchCap = 1024
 
 // Collector is the statistics stage: it takes every event of a trace once, in order.
@@ -23,20 +17,19 @@ type Collector struct {
 	native    *tracker
 	framework *tracker
 	events    uint64
-	calls     map[callKey]*Sketch
-	measured  int64 // total duration of native device alloc and free calls
+	calls     [][65]*Sketch // by function id and log2 size bucket
+	measured  int64         // total duration of native device alloc and free calls
 	segments  uint64
 	segBytes  uint64
 	maps      uint64
-	freeFns   map[uint16]bool
+	freeFns   []bool // by function id
 }
 
 // NewCollector returns an empty Collector. For each of thresholds it tracks the peak live bytes
 // of the requests above it (those a pool would send to its large-block arena).
 func NewCollector(thresholds []uint64) *Collector {
 	fns := newInterner()
-	return &Collector{fns: fns, native: newTracker(fns, thresholds), framework: newTracker(fns, thresholds),
-		calls: make(map[callKey]*Sketch), freeFns: make(map[uint16]bool)}
+	return &Collector{fns: fns, native: newTracker(fns, thresholds), framework: newTracker(fns, thresholds)}
 }
 
 // Add processes a batch of events.
@@ -70,14 +63,18 @@ func (c *Collector) nativeCall(e *trace.Event) {
 		return
 	}
 	c.measured += e.DurationNs
-	k := callKey{c.fns.id(e.Function), uint8(log2Bucket(e.Size))}
-	if e.Op == trace.OpFree {
-		c.freeFns[k.fn] = true
+	fn, bucket := c.fns.id(e.Function), log2Bucket(e.Size)
+	for int(fn) >= len(c.calls) {
+		c.calls = append(c.calls, [65]*Sketch{})
+		c.freeFns = append(c.freeFns, false)
 	}
-	s := c.calls[k]
+	if e.Op == trace.OpFree {
+		c.freeFns[fn] = true
+	}
+	s := c.calls[fn][bucket]
 	if s == nil {
 		s = NewSketch(callSketchCap)
-		c.calls[k] = s
+		c.calls[fn][bucket] = s
 	}
 	s.Add(float64(e.DurationNs))
 }
@@ -108,11 +105,11 @@ func (c *Collector) Finish(top int) *Result {
 		req, up, layer = c.framework, c.native, "framework"
 	}
 	req.finishLeaks()
+	req.materialize()
 	r := &Result{Events: c.events, RequestLayer: layer, Anomalies: req.anomalies(),
 		NativeSegments: c.segments, NativeSegmentBytes: c.segBytes, NativeMaps: c.maps,
 		MeasuredCallNs: c.measured, Calls: c.callDurations(), LargePeakLiveBytes: req.largePeak}
-	r.Requests = req.overall.result("all", top)
-	r.Requests.TopSizes = topSizeTable(req.sizes, top)
+	r.Requests = req.overall.result("all", top, req.medianFree(), req.sizes)
 	for _, p := range req.timeline.Points() {
 		r.Requests.Timeline = append(r.Requests.Timeline, model.Point{X: p[0], Y: p[1]})
 	}
@@ -120,14 +117,14 @@ func (c *Collector) Finish(top int) *Result {
 		r.Requests.LifetimeCDF = append(r.Requests.LifetimeCDF, model.Point{X: p[0], Y: p[1]})
 	}
 	if up != nil {
-		r.Upstream = up.overall.result("upstream", top)
-		r.Upstream.TopSizes = topSizeTable(up.sizes, top)
+		up.materialize()
+		r.Upstream = up.overall.result("upstream", top, up.medianFree(), up.sizes)
 	}
 	for _, g := range req.groups {
 		if g.allocs == 0 && g.frees == 0 && len(req.groups) > 1 {
 			continue
 		}
-		r.Groups = append(r.Groups, g.result(scopeName(g.pid, g.device, g.stream), top))
+		r.Groups = append(r.Groups, g.result(scopeName(g.pid, g.device, g.stream), top, req.medianFree(), req.sizes))
 	}
 	slices.SortFunc(r.Groups, func(a, b *model.Stats) int {
 		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Stream, b.Stream))
@@ -139,12 +136,4 @@ func (c *Collector) Finish(top int) *Result {
 			"the rest are counted at their log2 bucket's upper bound", maxDistinctSizes))
 	}
 	return r
-}
-
-func topSizeTable(t *sizeTable, top int) []model.SizeCount {
-	m := make(map[uint64]uint64, len(t.sizes))
-	for i, s := range t.sizes {
-		m[s] = t.count[i]
-	}
-	return topSizes(m, top)
 }

@@ -17,6 +17,14 @@ func (n *interner) id(s string) uint16 {
 	if len(n.names) > 0 && s == n.last {
 		return n.lastI
 	}
+	if len(n.names) <= 8 { // few names: comparing beats hashing
+		for i, name := range n.names {
+			if name == s {
+				n.last, n.lastI = name, uint16(i)
+				return uint16(i)
+			}
+		}
+	}
 	i, ok := n.ids[s]
 	if !ok {
 		if len(n.names) == 1<<16-1 {

@@ -5,6 +5,7 @@ package stats
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 
 	"gonum.org/v1/gonum/stat"
@@ -45,7 +46,7 @@ func (s *Sketch) Add(v float64) {
 	s.rng ^= s.rng << 13
 	s.rng ^= s.rng >> 7
 	s.rng ^= s.rng << 17
-	if j := s.rng % s.n; j < uint64(s.cap) {
+	if j, _ := bits.Mul64(s.rng, s.n); j < uint64(s.cap) { // j uniform in [0, n)
 		s.samples[j] = v
 	}
 }
@@ -99,4 +100,14 @@ func (s *Sketch) CDF(points int) [][2]float64 {
 		out = append(out, [2]float64{x, frac})
 	}
 	return out
+}
+
+// clone returns a copy keeping at most capacity values: the first ones of the sample, which is
+// uniform as a whole and so in any part.
+func (s *Sketch) clone(capacity int) *Sketch {
+	c := *s
+	c.cap = capacity
+	c.samples = append([]float64(nil), s.samples[:min(len(s.samples), capacity)]...)
+	c.sorted = false
+	return &c
 }

@@ -46,21 +46,33 @@ type tally struct {
 	seen       bool
 	callNs     int64
 	hist       [65]bucketStat
-	sizes      map[uint64]uint64
+	sizeCount  []uint64 // requests per index of the tracker's size table
 	lifetime   *Sketch
-	freeDur    *Sketch
+	freeDur    *Sketch // nil for a group: groups use the overall median
 	freeLog2   [65]uint64
 }
 
 func newTally(sketchCap int) *tally {
-	return &tally{sizes: make(map[uint64]uint64), lifetime: NewSketch(sketchCap),
-		freeDur: NewSketch(sketchCap)}
+	return &tally{lifetime: NewSketch(sketchCap)}
+}
+
+func (t *tally) countSize(i int32) {
+	if t == nil {
+		return
+	}
+	for int(i) >= len(t.sizeCount) {
+		t.sizeCount = append(t.sizeCount, 0)
+	}
+	t.sizeCount[i]++
 }
 
 // log2Bucket returns 0 for 0, else 1 + ⌊log2 v⌋.
 func log2Bucket(v uint64) int { return bits.Len64(v) }
 
 func (t *tally) see(e *trace.Event) {
+	if t == nil {
+		return
+	}
 	if !t.seen || e.TimeNs < t.first {
 		t.first = e.TimeNs
 	}
@@ -78,14 +90,14 @@ func (t *tally) see(e *trace.Event) {
 }
 
 func (t *tally) alloc(e *trace.Event) {
+	if t == nil {
+		return
+	}
 	t.allocs++
 	t.allocBytes += e.Size
 	b := &t.hist[log2Bucket(e.Size)]
 	b.count++
 	b.bytes += e.Size
-	if t.sizes != nil {
-		t.sizes[e.Size]++
-	}
 	t.live += e.Size
 	t.liveBlocks++
 	if t.live > t.peak {
@@ -94,19 +106,25 @@ func (t *tally) alloc(e *trace.Event) {
 }
 
 func (t *tally) free(e *trace.Event, b *liveBlock) {
+	if t == nil {
+		return
+	}
 	t.frees++
 	t.freedBytes += b.size
 	t.live -= b.size
 	t.liveBlocks--
 	t.lifetime.Add(float64(e.TimeNs - b.time))
 	if e.DurationNs > 0 {
-		t.freeDur.Add(float64(e.DurationNs))
+		if t.freeDur != nil {
+			t.freeDur.Add(float64(e.DurationNs))
+		}
 		t.freeLog2[log2Bucket(uint64(e.DurationNs))]++
 	}
 }
 
-// result converts the tally into its report form.
-func (t *tally) result(scope string, top int) *model.Stats {
+// result converts the tally into its report form; medianFree is the median free duration the
+// waited-free rule compares with, sizes the tracker's size table.
+func (t *tally) result(scope string, top int, medianFree int64, sizes *sizeTable) *model.Stats {
 	s := &model.Stats{Scope: scope, PID: t.pid, Device: t.device, Stream: t.stream,
 		Allocs: t.allocs, Frees: t.frees, AllocBytes: t.allocBytes, FreedBytes: t.freedBytes,
 		PeakLiveBytes: t.peak, PeakLiveBlocks: t.peakBlocks, PeakSeq: t.peakSeq,
@@ -122,9 +140,14 @@ func (t *tally) result(scope string, top int) *model.Stats {
 	}
 	s.Ops = t.opCounts()
 	s.Histogram = t.histogram()
-	s.TopSizes = topSizes(t.sizes, top)
+	counts := t.sizeCount
+	if counts == nil {
+		counts = sizes.count
+	}
+	s.TopSizes = topSizes(sizes.sizes, counts, top)
 	s.Lifetime = quantiles(t.lifetime)
-	s.MedianFreeNs, s.WaitedFrees, s.WaitedFreeNs = t.waitedFrees()
+	s.MedianFreeNs = medianFree
+	s.WaitedFrees, s.WaitedFreeNs = t.waitedFrees(medianFree)
 	return s
 }
 
@@ -162,26 +185,28 @@ func (t *tally) histogram() []model.SizeBucket {
 
 // waitedFrees applies the waited-free rule: a free waited for the device when
 // ⌊log2 duration⌋ ≥ ⌊log2 median⌋ + waitedOctaves, i.e. it took at least 8× the median free.
-func (t *tally) waitedFrees() (median int64, waited uint64, threshold int64) {
-	if t.freeDur.Count() == 0 {
-		return 0, 0, 0
+func (t *tally) waitedFrees(median int64) (waited uint64, threshold int64) {
+	if median <= 0 {
+		return 0, 0
 	}
-	median = int64(t.freeDur.Quantile(0.5))
 	first := log2Bucket(uint64(median)) + waitedOctaves
 	if first > 64 {
-		return median, 0, 0
+		return 0, 0
 	}
 	threshold = int64(1) << (first - 1)
 	for b := first; b <= 64; b++ {
 		waited += t.freeLog2[b]
 	}
-	return median, waited, threshold
+	return waited, threshold
 }
 
-func topSizes(sizes map[uint64]uint64, top int) []model.SizeCount {
+// topSizes lists the top most requested sizes (sizes[i] requested counts[i] times).
+func topSizes(sizes, counts []uint64, top int) []model.SizeCount {
 	out := make([]model.SizeCount, 0, len(sizes))
-	for s, c := range sizes {
-		out = append(out, model.SizeCount{Size: s, Count: c})
+	for i, c := range counts {
+		if c > 0 {
+			out = append(out, model.SizeCount{Size: sizes[i], Count: c})
+		}
 	}
 	slices.SortFunc(out, func(a, b model.SizeCount) int {
 		if c := cmp.Compare(b.Count, a.Count); c != 0 {

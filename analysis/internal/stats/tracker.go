@@ -11,9 +11,10 @@ import (
 
 const (
 	maxExamples = 5
-	// maxFreedRemembered bounds the set of freed addresses used to tell double frees from frees
-	// of unknown addresses: the most recent 1M to 2M freed addresses are remembered.
-	maxFreedRemembered = 1 << 20
+	// freedSlots is the size of the direct-mapped table of recently freed blocks that tells
+	// double frees from frees of unknown addresses: a freed block is remembered until another
+	// freed block hashes to its slot.
+	freedSlots = 1 << 16
 )
 
 // Key identifies a block: its process, device and address.
@@ -63,8 +64,8 @@ func (a *anomaly) result() model.Anomaly {
 // tracker follows the blocks of one layer (framework requests, or native calls).
 type tracker struct {
 	fns          *interner
-	live         map[Key]liveBlock
-	freed, older map[Key]struct{}
+	live         Table[liveBlock]
+	freed        []Key // direct-mapped by hash
 	overall      *tally
 	groups       []*tally
 	groupIdx     map[groupKey]int32
@@ -81,13 +82,14 @@ type tracker struct {
 	thresholds   []uint64 // sizes above thresholds[i] are large for candidate i
 	largeLive    []uint64
 	largePeak    []uint64
+	split        bool // groups have tallies of their own (see tallyOf)
 }
 
 func newTracker(fns *interner, thresholds []uint64) *tracker {
 	return &tracker{fns: fns, thresholds: thresholds, largeLive: make([]uint64, len(thresholds)),
-		largePeak: make([]uint64, len(thresholds)), live: make(map[Key]liveBlock), freed: make(map[Key]struct{}),
-		overall:  &tally{lifetime: NewSketch(overallSketchCap), freeDur: NewSketch(overallSketchCap)},
-		groupIdx: make(map[groupKey]int32), lastIdx: -1, sizes: newSizeTable()}
+		largePeak: make([]uint64, len(thresholds)),
+		overall:   &tally{lifetime: NewSketch(overallSketchCap), freeDur: NewSketch(overallSketchCap)},
+		groupIdx:  make(map[groupKey]int32), lastIdx: -1, sizes: newSizeTable()}
 }
 
 func (t *tracker) group(pid uint32, device int32, stream uint64) int32 {
@@ -97,6 +99,9 @@ func (t *tracker) group(pid uint32, device int32, stream uint64) int32 {
 	}
 	i, ok := t.groupIdx[k]
 	if !ok {
+		if len(t.groups) == 1 {
+			t.materialize()
+		}
 		i = int32(len(t.groups))
 		g := newTally(groupSketchCap)
 		g.pid, g.device, g.stream = pid, device, stream
@@ -118,8 +123,8 @@ func tracked(m trace.Memory) bool { return m == trace.MemoryDevice || m == trace
 // add processes one event of this tracker's layer.
 func (t *tracker) add(e *trace.Event) {
 	t.events++
+	g := t.tallyOf(t.group(e.PID, e.Device, e.Stream)) // before overall.see: group may clone it
 	t.overall.see(e)
-	g := t.groups[t.group(e.PID, e.Device, e.Stream)]
 	if !tracked(e.Memory) {
 		g.see(e)
 		return
@@ -149,17 +154,16 @@ func (t *tracker) alloc(e *trace.Event, g *tally) {
 	if e.Address == 0 {
 		return
 	}
-	k := KeyOf(e)
-	if old, ok := t.live[k]; ok {
+	si := t.sizes.lookup(e.Size)
+	old, replaced := t.live.Put(KeyOf(e), liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size,
+		callsite: e.Callsite, group: t.lastIdx, sizeIdx: si, fn: t.fns.id(e.Function)})
+	if replaced {
 		// The address was handed out again without a free in between: the old block's free
 		// was not recorded. Count it as freed now so live bytes stay right.
 		t.release(e, old)
 	}
-	gi := t.lastIdx
-	si := t.sizes.lookup(e.Size)
-	t.live[k] = liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size, callsite: e.Callsite,
-		group: gi, sizeIdx: si, fn: t.fns.id(e.Function)}
 	t.sizes.alloc(si)
+	g.countSize(si)
 	for i, th := range t.thresholds {
 		if e.Size > th {
 			t.largeLive[i] += e.Size
@@ -177,9 +181,15 @@ func (t *tracker) alloc(e *trace.Event, g *tally) {
 
 func (t *tracker) free(e *trace.Event) {
 	k := KeyOf(e)
-	b, ok := t.live[k]
+	var b liveBlock
+	var ok bool
+	if e.OK() {
+		b, ok = t.live.Delete(k)
+	} else {
+		b, ok = t.live.Get(k)
+	}
 	if !ok {
-		t.groups[t.lastIdx].see(e)
+		t.tallyOf(t.lastIdx).see(e)
 		if !e.OK() || e.Address == 0 {
 			return
 		}
@@ -190,12 +200,11 @@ func (t *tracker) free(e *trace.Event) {
 		}
 		return
 	}
-	g := t.groups[b.group]
+	g := t.tallyOf(b.group)
 	g.see(e)
 	if !e.OK() {
 		return
 	}
-	delete(t.live, k)
 	t.remember(k)
 	t.sizes.free(b.sizeIdx)
 	t.dropLarge(b.size)
@@ -206,28 +215,30 @@ func (t *tracker) free(e *trace.Event) {
 
 // release drops a block whose free was never seen.
 func (t *tracker) release(e *trace.Event, b liveBlock) {
-	g := t.groups[b.group]
-	g.live -= b.size
-	g.liveBlocks--
+	if g := t.tallyOf(b.group); g != nil {
+		g.live -= b.size
+		g.liveBlocks--
+	}
 	t.overall.live -= b.size
 	t.overall.liveBlocks--
 	t.sizes.free(b.sizeIdx)
 	t.dropLarge(b.size)
 }
 
+func freedSlot(k Key) uint64 {
+	h := (k.Addr>>9 ^ uint64(k.PID)<<20 ^ uint64(uint32(k.Device))<<40) * 0x9e3779b97f4a7c15
+	return h >> (64 - 16)
+}
+
 func (t *tracker) remember(k Key) {
-	if len(t.freed) >= maxFreedRemembered {
-		t.older, t.freed = t.freed, make(map[Key]struct{}, len(t.freed))
+	if t.freed == nil {
+		t.freed = make([]Key, freedSlots)
 	}
-	t.freed[k] = struct{}{}
+	t.freed[freedSlot(k)] = k
 }
 
 func (t *tracker) wasFreed(k Key) bool {
-	if _, ok := t.freed[k]; ok {
-		return true
-	}
-	_, ok := t.older[k]
-	return ok
+	return t.freed != nil && t.freed[freedSlot(k)] == k
 }
 
 type leak struct {
@@ -244,7 +255,7 @@ func byAge(x, y leak) int {
 // finishLeaks records the blocks still live as leaks, the oldest first.
 func (t *tracker) finishLeaks() {
 	var oldest []leak
-	for k, b := range t.live {
+	t.live.All(func(k Key, b liveBlock) {
 		t.leaks.count++
 		t.leaks.bytes += b.size
 		oldest = append(oldest, leak{k, b})
@@ -252,7 +263,7 @@ func (t *tracker) finishLeaks() {
 			slices.SortFunc(oldest, byAge)
 			oldest = oldest[:maxExamples]
 		}
-	}
+	})
 	slices.SortFunc(oldest, byAge)
 	for i := 0; i < len(oldest) && i < maxExamples; i++ {
 		l := oldest[i]
@@ -273,4 +284,31 @@ func (t *tracker) dropLarge(size uint64) {
 			t.largeLive[i] -= size
 		}
 	}
+}
+
+// medianFree returns the median duration of the frees of this layer (0 when unknown).
+func (t *tracker) medianFree() int64 { return int64(t.overall.freeDur.Quantile(0.5)) }
+
+// tallyOf returns the tally of group i, or nil while the tracker has seen only one group: the
+// group's tally then equals the overall one and is cloned from it when needed (materialize).
+func (t *tracker) tallyOf(i int32) *tally {
+	if len(t.groups) == 1 && !t.split {
+		return nil
+	}
+	return t.groups[i]
+}
+
+// materialize makes group 0's tally a copy of the overall tally, when it is the only group.
+func (t *tracker) materialize() {
+	if t.split || len(t.groups) != 1 {
+		return
+	}
+	g := t.groups[0]
+	c := *t.overall
+	c.pid, c.device, c.stream = g.pid, g.device, g.stream
+	c.lifetime = t.overall.lifetime.clone(groupSketchCap)
+	c.freeDur = nil
+	c.sizeCount = append([]uint64(nil), t.sizes.count...)
+	t.groups[0] = &c
+	t.split = true
 }

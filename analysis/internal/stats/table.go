@@ -1,0 +1,116 @@
+package stats
+
+// Table maps block keys to values: an open-addressing hash table with linear probing and
+// backward-shift deletion. It hashes a key once per operation, which Go maps with a struct key
+// do not offer for insert-or-replace and lookup-and-delete; the statistics and simulation passes
+// do one of those per event.
+type Table[V any] struct {
+	slots []tableSlot[V]
+	n     int
+	mask  uint64
+}
+
+type tableSlot[V any] struct {
+	key  Key
+	used bool
+	val  V
+}
+
+func hashKey(k Key) uint64 {
+	h := k.Addr ^ uint64(k.PID)<<32 ^ uint64(uint32(k.Device))<<56
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
+
+// Len returns the number of keys.
+func (t *Table[V]) Len() int { return t.n }
+
+func (t *Table[V]) find(k Key) (uint64, bool) {
+	i := hashKey(k) & t.mask
+	for {
+		s := &t.slots[i]
+		if !s.used {
+			return i, false
+		}
+		if s.key == k {
+			return i, true
+		}
+		i = (i + 1) & t.mask
+	}
+}
+
+// Put sets k to v and returns the value it replaces, if any.
+func (t *Table[V]) Put(k Key, v V) (old V, replaced bool) {
+	if 4*(t.n+1) > 3*len(t.slots) {
+		t.grow()
+	}
+	i, ok := t.find(k)
+	s := &t.slots[i]
+	if ok {
+		old, s.val = s.val, v
+		return old, true
+	}
+	*s = tableSlot[V]{key: k, used: true, val: v}
+	t.n++
+	return old, false
+}
+
+// Get returns the value of k.
+func (t *Table[V]) Get(k Key) (V, bool) {
+	var zero V
+	if t.n == 0 {
+		return zero, false
+	}
+	i, ok := t.find(k)
+	if !ok {
+		return zero, false
+	}
+	return t.slots[i].val, true
+}
+
+// Delete removes k and returns its value.
+func (t *Table[V]) Delete(k Key) (V, bool) {
+	var zero V
+	if t.n == 0 {
+		return zero, false
+	}
+	i, ok := t.find(k)
+	if !ok {
+		return zero, false
+	}
+	v := t.slots[i].val
+	// Backward-shift: move later entries of the probe run into the hole.
+	for j := (i + 1) & t.mask; t.slots[j].used; j = (j + 1) & t.mask {
+		home := hashKey(t.slots[j].key) & t.mask
+		if (j-home)&t.mask >= (j-i)&t.mask {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = tableSlot[V]{}
+	t.n--
+	return v, true
+}
+
+// All calls f for every key and value, in no particular order.
+func (t *Table[V]) All(f func(Key, V)) {
+	for i := range t.slots {
+		if t.slots[i].used {
+			f(t.slots[i].key, t.slots[i].val)
+		}
+	}
+}
+
+func (t *Table[V]) grow() {
+	old := t.slots
+	size := max(64, 2*len(old))
+	t.slots, t.mask, t.n = make([]tableSlot[V], size), uint64(size-1), 0
+	for i := range old {
+		if old[i].used {
+			t.Put(old[i].key, old[i].val)
+		}
+	}
+}
