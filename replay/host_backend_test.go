@@ -160,3 +160,18 @@ func TestRunHostBackendWithRealPool(t *testing.T) {
 		t.Errorf("leaked %d bytes, %d mappings left", rep.Memory.LeakedBytes, h.maps.len())
 	}
 }
+
+// TestRunCallsSyncAtSynchronizingCalls replays smallTrace, whose seven cudaMalloc/cudaFree calls
+// all synchronize, through the stream-ordered policy: seven Sync calls per repetition.
+func TestRunCallsSyncAtSynchronizingCalls(t *testing.T) {
+	h := NewHostBackend(1 << 30)
+	defer h.Close()
+	cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyStreamOrdered}
+	rep, err := Run(smallTrace().extract(t), h, cfg, Options{Modes: []Mode{ModePool, ModeRaw}, Repeat: 2, MaxOverhead: 1e9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl, raw := rep.Mode(ModePool), rep.Mode(ModeRaw); pl.Syncs != 14 || raw.Syncs != 0 || !rep.Passed {
+		t.Errorf("syncs pool %d, raw %d, passed %v; want 14, 0, true (failed %+v)", pl.Syncs, raw.Syncs, rep.Passed, rep.Failed())
+	}
+}

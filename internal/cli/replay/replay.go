@@ -1,0 +1,181 @@
+// Package replay is the `replay` command: it replays a trace's allocation requests against the
+// pooled allocator that pool.json describes, raw allocation and CUDA's stream-ordered allocator,
+// and prints what each measured.
+package replay
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay"
+	"github.com/allocscope/allocscope/trace"
+)
+
+// ErrChecksFailed is returned when the replay ran but at least one check failed.
+var ErrChecksFailed = errors.New("checks failed")
+
+// Main runs the replay command with args and returns the process exit code: 0 when every check
+// passed, 1 on bad input, a failed replay or a failed check.
+func Main(args []string, stdout, stderr io.Writer) int {
+	cmd := NewCommand(stdout, stderr)
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintf(stderr, "replay: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// options are the command's flags.
+type options struct {
+	config        string
+	backend       string
+	modes         string
+	repeat        int
+	verify        bool
+	touch         bool
+	json          bool
+	device        int
+	hostCapacity  uint64
+	peakTolerance float64
+	maxOverhead   float64
+	leakTolerance uint64
+	progress      bool
+}
+
+// NewCommand returns the cobra command `replay`.
+func NewCommand(stdout, stderr io.Writer) *cobra.Command {
+	var opt options
+	cmd := &cobra.Command{
+		Use:   "replay TRACE --config pool.json [flags]",
+		Short: "Replay a trace against a pooled allocator, raw allocation and CUDA's stream-ordered allocator",
+		Long: `replay drives the allocation requests of TRACE (an allocscope Arrow trace, a PyTorch memory
+snapshot or an RMM logging CSV) through three allocators, interleaved repetition by repetition:
+  raw    the backend's direct allocation per request (cuMemAlloc/cuMemFree; mmap on the host)
+  pool   the allocator that pool.json describes (written by analyze --emit-config)
+  async  cuMemAllocAsync/cuMemFreeAsync from a pool that keeps all freed memory
+It reports per-call latency (p50, p99, mean), the time spent inside each allocator, the speedups,
+peak reserved memory by its own account and by cuMemGetInfo, fallbacks and failures, and the
+prediction in pool.json next to what it measured. It exits 1 when a check fails.
+
+The cuda backend exists only in binaries built with the cuda build tag (make replay-cuda); the
+host backend replays on mmap'd host memory and measures HOST memory, not GPU memory.`,
+		Args:          cobra.ExactArgs(1),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(opt, args[0], stdout, stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opt.config, "config", "", "pool configuration `FILE` (pool.json), required")
+	f.StringVar(&opt.backend, "backend", replay.DefaultBackend(), "memory to replay on: cuda or host")
+	f.StringVar(&opt.modes, "modes", "raw,pool,async", "modes to run, comma-separated, in this order")
+	f.IntVar(&opt.repeat, "repeat", 3, "repetitions of the whole trace per mode, interleaved mode by mode")
+	f.BoolVar(&opt.verify, "verify", false, "check after every allocation that no live blocks overlap and the block lies in reserved memory")
+	f.BoolVar(&opt.touch, "touch", false, "write every block (memset) and read samples back, after allocation and before free")
+	f.BoolVar(&opt.json, "json", false, "print the report as JSON instead of text")
+	f.IntVar(&opt.device, "device", 0, "CUDA device ordinal (cuda backend)")
+	f.Uint64Var(&opt.hostCapacity, "host-capacity", 0, "bytes the host backend may map (default: the machine's RAM)")
+	f.Float64Var(&opt.peakTolerance, "peak-tolerance", 0.01, "largest relative difference of the pool's peak reserved memory from the prediction")
+	f.Float64Var(&opt.maxOverhead, "max-overhead", 1.05, "largest ratio of the pool's peak reserved memory to the trace's peak live memory")
+	f.Uint64Var(&opt.leakTolerance, "leak-tolerance", 0, "bytes the backend's free memory may end below its start")
+	f.BoolVar(&opt.progress, "progress", false, "show progress on stderr even when it is not a terminal")
+	return cmd
+}
+
+func (o options) validate() ([]replay.Mode, error) {
+	switch {
+	case o.config == "":
+		return nil, errors.New("--config is required: the pool.json to replay against (write one with analyze --emit-config)")
+	case o.repeat < 1:
+		return nil, fmt.Errorf("--repeat: %d is not a positive number", o.repeat)
+	case o.peakTolerance <= 0 || o.maxOverhead <= 0:
+		return nil, errors.New("--peak-tolerance and --max-overhead must be above 0")
+	}
+	modes, err := replay.ParseModes(o.modes)
+	if err != nil {
+		return nil, fmt.Errorf("--modes: %w", err)
+	}
+	return modes, nil
+}
+
+func run(opt options, tracePath string, stdout, stderr io.Writer) error {
+	modes, err := opt.validate()
+	if err != nil {
+		return err
+	}
+	cfg, err := pool.LoadConfig(opt.config)
+	if err != nil {
+		return err
+	}
+	bar := newProgress(stderr, opt.progress)
+	tr, err := extract(tracePath, bar)
+	if err != nil {
+		return err
+	}
+	b, err := replay.OpenBackend(opt.backend, replay.BackendOptions{Device: opt.device, HostCapacityBytes: opt.hostCapacity})
+	if err != nil {
+		return err
+	}
+	total := int64(tr.Ops()) * int64(len(modes)) * int64(opt.repeat)
+	rep, err := replay.Run(tr, b, cfg, replay.Options{Modes: modes, Repeat: opt.repeat, Verify: opt.verify,
+		Touch: opt.touch, PeakTolerance: opt.peakTolerance, MaxOverhead: opt.maxOverhead,
+		LeakToleranceBytes: opt.leakTolerance, Progress: bar.replaying(total)})
+	bar.finish()
+	err = errors.Join(err, b.Close())
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", tracePath, err)
+	}
+	if err := write(opt, tracePath, rep, stdout); err != nil {
+		return err
+	}
+	if failed := rep.Failed(); len(failed) > 0 {
+		return fmt.Errorf("%d of %d checks failed: %s: %w", len(failed), len(rep.Checks), checkNames(failed), ErrChecksFailed)
+	}
+	return nil
+}
+
+func checkNames(cs []replay.Check) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
+	}
+	return strings.Join(names, "; ")
+}
+
+// extract reads the trace's request stream, with the reader's warnings added to its own.
+func extract(path string, bar *progress) (*replay.Trace, error) {
+	r, err := trace.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open trace %s: %w", path, err)
+	}
+	tr, err := replay.Extract(bar.reading(r))
+	warnings := r.Warnings()
+	if err = errors.Join(err, r.Close()); err != nil {
+		return nil, fmt.Errorf("read trace %s: %w", path, err)
+	}
+	tr.Warnings = append(warnings, tr.Warnings...)
+	return tr, nil
+}
+
+func write(opt options, tracePath string, rep *replay.Report, stdout io.Writer) error {
+	if opt.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+		return nil
+	}
+	if err := writeText(stdout, tracePath, opt.config, rep); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package replay
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay"
+	"github.com/allocscope/allocscope/trace"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// writeTrace writes the replay package's small hand-made trace (peak live 6000 bytes, one block
+// never freed, streams 0 and 7) as an Arrow file and returns its path.
+func writeTrace(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "small.arrow")
+	w, err := trace.Create(path, trace.Info{Source: "allocscope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type req struct {
+		op           trace.Op
+		addr, size   uint64
+		stream       uint64
+		functionName string
+	}
+	for i, r := range []req{
+		{trace.OpAlloc, 0x1000, 1000, 0, "cudaMalloc"}, {trace.OpAlloc, 0x2000, 3000, 7, "cudaMallocAsync"},
+		{trace.OpFree, 0x1000, 0, 0, "cudaFree"}, {trace.OpAlloc, 0x1000, 1000, 0, "cudaMalloc"},
+		{trace.OpAlloc, 0x5000, 2000, 7, "cudaMallocAsync"}, {trace.OpFree, 0x2000, 0, 7, "cudaFreeAsync"},
+		{trace.OpFree, 0x5000, 0, 7, "cudaFreeAsync"}, {trace.OpFree, 0x9999, 0, 0, "cudaFree"},
+	} {
+		e := trace.Event{Seq: uint64(i), TimeNs: int64(i) * 1000, PID: 1, TID: 1, Op: r.op, Function: r.functionName,
+			Address: r.addr, Size: r.size, Stream: r.stream}
+		if err := w.Write(&e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// writeConfig writes a best-fit pool.json with a 1 MiB region and the given predicted peak.
+func writeConfig(t *testing.T, dir string, predictedPeak uint64) string {
+	t.Helper()
+	path := filepath.Join(dir, "pool.json")
+	cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
+		BestFit:    &pool.BestFitConfig{InitialBytes: 1 << 20},
+		Prediction: &pool.Prediction{PeakReservedBytes: predictedPeak, PeakLiveBytes: 6000}}
+	if err := cfg.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runMain(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = Main(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestReplayHostJSON(t *testing.T) {
+	dir := t.TempDir()
+	tr, cfg := writeTrace(t, dir), writeConfig(t, dir, 1<<20)
+	code, out, errOut := runMain(tr, "--config", cfg, "--backend", "host", "--repeat", "2", "--verify", "--touch",
+		"--max-overhead", "200", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var rep replay.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Backend != "host" || !rep.BackendIsHost || !strings.HasPrefix(rep.BackendDescription, "backend host: measured HOST memory (mmap), not GPU") {
+		t.Errorf("backend %q, host %v, description %q", rep.Backend, rep.BackendIsHost, rep.BackendDescription)
+	}
+	if rep.Trace.Events != 8 || rep.Trace.Allocs != 4 || rep.Trace.Frees != 3 || rep.Trace.UnknownFrees != 1 || !rep.Passed {
+		t.Errorf("trace %+v, passed %v", rep.Trace, rep.Passed)
+	}
+	for _, m := range rep.Modes {
+		if m.Allocs != 8 || m.Frees != 6 || m.FinalFrees != 2 || m.Touched != 8 || m.VerifyChecks != 8 {
+			t.Errorf("%s: allocs %d, frees %d, final %d, touched %d, verified %d; want 8, 6, 2, 8, 8",
+				m.Mode, m.Allocs, m.Frees, m.FinalFrees, m.Touched, m.VerifyChecks)
+		}
+	}
+	if pl := rep.Mode(replay.ModePool); pl.PeakReservedBytes != 1<<20 || pl.PoolStats.UpstreamReserves != 1 {
+		t.Errorf("pool peak reserved %d, upstream reserves %d; want %d, 1", pl.PeakReservedBytes, pl.PoolStats.UpstreamReserves, 1<<20)
+	}
+	if rep.Warnings[0] != "1 frees of addresses that were not live: reported, not replayed" {
+		t.Errorf("warnings %q", rep.Warnings)
+	}
+}
+
+func TestReplayTextSaysHostMemory(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runMain(writeTrace(t, dir), "--config", writeConfig(t, dir, 1<<20), "--backend", "host",
+		"--repeat", "1", "--max-overhead", "200")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"backend host: measured HOST memory (mmap), not GPU",
+		"result: PASS, no check failed (14 checks)", "  PASS  pool: peak reserved within 1% of the prediction: measured 1048576 bytes, predicted 1048576 (+0.000%)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestReplayFailedCheckExitsOne(t *testing.T) {
+	dir := t.TempDir()
+	// Predicted 2 MiB, measured 1 MiB: the prediction check fails; so does peak reserved <= 1.05 x live.
+	code, out, errOut := runMain(writeTrace(t, dir), "--config", writeConfig(t, dir, 2<<20), "--backend", "host", "--repeat", "1")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	want := "replay: 2 of 14 checks failed: pool: peak reserved within 1% of the prediction; pool: peak reserved <= 1.05 x peak live: checks failed\n"
+	if errOut != want {
+		t.Errorf("stderr %q\nwant   %q", errOut, want)
+	}
+	if !strings.Contains(out, "result: FAIL, 2 of 14 checks failed") {
+		t.Errorf("report lacks the verdict:\n%s", out)
+	}
+}
+
+func TestReplayBadInput(t *testing.T) {
+	dir := t.TempDir()
+	tr, cfg := writeTrace(t, dir), writeConfig(t, dir, 1<<20)
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"version": 1, "policy": "sizeclass",}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{tr}, "replay: --config is required: the pool.json to replay against (write one with analyze --emit-config)\n"},
+		{[]string{tr, "--config", cfg, "--modes", "raw,fast"}, "replay: --modes: unknown mode \"fast\" (modes: raw, pool, async)\n"},
+		{[]string{tr, "--config", cfg, "--repeat", "0"}, "replay: --repeat: 0 is not a positive number\n"},
+		{[]string{tr, "--config", cfg, "--backend", "tpu"}, "replay: unknown backend \"tpu\" (this binary has: [host])\n"},
+		{[]string{tr, "--config", cfg, "--backend", "cuda"}, "replay: backend cuda: this binary was built without the cuda build tag (build it with `make replay-cuda`)\n"},
+		{[]string{filepath.Join(dir, "missing.arrow"), "--config", cfg}, "replay: open trace " + filepath.Join(dir, "missing.arrow")},
+		{[]string{tr, "--config", bad}, "replay: " + bad + ": "},
+		{[]string{}, "replay: accepts 1 arg(s), received 0\n"},
+	} {
+		code, out, errOut := runMain(c.args...)
+		if code != 1 || out != "" || !strings.HasPrefix(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 1, nothing, one line starting %q", c.args, code, out, errOut, c.want)
+		}
+	}
+}
+
+// TestTextReportGolden renders the replay package's golden JSON report as text.
+func TestTextReportGolden(t *testing.T) {
+	data, err := os.ReadFile("../../../replay/testdata/small.golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep replay.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if err := writeText(&got, "small.arrow", "pool.json", &rep); err != nil {
+		t.Fatal(err)
+	}
+	const golden = "testdata/small.golden.txt"
+	if *update {
+		if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Errorf("text report differs from %s (go test ./internal/cli/replay -run Golden -update):\n%s", golden, got.String())
+	}
+}
