@@ -41,7 +41,7 @@ type checker struct {
 	t      *testing.T
 	a      Allocator
 	up     *SimUpstream
-	byAddr *spanTree // live blocks as the user sees them, by address
+	byAddr *spanTree      // live blocks as the user sees them, by address
 	addrs  []uint64       // live addresses, for picking one at random
 	index  map[uint64]int // address → position in addrs
 	live   uint64         // requested bytes live

@@ -5,7 +5,7 @@ package pool
 // index, freed nodes reused) because it sits on every arena allocation and free, where a generic
 // B-tree with a comparison callback cost three times as much (see BenchmarkTraceThroughput).
 type spanTree struct {
-	nodes  []avlNode
+	nodes  []avlNode // nodes[0] is the nil sentinel (height 0)
 	root   int32
 	free   int32 // head of the list of unused nodes, linked through left
 	count  int
@@ -18,10 +18,13 @@ type avlNode struct {
 	height      int32
 }
 
+// nilNode marks the absence of a node in a space's links (treeNil is the tree's own nil).
 const nilNode int32 = -1
 
+const treeNil int32 = 0
+
 func newSpanTree(bySize bool) *spanTree {
-	return &spanTree{root: nilNode, free: nilNode, bySize: bySize}
+	return &spanTree{nodes: make([]avlNode, 1, 64), root: treeNil, free: treeNil, bySize: bySize}
 }
 
 // less orders spans by owner (untagged first, then by stream), then size (when bySize), then address.
@@ -38,12 +41,7 @@ func (t *spanTree) less(a, b *span) bool {
 	return a.addr < b.addr
 }
 
-func (t *spanTree) height(n int32) int32 {
-	if n == nilNode {
-		return 0
-	}
-	return t.nodes[n].height
-}
+func (t *spanTree) height(n int32) int32 { return t.nodes[n].height }
 
 func (t *spanTree) fix(n int32) {
 	nd := &t.nodes[n]
@@ -88,76 +86,99 @@ func (t *spanTree) balance(n int32) int32 {
 }
 
 func (t *spanTree) newNode(s span) int32 {
-	if n := t.free; n != nilNode {
+	if n := t.free; n != treeNil {
 		t.free = t.nodes[n].left
-		t.nodes[n] = avlNode{s: s, left: nilNode, right: nilNode, height: 1}
+		t.nodes[n] = avlNode{s: s, height: 1}
 		return n
 	}
-	t.nodes = append(t.nodes, avlNode{s: s, left: nilNode, right: nilNode, height: 1})
+	t.nodes = append(t.nodes, avlNode{s: s, height: 1})
 	return int32(len(t.nodes) - 1)
 }
 
 // insert adds s, which must not be in the tree.
 func (t *spanTree) insert(s span) {
-	t.root = t.insertAt(t.root, &s)
+	t.root, _ = t.insertAt(t.root, &s)
 	t.count++
 }
 
-func (t *spanTree) insertAt(n int32, s *span) int32 {
-	if n == nilNode {
-		return t.newNode(*s)
+// insertAt inserts s under n and returns the subtree's root and whether its height changed
+// (when it did not, nothing above needs rebalancing).
+func (t *spanTree) insertAt(n int32, s *span) (int32, bool) {
+	if n == treeNil {
+		return t.newNode(*s), true
 	}
+	var changed bool
 	if t.less(s, &t.nodes[n].s) {
-		l := t.insertAt(t.nodes[n].left, s)
+		var l int32
+		l, changed = t.insertAt(t.nodes[n].left, s)
 		t.nodes[n].left = l
 	} else {
-		r := t.insertAt(t.nodes[n].right, s)
+		var r int32
+		r, changed = t.insertAt(t.nodes[n].right, s)
 		t.nodes[n].right = r
 	}
-	return t.balance(n)
+	if !changed {
+		return n, false
+	}
+	return t.rebalance(n)
+}
+
+// rebalance balances n and reports whether the subtree's height changed.
+func (t *spanTree) rebalance(n int32) (int32, bool) {
+	old := t.nodes[n].height
+	n = t.balance(n)
+	return n, t.nodes[n].height != old
 }
 
 // delete removes the span equal to s (same owner, size and address); it reports whether one was there.
 func (t *spanTree) delete(s span) bool {
 	before := t.count
-	t.root = t.deleteAt(t.root, &s)
+	t.root, _ = t.deleteAt(t.root, &s)
 	return t.count < before
 }
 
-func (t *spanTree) deleteAt(n int32, s *span) int32 {
-	if n == nilNode {
-		return nilNode
+// deleteAt deletes s under n and returns the subtree's root and whether its height changed.
+func (t *spanTree) deleteAt(n int32, s *span) (int32, bool) {
+	if n == treeNil {
+		return treeNil, false
 	}
 	nd := &t.nodes[n]
+	var changed bool
 	switch {
 	case t.less(s, &nd.s):
-		l := t.deleteAt(nd.left, s)
+		var l int32
+		l, changed = t.deleteAt(nd.left, s)
 		t.nodes[n].left = l
 	case t.less(&nd.s, s):
-		r := t.deleteAt(nd.right, s)
+		var r int32
+		r, changed = t.deleteAt(nd.right, s)
 		t.nodes[n].right = r
 	default:
 		t.count--
 		left, right := nd.left, nd.right
 		t.nodes[n].left, t.free = t.free, n
-		if left == nilNode {
-			return right
+		if left == treeNil {
+			return right, true
 		}
-		if right == nilNode {
-			return left
+		if right == treeNil {
+			return left, true
 		}
 		// Replace n by its successor, the minimum of the right subtree.
 		var m int32
 		right, m = t.detachMin(right)
 		t.nodes[m].left, t.nodes[m].right = left, right
-		return t.balance(m)
+		t.nodes[m].height = t.nodes[n].height
+		return t.rebalance(m)
 	}
-	return t.balance(n)
+	if !changed {
+		return n, false
+	}
+	return t.rebalance(n)
 }
 
 // detachMin removes the minimum node of subtree n and returns the new subtree and that node.
 func (t *spanTree) detachMin(n int32) (rest, min int32) {
-	if t.nodes[n].left == nilNode {
+	if t.nodes[n].left == treeNil {
 		return t.nodes[n].right, n
 	}
 	l, m := t.detachMin(t.nodes[n].left)
@@ -168,7 +189,7 @@ func (t *spanTree) detachMin(n int32) (rest, min int32) {
 // lowerBound returns the smallest span not below key.
 func (t *spanTree) lowerBound(key span) (span, bool) {
 	best, found := span{}, false
-	for n := t.root; n != nilNode; {
+	for n := t.root; n != treeNil; {
 		nd := &t.nodes[n]
 		if t.less(&nd.s, &key) {
 			n = nd.right
@@ -183,7 +204,7 @@ func (t *spanTree) lowerBound(key span) (span, bool) {
 // above returns the smallest span greater than key.
 func (t *spanTree) above(key span) (span, bool) {
 	best, found := span{}, false
-	for n := t.root; n != nilNode; {
+	for n := t.root; n != treeNil; {
 		nd := &t.nodes[n]
 		if t.less(&key, &nd.s) {
 			best, found = nd.s, true
@@ -198,7 +219,7 @@ func (t *spanTree) above(key span) (span, bool) {
 // below returns the greatest span less than key.
 func (t *spanTree) below(key span) (span, bool) {
 	best, found := span{}, false
-	for n := t.root; n != nilNode; {
+	for n := t.root; n != treeNil; {
 		nd := &t.nodes[n]
 		if t.less(&nd.s, &key) {
 			best, found = nd.s, true
@@ -214,7 +235,7 @@ func (t *spanTree) below(key span) (span, bool) {
 func (t *spanTree) each(fn func(span)) { t.eachAt(t.root, fn) }
 
 func (t *spanTree) eachAt(n int32, fn func(span)) {
-	if n == nilNode {
+	if n == treeNil {
 		return
 	}
 	t.eachAt(t.nodes[n].left, fn)
