@@ -11,8 +11,8 @@ import (
 	"github.com/allocscope/allocscope/pool"
 )
 
-// These tests need an NVIDIA GPU. Build and run them with `make replay-cuda-test` (or the
-// go test command in docs/replay.md).
+// These tests need an NVIDIA GPU and the CUDA driver. Build the test binary as docs/replay.md
+// says (go test -c -tags cuda with the CGO flags of `make replay-cuda`) and run it on the GPU host.
 
 func openCUDA0(t *testing.T) *CUDABackend {
 	t.Helper()

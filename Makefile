@@ -1,0 +1,11 @@
+# replay-cuda builds bin/replay-cuda: the replay command with the CUDA backend (build tag cuda,
+# gorgonia.org/cu plus our cgo for the stream-ordered allocator). It needs cuda.h and libcuda.so
+# (the toolkit's stub is enough to link) under .cuda/include and .cuda/lib (git-ignored; copy them
+# from a machine with the CUDA toolkit), and compiles gorgonia.org/cu against CUDA 13 through the
+# compat header in replay/cudacompat. The binary runs only where a CUDA driver is installed.
+CUDA_DIR ?= $(CURDIR)/.cuda
+
+.PHONY: replay-cuda
+replay-cuda:
+	CGO_ENABLED=1 CGO_CFLAGS="-I$(CURDIR)/replay/cudacompat -I$(CUDA_DIR)/include" \
+		CGO_LDFLAGS="-L$(CUDA_DIR)/lib" go build -tags cuda -o bin/replay-cuda ./cmd/replay
