@@ -72,13 +72,13 @@ type replayer struct {
 	alloc  pool.Allocator
 	syncer pool.Syncer
 	up     *counting
-	addrs  map[stats.Key]uint64
+	addrs  stats.Table[uint64]    // trace block → simulated address
 	only   func(size uint64) bool // when set, serve only the allocations it accepts
 	out    Outcome
 }
 
 func newReplayer(p Policy, s Stream, capacity uint64, est Durations) *replayer {
-	r := &replayer{stream: s, up: newCounting(capacity, est), addrs: make(map[stats.Key]uint64)}
+	r := &replayer{stream: s, up: newCounting(capacity, est)}
 	r.out.Policy = p
 	a, err := pool.New(p.Config, r.up)
 	if err != nil {
@@ -102,19 +102,15 @@ func (r *replayer) batch(events []trace.Event) {
 				continue
 			}
 			k := stats.KeyOf(e)
-			if old, ok := r.addrs[k]; ok { // free never recorded
+			if old, ok := r.addrs.Delete(k); ok { // free never recorded
 				_ = r.alloc.Free(old, e.Stream)
 			}
 			if a, err := r.alloc.Alloc(e.Size, e.Stream); err == nil {
-				r.addrs[k] = a
-			} else {
-				delete(r.addrs, k)
+				r.addrs.Put(k, a)
 			}
 		case -1:
-			k := stats.KeyOf(e)
-			if a, ok := r.addrs[k]; ok {
+			if a, ok := r.addrs.Delete(stats.KeyOf(e)); ok {
 				_ = r.alloc.Free(a, e.Stream)
-				delete(r.addrs, k)
 			}
 		}
 		if r.syncer != nil && synchronizes(e) {

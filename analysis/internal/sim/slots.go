@@ -40,7 +40,7 @@ type slotCounter struct {
 	threshold uint64
 	live      []uint64
 	maxLive   []uint64
-	blocks    map[stats.Key]slotBlock
+	blocks    stats.Table[slotBlock]
 	large     uint64
 	bigPeak   uint64
 	events    uint64
@@ -53,24 +53,22 @@ func (c *slotCounter) batch(events []trace.Event) {
 		switch c.stream.request(e) {
 		case 1:
 			k := stats.KeyOf(e)
-			if old, ok := c.blocks[k]; ok {
+			if old, ok := c.blocks.Delete(k); ok {
 				c.drop(old)
 			}
 			cl := int32(sizeclass.ClassOf(c.classes, e.Size))
 			if e.Size > c.threshold || cl < 0 {
-				c.blocks[k] = slotBlock{class: -1, size: e.Size}
+				c.blocks.Put(k, slotBlock{class: -1, size: e.Size})
 				c.large += e.Size
 				c.bigPeak = max(c.bigPeak, c.large)
 				continue
 			}
-			c.blocks[k] = slotBlock{class: cl}
+			c.blocks.Put(k, slotBlock{class: cl})
 			c.live[cl]++
 			c.maxLive[cl] = max(c.maxLive[cl], c.live[cl])
 		case -1:
-			k := stats.KeyOf(e)
-			if b, ok := c.blocks[k]; ok {
+			if b, ok := c.blocks.Delete(stats.KeyOf(e)); ok {
 				c.drop(b)
-				delete(c.blocks, k)
 			}
 		}
 	}
@@ -99,8 +97,7 @@ func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing
 	arenas := make([]*replayer, len(cands))
 	for i, cand := range cands {
 		c := &slotCounter{stream: s, classes: cand.Classes, threshold: cand.Threshold,
-			live: make([]uint64, len(cand.Classes)), maxLive: make([]uint64, len(cand.Classes)),
-			blocks: make(map[stats.Key]slotBlock)}
+			live: make([]uint64, len(cand.Classes)), maxLive: make([]uint64, len(cand.Classes))}
 		arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: alignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
 		r := newReplayer(Policy{Name: "arena", Config: arena}, s, 0, nil)

@@ -19,12 +19,29 @@ type sizeTable struct {
 	journal  []int32 // +(i+1) for an allocation of size i, -(i+1) for a free
 	overflow bool
 	folded   bool
+	cache    [256]sizeCacheEntry // direct-mapped cache in front of index
+}
+
+type sizeCacheEntry struct {
+	size uint64
+	idx  int32
+	ok   bool
 }
 
 func newSizeTable() *sizeTable { return &sizeTable{index: make(map[uint64]int32)} }
 
 // lookup returns the index of size, adding it when new.
 func (t *sizeTable) lookup(size uint64) int32 {
+	c := &t.cache[(size>>9^size)*0x9e3779b97f4a7c15>>56]
+	if c.ok && c.size == size {
+		return c.idx
+	}
+	i := t.lookupMap(size)
+	*c = sizeCacheEntry{size: size, idx: i, ok: i >= 0 && t.sizes[i] == size}
+	return i
+}
+
+func (t *sizeTable) lookupMap(size uint64) int32 {
 	if i, ok := t.index[size]; ok {
 		return i
 	}
