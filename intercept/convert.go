@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/allocscope/allocscope/trace"
 )
@@ -58,7 +60,7 @@ func Command(dir string) ([]string, error) {
 			return nil, err
 		}
 		h := lf.log.header
-		lf.f.Close()
+		lf.close()
 		if best == nil || h.StartMonoNs < best.StartMonoNs {
 			best = &h
 		}
@@ -94,6 +96,7 @@ type segment struct {
 // logFile is one raw log with its segments, scanned once before the merge.
 type logFile struct {
 	f       *os.File
+	ring    *os.File // nil when there is no ring file
 	log     *rawLog
 	segs    []segment
 	records int64
@@ -110,12 +113,22 @@ func openLogFile(path string) (*logFile, error) {
 		f.Close()
 		return nil, fmt.Errorf("open raw log: %w", err)
 	}
-	l, err := openRawLog(path, f, st.Size())
+	lf := &logFile{f: f}
+	var ring io.ReaderAt
+	var ringSize int64
+	if rf, err := os.Open(strings.TrimSuffix(path, ".alog") + ".ring"); err == nil {
+		lf.ring = rf
+		if rst, err := rf.Stat(); err == nil {
+			ring, ringSize = rf, rst.Size()
+		}
+	}
+	l, err := openRawLog(path, f, st.Size(), ring, ringSize)
 	if err != nil {
-		f.Close()
+		lf.close()
 		return nil, err
 	}
-	return &logFile{f: f, log: l}, nil
+	lf.log = l
+	return lf, nil
 }
 
 // scan reads every record once to find each segment's smallest seq and check the data.
@@ -204,7 +217,10 @@ func (c *converter) open(paths []string) error {
 			c.warnf("%s: %d uncommitted records skipped (a thread stopped mid-record)", p, lf.skipped)
 		}
 		if lf.log.trailing > 0 {
-			c.warnf("%s: %d trailing bytes after the last whole record ignored", p, lf.log.trailing)
+			c.warnf("%s: %d bytes after the drained records ignored (a drain was cut short; those records are in the ring)", p, lf.log.trailing)
+		}
+		if lf.log.lost > 0 {
+			c.warnf("%s: ring file missing or short: %d records lost", p, lf.log.lost)
 		}
 		if lf.log.header.Flags&flagPrivateSeq != 0 {
 			c.warnf("%s: process %d could not map the shared seq counter; its events are ordered by a private counter", p, lf.log.header.PID)
@@ -216,7 +232,14 @@ func (c *converter) open(paths []string) error {
 
 func (c *converter) close() {
 	for _, lf := range c.files {
-		lf.f.Close()
+		lf.close()
+	}
+}
+
+func (lf *logFile) close() {
+	lf.f.Close()
+	if lf.ring != nil {
+		lf.ring.Close()
 	}
 }
 

@@ -16,8 +16,9 @@ const (
 	rawVersion       = 1
 	rawHeaderSize    = 4096
 	rawRecordSize    = 64
-	rawCmdlineOffset = 60
+	rawCmdlineOffset = 72
 	flagPrivateSeq   = 1
+	maxRingSlots     = 1 << 24
 )
 
 // functionInfo describes one intercepted entry point: what its function id in a raw record means.
@@ -72,6 +73,8 @@ type rawHeader struct {
 	StartRealNs int64
 	Flags       uint64
 	Claimed     uint64 // slots claimed by writers; may exceed the records committed after a crash
+	Drained     uint64 // slots [0, Drained) are in the log file, the rest in the ring file
+	RingSlots   uint32 // slots in the ring file
 	Command     []string
 }
 
@@ -90,17 +93,22 @@ type rawRecord struct {
 	Function   uint8
 }
 
-// rawLog reads one raw log file: its header, then its record slots in file order.
+// rawLog reads one process's raw log: the log file's header and drained slots, then the slots still
+// in the ring file. Slot i (counted from 0 over the process's life) is in the log file when
+// i < Drained, else in the ring at i mod RingSlots.
 type rawLog struct {
 	name     string
-	r        io.ReaderAt
+	r        io.ReaderAt // the log file
+	ring     io.ReaderAt // the ring file, nil if absent
 	header   rawHeader
-	slots    int64 // whole record slots in the file
-	trailing int64 // bytes after the last whole slot
+	slots    int64 // slots readable: Drained plus those in the ring
+	trailing int64 // bytes after the drained slots of the log file (a drain cut short)
+	lost     int64 // slots claimed but unreadable (the ring file is missing or short)
 }
 
-// openRawLog checks and decodes the header of the raw log of size bytes read from r; name is used in errors.
-func openRawLog(name string, r io.ReaderAt, size int64) (*rawLog, error) {
+// openRawLog checks and decodes the header of the log file of size bytes read from r; ring (may be
+// nil) is its ring file of ringSize bytes. name is used in errors.
+func openRawLog(name string, r io.ReaderAt, size int64, ring io.ReaderAt, ringSize int64) (*rawLog, error) {
 	if size < rawHeaderSize {
 		return nil, fmt.Errorf("%s: header: file has %d bytes, a raw log has at least %d", name, size, rawHeaderSize)
 	}
@@ -112,8 +120,19 @@ func openRawLog(name string, r io.ReaderAt, size int64) (*rawLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: header: %w", name, err)
 	}
-	body := size - rawHeaderSize
-	return &rawLog{name: name, r: r, header: h, slots: body / rawRecordSize, trailing: body % rawRecordSize}, nil
+	body := uint64(size - rawHeaderSize)
+	if h.Drained > body/rawRecordSize {
+		return nil, fmt.Errorf("%s: header: %d records drained but the file holds %d", name, h.Drained, body/rawRecordSize)
+	}
+	l := &rawLog{name: name, r: r, header: h, slots: int64(h.Drained), trailing: int64(body - h.Drained*rawRecordSize)}
+	inRing := min(h.Claimed-min(h.Claimed, h.Drained), uint64(h.RingSlots))
+	if ring == nil || ringSize < int64(h.RingSlots)*rawRecordSize {
+		ring, l.lost = nil, int64(inRing)
+		inRing = 0
+	}
+	l.ring = ring
+	l.slots += int64(inRing)
+	return l, nil
 }
 
 func decodeHeader(b []byte) (rawHeader, error) {
@@ -130,9 +149,13 @@ func decodeHeader(b []byte) (rawHeader, error) {
 	h := rawHeader{
 		PID: le.Uint32(b[16:]), PPID: le.Uint32(b[20:]),
 		StartMonoNs: int64(le.Uint64(b[24:])), StartRealNs: int64(le.Uint64(b[32:])),
-		Flags: le.Uint64(b[40:]), Claimed: le.Uint64(b[48:]),
+		Flags: le.Uint64(b[40:]), Claimed: le.Uint64(b[48:]), Drained: le.Uint64(b[56:]),
+		RingSlots: le.Uint32(b[64:]),
 	}
-	n := le.Uint32(b[56:])
+	if h.RingSlots > maxRingSlots {
+		return rawHeader{}, fmt.Errorf("ring of %d slots exceeds %d", h.RingSlots, maxRingSlots)
+	}
+	n := le.Uint32(b[68:])
 	if n > rawHeaderSize-rawCmdlineOffset {
 		return rawHeader{}, fmt.Errorf("command line length %d exceeds %d", n, rawHeaderSize-rawCmdlineOffset)
 	}
@@ -175,27 +198,25 @@ func (rec *rawRecord) check() error {
 const slotBatch = 8192
 
 // readSlots decodes the committed records of slots [first, first+n), appending them to dst. It also
-// returns how many slots below the header's claimed count were never committed (a writer stopped
-// mid-record). Errors name the file and the slot ("record N", counted from 0).
+// returns how many of those slots were never committed (a writer stopped mid-record). Errors name the
+// file and the slot ("record N", counted from 0).
 func (l *rawLog) readSlots(first, n int64, dst []rawRecord, buf []byte) ([]rawRecord, int64, error) {
 	var skipped int64
 	for n > 0 {
-		k := min(n, slotBatch)
+		src, off, k := l.locate(first, n)
 		b := buf[:0]
 		if cap(buf) >= int(k)*rawRecordSize {
 			b = buf[:k*rawRecordSize]
 		} else {
 			b = make([]byte, k*rawRecordSize)
 		}
-		if _, err := l.r.ReadAt(b, rawHeaderSize+first*rawRecordSize); err != nil && !errors.Is(err, io.EOF) {
+		if _, err := src.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
 			return dst, skipped, fmt.Errorf("%s: record %d: %w", l.name, first, err)
 		}
 		for i := int64(0); i < k; i++ {
 			s := b[i*rawRecordSize : (i+1)*rawRecordSize]
 			if s[63] == 0 {
-				if uint64(first+i) < l.header.Claimed {
-					skipped++
-				}
+				skipped++
 				continue
 			}
 			rec := decodeRecord(s)
@@ -208,6 +229,18 @@ func (l *rawLog) readSlots(first, n int64, dst []rawRecord, buf []byte) ([]rawRe
 		n -= k
 	}
 	return dst, skipped, nil
+}
+
+// locate returns where slot first is and how many of the n slots from it lie there contiguously.
+func (l *rawLog) locate(first, n int64) (io.ReaderAt, int64, int64) {
+	drained := int64(l.header.Drained)
+	k := min(n, slotBatch)
+	if first < drained {
+		return l.r, rawHeaderSize + first*rawRecordSize, min(k, drained-first)
+	}
+	ringSlots := int64(l.header.RingSlots)
+	pos := first % ringSlots
+	return l.ring, pos * rawRecordSize, min(k, ringSlots-pos)
 }
 
 // event converts a record of the process described by h into a trace event.

@@ -332,7 +332,7 @@ func logHeaders(t *testing.T, dir string) []rawHeader {
 			t.Fatal(err)
 		}
 		hs = append(hs, lf.log.header)
-		lf.f.Close()
+		lf.close()
 	}
 	return hs
 }

@@ -104,10 +104,8 @@ enum {
 
 #define HEADER_SIZE 4096
 #define RECORD_SIZE 64
-#define CHUNK_SIZE (1u << 20)
-#define RECORDS_PER_CHUNK (CHUNK_SIZE / RECORD_SIZE)
-#define CHUNK_SHIFT 14 /* log2(RECORDS_PER_CHUNK) */
-#define MAX_CHUNKS (1u << 18)
+#define RING_SLOTS (1u << 16)  /* 4 MiB ring file */
+#define BLOCK_SLOTS (1u << 12) /* drained to the log 256 KiB at a time */
 #define FLAG_PRIVATE_SEQ 1ull
 
 struct log_header {
@@ -119,9 +117,11 @@ struct log_header {
 	int64_t start_mono_ns;
 	int64_t start_real_ns;
 	uint64_t flags;
-	uint64_t claimed;
+	uint64_t claimed; /* slots claimed by writers */
+	uint64_t drained; /* slots [0, drained) are in the log file */
+	uint32_t ring_slots;
 	uint32_t cmdline_len;
-	char cmdline[HEADER_SIZE - 60];
+	char cmdline[HEADER_SIZE - 72];
 };
 
 struct record {
@@ -140,7 +140,7 @@ struct record {
 
 _Static_assert(sizeof(struct log_header) == HEADER_SIZE, "header size");
 _Static_assert(sizeof(struct record) == RECORD_SIZE, "record size");
-_Static_assert(RECORDS_PER_CHUNK == (1u << CHUNK_SHIFT), "chunk shift");
+_Static_assert(RING_SLOTS % BLOCK_SLOTS == 0, "ring of whole blocks");
 
 /* ---- global state ------------------------------------------------------------------------------- */
 
@@ -156,12 +156,14 @@ static char g_dir[PATH_MAX];
 static int g_log_state; /* LOG_* */
 static int g_log_fd = -1;
 static struct log_header *g_hdr;
-static char **g_chunks;        /* MAX_CHUNKS pointers, anonymous mapping */
-static uint32_t g_chunks_used; /* highest chunk index mapped + 1 */
-static int g_chunk_lock;
+static int g_ring_fd = -1;
+static struct record *g_ring; /* RING_SLOTS records, MAP_SHARED on the ring file */
+static int g_open_lock;
+static int g_drain_lock;
 static uint64_t *g_seq;        /* shared counter (seq file) or &g_private_seq */
 static uint64_t g_private_seq;
 static char g_log_path[PATH_MAX + 64];
+static char g_ring_path[PATH_MAX + 64];
 
 static TLS int t_depth;
 static TLS uint32_t t_tid;
@@ -182,6 +184,124 @@ static inline uint32_t current_tid(void) {
 	if (UNLIKELY(t_tid == 0))
 		t_tid = (uint32_t)syscall(SYS_gettid);
 	return t_tid;
+}
+
+/* ---- clock ----------------------------------------------------------------------------------------
+ * Timestamps are CLOCK_MONOTONIC nanoseconds. Where the TSC runs at a constant rate (x86-64 with
+ * constant_tsc and nonstop_tsc) the hot path reads it instead of calling clock_gettime (which costs
+ * ~80 ns on a VM without a vDSO clock): each thread re-anchors to clock_gettime every 2^21 ticks
+ * (about 1 ms), and the tick rate is refined from the span since the first calibration, so the error
+ * stays well under a microsecond; timestamps never go back within a thread. */
+
+#define REANCHOR_TICKS (1ll << 21)
+
+static int g_use_tsc;
+static uint64_t g_tsc_mult; /* ns per tick, 32.32 fixed point */
+static uint64_t g_cal_ticks;
+static int64_t g_cal_ns;
+static TLS uint64_t t_anchor_ticks;
+static TLS int64_t t_anchor_ns;
+static TLS int64_t t_last_ns;
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+static inline uint64_t read_tsc(void) { return __rdtsc(); }
+#else
+static inline uint64_t read_tsc(void) { return 0; }
+#endif
+
+static inline uint64_t now_ticks(void) {
+	if (LIKELY(g_use_tsc))
+		return read_tsc();
+	return (uint64_t)now_ns(CLOCK_MONOTONIC);
+}
+
+/* tsc_pair reads the TSC and the monotonic clock at (nearly) the same instant. */
+static void tsc_pair(uint64_t *ticks, int64_t *ns) {
+	uint64_t a = read_tsc();
+	*ns = now_ns(CLOCK_MONOTONIC);
+	uint64_t b = read_tsc();
+	*ticks = a + (b - a) / 2;
+}
+
+static void set_rate(uint64_t dticks, int64_t dns) {
+	if (dticks == 0 || dns <= 0)
+		return;
+	__atomic_store_n(&g_tsc_mult, (uint64_t)(((unsigned __int128)dns << 32) / dticks), __ATOMIC_RELAXED);
+}
+
+static void reanchor(void) {
+	tsc_pair(&t_anchor_ticks, &t_anchor_ns);
+	int64_t span = t_anchor_ns - g_cal_ns;
+	if (span > 10000000) /* 10 ms: refine the rate over the whole span since calibration */
+		set_rate(t_anchor_ticks - g_cal_ticks, span);
+}
+
+static inline int64_t ticks_ns(uint64_t t) {
+	if (!g_use_tsc)
+		return (int64_t)t;
+	int64_t d = (int64_t)(t - t_anchor_ticks);
+	if (UNLIKELY(t_anchor_ticks == 0 || d > REANCHOR_TICKS)) {
+		reanchor();
+		d = (int64_t)(t - t_anchor_ticks);
+	}
+	uint64_t mult = __atomic_load_n(&g_tsc_mult, __ATOMIC_RELAXED);
+	int64_t ns = t_anchor_ns + (int64_t)(((__int128)d * (__int128)mult) >> 32);
+	if (ns < t_last_ns)
+		ns = t_last_ns;
+	t_last_ns = ns;
+	return ns;
+}
+
+static inline int64_t ticks_duration(uint64_t t0, uint64_t t1) {
+	if (!g_use_tsc)
+		return (int64_t)(t1 - t0);
+	uint64_t mult = __atomic_load_n(&g_tsc_mult, __ATOMIC_RELAXED);
+	return (int64_t)(((unsigned __int128)(t1 - t0) * mult) >> 32);
+}
+
+/* tsc_reliable reports whether /proc/cpuinfo lists constant_tsc and nonstop_tsc. */
+static int tsc_reliable(void) {
+#if defined(__x86_64__)
+	char buf[16384];
+	int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	size_t n = 0;
+	while (n < sizeof buf - 1) {
+		ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	buf[n] = '\0';
+	char *flags = strstr(buf, "\nflags");
+	if (flags == NULL)
+		return 0;
+	char *end = strchr(flags + 1, '\n');
+	if (end != NULL)
+		*end = '\0';
+	return strstr(flags, " constant_tsc") != NULL && strstr(flags, " nonstop_tsc") != NULL;
+#else
+	return 0;
+#endif
+}
+
+/* clock_init calibrates the TSC over about 200 us, once per process (at its first event). */
+static void clock_init(void) {
+	if (g_use_tsc || !tsc_reliable())
+		return;
+	uint64_t t0, t1;
+	int64_t n0, n1;
+	tsc_pair(&t0, &n0);
+	do
+		tsc_pair(&t1, &n1);
+	while (n1 - n0 < 200000);
+	g_cal_ticks = t0;
+	g_cal_ns = n0;
+	set_rate(t1 - t0, n1 - n0);
+	__atomic_store_n(&g_use_tsc, 1, __ATOMIC_RELEASE);
 }
 
 static dlsym_fn get_real_dlsym(void) {
@@ -358,7 +478,30 @@ static void fill_cmdline(struct log_header *h) {
 	h->cmdline_len = (uint32_t)n;
 }
 
-/* log_open creates this process's log file. Called with g_chunk_lock held. */
+/* open_mapped creates path (exclusively), gives it size bytes and maps them shared. */
+static void *open_mapped(const char *path, size_t size, int *fd_out) {
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		log_fail(path, errno);
+		return NULL;
+	}
+	int err = posix_fallocate(fd, 0, (off_t)size);
+	void *p = MAP_FAILED;
+	if (err == 0) {
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			err = errno;
+	}
+	if (err != 0) {
+		close(fd);
+		log_fail(path, err);
+		return NULL;
+	}
+	*fd_out = fd;
+	return p;
+}
+
+/* log_open creates this process's log file and ring file. Called with g_open_lock held. */
 static void log_open(void) {
 	uint64_t flags = 0;
 	if (g_seq == NULL)
@@ -367,34 +510,17 @@ static void log_open(void) {
 		flags |= FLAG_PRIVATE_SEQ;
 	int64_t mono = now_ns(CLOCK_MONOTONIC);
 	snprintf(g_log_path, sizeof g_log_path, "%s/%d-%lld.alog", g_dir, (int)getpid(), (long long)mono);
-	int fd = open(g_log_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		log_fail(g_log_path, errno);
+	snprintf(g_ring_path, sizeof g_ring_path, "%s/%d-%lld.ring", g_dir, (int)getpid(), (long long)mono);
+	int fd = -1, rfd = -1;
+	struct log_header *h = (struct log_header *)open_mapped(g_log_path, HEADER_SIZE, &fd);
+	if (h == NULL)
 		return;
-	}
-	int err = posix_fallocate(fd, 0, HEADER_SIZE);
-	void *hp = MAP_FAILED;
-	if (err == 0) {
-		hp = mmap(NULL, HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (hp == MAP_FAILED)
-			err = errno;
-	}
-	if (g_chunks == NULL && err == 0) {
-		void *c = mmap(NULL, sizeof(char *) * MAX_CHUNKS, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (c == MAP_FAILED)
-			err = errno;
-		else
-			g_chunks = (char **)c;
-	}
-	if (err != 0) {
-		if (hp != MAP_FAILED)
-			munmap(hp, HEADER_SIZE);
+	struct record *ring = (struct record *)open_mapped(g_ring_path, (size_t)RING_SLOTS * RECORD_SIZE, &rfd);
+	if (ring == NULL) {
+		munmap(h, HEADER_SIZE);
 		close(fd);
-		log_fail(g_log_path, err);
 		return;
 	}
-	struct log_header *h = (struct log_header *)hp;
 	h->version = 1;
 	h->record_size = RECORD_SIZE;
 	h->pid = (uint32_t)getpid();
@@ -402,10 +528,14 @@ static void log_open(void) {
 	h->start_mono_ns = mono;
 	h->start_real_ns = now_ns(CLOCK_REALTIME);
 	h->flags = flags;
+	h->ring_slots = RING_SLOTS;
 	fill_cmdline(h);
 	memcpy(h->magic, "ALSCOPE1", 8);
 	g_log_fd = fd;
+	g_ring_fd = rfd;
 	g_hdr = h;
+	g_ring = ring;
+	clock_init();
 	__atomic_store_n(&g_log_state, LOG_READY, __ATOMIC_RELEASE);
 }
 
@@ -417,67 +547,97 @@ static inline int log_ready(void) {
 	if (st == LOG_OFF)
 		return 0;
 	int e = errno;
-	spin_lock(&g_chunk_lock);
+	spin_lock(&g_open_lock);
 	if (__atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) == LOG_UNINIT)
 		log_open();
-	spin_unlock(&g_chunk_lock);
+	spin_unlock(&g_open_lock);
 	errno = e;
 	return __atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) == LOG_READY;
 }
 
-static char *map_chunk(uint64_t c) {
-	if (c >= MAX_CHUNKS) {
-		log_fail(g_log_path, EFBIG);
-		return NULL;
+/* wait_committed waits for the writer of a claimed slot to commit it: a few instructions unless the
+ * writer was preempted; after about two seconds (a writer that never returned from a signal handler)
+ * the slot is drained uncommitted. */
+static void wait_committed(const struct record *r) {
+	struct timespec pause = {0, 20000};
+	for (int i = 0; __atomic_load_n(&r->function, __ATOMIC_ACQUIRE) == 0 && i < 100100; i++) {
+		if (i < 100)
+			sched_yield();
+		else
+			nanosleep(&pause, NULL);
 	}
-	spin_lock(&g_chunk_lock);
-	char *p = __atomic_load_n(&g_chunks[c], __ATOMIC_ACQUIRE);
-	if (p == NULL && __atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) == LOG_READY) {
-		off_t off = HEADER_SIZE + (off_t)c * CHUNK_SIZE;
-		int err = posix_fallocate(g_log_fd, off, CHUNK_SIZE);
-		if (err == 0) {
-			void *m = mmap(NULL, CHUNK_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, g_log_fd, off);
-			if (m == MAP_FAILED)
-				err = errno;
-			else
-				p = (char *)m;
-		}
-		if (err != 0) {
-			log_fail(g_log_path, err);
-		} else {
-			__atomic_store_n(&g_chunks[c], p, __ATOMIC_RELEASE);
-			if (c + 1 > g_chunks_used)
-				g_chunks_used = (uint32_t)(c + 1);
-		}
-	}
-	spin_unlock(&g_chunk_lock);
-	return p;
 }
 
-/* A claimed slot: where the record goes and its seq. */
-struct slot { struct record *rec; uint64_t seq; };
+/* drain copies the ring's whole blocks below limit into the log file, oldest first, with pwrite
+ * (writing fresh memory through a mapping is slow on VMs with shadow page tables; the ring's pages are
+ * reused). Only then does it advance the header's drained count, so after a crash a block is either
+ * counted in the log file or still whole in the ring. */
+static void drain(uint64_t limit) {
+	spin_lock(&g_drain_lock);
+	int e = errno;
+	uint64_t d = __atomic_load_n(&g_hdr->drained, __ATOMIC_ACQUIRE);
+	while (d + BLOCK_SLOTS <= limit && __atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) == LOG_READY) {
+		struct record *blk = &g_ring[d & (RING_SLOTS - 1)];
+		for (unsigned i = 0; i < BLOCK_SLOTS; i++)
+			wait_committed(&blk[i]);
+		const char *src = (const char *)blk;
+		size_t left = (size_t)BLOCK_SLOTS * RECORD_SIZE;
+		off_t off = HEADER_SIZE + (off_t)d * RECORD_SIZE;
+		while (left > 0) {
+			ssize_t w = pwrite(g_log_fd, src, left, off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				log_fail(g_log_path, w < 0 ? errno : ENOSPC);
+				break;
+			}
+			src += w;
+			off += w;
+			left -= (size_t)w;
+		}
+		if (left > 0)
+			break;
+		d += BLOCK_SLOTS;
+		__atomic_store_n(&g_hdr->drained, d, __ATOMIC_RELEASE);
+	}
+	errno = e;
+	spin_unlock(&g_drain_lock);
+}
 
-static inline struct slot claim(void) {
-	struct slot s = {NULL, 0};
-	s.seq = __atomic_fetch_add(g_seq, 1, __ATOMIC_RELAXED);
+#define PREFETCH_AHEAD 4
+
+static inline uint64_t take_seq(void) { return __atomic_fetch_add(g_seq, 1, __ATOMIC_RELAXED); }
+
+/* claim_slot reserves the next ring slot; NULL when logging stopped. */
+static inline struct record *claim_slot(uint64_t *idx_out) {
 	uint64_t idx = __atomic_fetch_add(&g_hdr->claimed, 1, __ATOMIC_RELAXED);
-	uint64_t c = idx >> CHUNK_SHIFT;
-	char *base = LIKELY(c < MAX_CHUNKS) ? __atomic_load_n(&g_chunks[c], __ATOMIC_ACQUIRE) : NULL;
-	if (UNLIKELY(base == NULL))
-		base = map_chunk(c);
-	if (LIKELY(base != NULL))
-		s.rec = (struct record *)(base + (idx & (RECORDS_PER_CHUNK - 1)) * RECORD_SIZE);
-	return s;
+	/* A full ring (a writer stalled mid-record, or a drain in progress) waits for the drain. */
+	while (UNLIKELY(idx - __atomic_load_n(&g_hdr->drained, __ATOMIC_ACQUIRE) >= RING_SLOTS)) {
+		if (__atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) != LOG_READY)
+			return NULL;
+		drain(idx - RING_SLOTS + BLOCK_SLOTS);
+	}
+	struct record *r = &g_ring[idx & (RING_SLOTS - 1)];
+	/* The slot still holds a drained record: uncommit it before writing, so that a crash mid-write
+	 * leaves an uncommitted slot, never a mix of two records. */
+	__atomic_store_n(&r->function, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__builtin_prefetch(&g_ring[(idx + PREFETCH_AHEAD) & (RING_SLOTS - 1)], 1, 3);
+	*idx_out = idx;
+	return r;
 }
 
-static inline void commit(struct slot s, int fid, int64_t t0, int64_t dur, uint64_t addr, uint64_t size,
+/* commit writes one record. Nothing but this function runs between claiming a slot and committing it,
+ * so a drain never waits long for a writer. */
+static inline void commit(uint64_t seq, int fid, uint64_t t0, uint64_t t1, uint64_t addr, uint64_t size,
 			  uint64_t stream, void *callsite, int result, int device) {
-	struct record *r = s.rec;
-	if (r == NULL)
+	uint64_t idx;
+	struct record *r = claim_slot(&idx);
+	if (UNLIKELY(r == NULL))
 		return;
-	r->seq = s.seq;
-	r->time_ns = t0;
-	r->duration_ns = dur;
+	r->seq = seq;
+	r->time_ns = ticks_ns(t0);
+	r->duration_ns = ticks_duration(t0, t1);
 	r->address = addr;
 	r->size = size;
 	r->stream = stream;
@@ -486,6 +646,9 @@ static inline void commit(struct slot s, int fid, int64_t t0, int64_t dur, uint6
 	r->result = (uint16_t)result;
 	r->device = (int8_t)(device < -1 || device > 127 ? -1 : device);
 	__atomic_store_n(&r->function, (uint8_t)fid, __ATOMIC_RELEASE);
+	/* The first writer of each block drains the blocks before the previous one. */
+	if (UNLIKELY((idx & (BLOCK_SLOTS - 1)) == 0) && idx >= 2 * BLOCK_SLOTS)
+		drain(idx - BLOCK_SLOTS);
 }
 
 /* ---- current device (real cuCtxGetDevice, resolved once) ---------------------------------------- */
@@ -519,16 +682,16 @@ static int current_device(void) {
 		if (t_depth != 0 || !g_enabled || !log_ready())                                          \
 			return CALL;                                                                     \
 		t_depth = 1;                                                                             \
-		int64_t t0 = now_ns(CLOCK_MONOTONIC);                                                    \
+		uint64_t t0 = now_ticks();                                                    \
 		int r_ = CALL;                                                                           \
-		int64_t t1 = now_ns(CLOCK_MONOTONIC);                                                    \
+		uint64_t t1 = now_ticks();                                                    \
 		int e_ = errno;                                                                          \
 		uint64_t addr_ = r_ == 0 ? (uint64_t)(OUT_ADDR) : 0;                                     \
 		uint64_t size_ = (uint64_t)(SIZE_EXPR);                                                  \
 		int dev_ = (r_ == 0 && (IS_DEVICE)) ? current_device() : -1;                             \
 		if (addr_ != 0 && (MAP) != NULL)                                                         \
 			map_insert((MAP), addr_, pack_val(size_, dev_));                                 \
-		commit(claim(), FID, t0, t1 - t0, addr_, size_, (uint64_t)(uintptr_t)(STREAM), cs, r_,  \
+		commit(take_seq(), FID, t0, t1, addr_, size_, (uint64_t)(uintptr_t)(STREAM), cs, r_,  \
 		       dev_);                                                                            \
 		t_depth = 0;                                                                             \
 		errno = e_;                                                                              \
@@ -543,16 +706,16 @@ static int current_device(void) {
 		t_depth = 1;                                                                             \
 		int e0_ = errno;                                                                         \
 		uint64_t key_ = (uint64_t)(KEY);                                                         \
-		struct slot s_ = claim();                                                                \
+		uint64_t seq_ = take_seq();                                                              \
 		uint64_t v_ = map_find(MAP, key_, 1);                                                    \
 		errno = e0_;                                                                             \
-		int64_t t0 = now_ns(CLOCK_MONOTONIC);                                                    \
+		uint64_t t0 = now_ticks();                                                    \
 		int r_ = CALL;                                                                           \
-		int64_t t1 = now_ns(CLOCK_MONOTONIC);                                                    \
+		uint64_t t1 = now_ticks();                                                    \
 		int e_ = errno;                                                                          \
 		if (r_ != 0 && v_ != 0)                                                                  \
 			map_insert(MAP, key_, v_);                                                       \
-		commit(s_, FID, t0, t1 - t0, key_, val_size(v_), (uint64_t)(uintptr_t)(STREAM), cs, r_, \
+		commit(seq_, FID, t0, t1, key_, val_size(v_), (uint64_t)(uintptr_t)(STREAM), cs, r_, \
 		       val_device(v_));                                                                  \
 		t_depth = 0;                                                                             \
 		errno = e_;                                                                              \
@@ -565,12 +728,12 @@ static int current_device(void) {
 		if (t_depth != 0 || !g_enabled || !log_ready())                                          \
 			return CALL;                                                                     \
 		t_depth = 1;                                                                             \
-		int64_t t0 = now_ns(CLOCK_MONOTONIC);                                                    \
+		uint64_t t0 = now_ticks();                                                    \
 		int r_ = CALL;                                                                           \
-		int64_t t1 = now_ns(CLOCK_MONOTONIC);                                                    \
+		uint64_t t1 = now_ticks();                                                    \
 		int e_ = errno;                                                                          \
 		int dev_ = (DEVICE_EXPR);                                                                \
-		commit(claim(), FID, t0, t1 - t0, (uint64_t)(ADDR), (uint64_t)(SIZE),                   \
+		commit(take_seq(), FID, t0, t1, (uint64_t)(ADDR), (uint64_t)(SIZE),                   \
 		       (uint64_t)(STREAM), cs, r_, dev_);                                                \
 		t_depth = 0;                                                                             \
 		errno = e_;                                                                              \
@@ -698,15 +861,15 @@ BODY CUresult b_cuMemCreate(cuMemCreate_fn f, int fid, void *cs, CUmemGenericAll
 	if (t_depth != 0 || !g_enabled || !log_ready())
 		return f(h, n, prop, fl);
 	t_depth = 1;
-	int64_t t0 = now_ns(CLOCK_MONOTONIC);
+	uint64_t t0 = now_ticks();
 	int r = f(h, n, prop, fl);
-	int64_t t1 = now_ns(CLOCK_MONOTONIC);
+	uint64_t t1 = now_ticks();
 	int e = errno;
 	uint64_t handle = r == 0 ? *h : 0;
 	int dev = r == 0 ? prop_device(prop) : -1;
 	if (handle != 0)
 		map_insert(&g_handles, handle, pack_val(n, dev));
-	commit(claim(), fid, t0, t1 - t0, handle, n, 0, cs, r, dev);
+	commit(take_seq(), fid, t0, t1, handle, n, 0, cs, r, dev);
 	t_depth = 0;
 	errno = e;
 	return r;
@@ -1077,23 +1240,21 @@ EXPORT void *dlsym(void *handle, const char *name) { return dlsym_c(handle, name
 /* In a forked child: forget the parent's log (its own file is opened at its first event). */
 static void atfork_child(void) {
 	t_tid = 0;
-	g_chunk_lock = 0;
+	g_open_lock = 0;
+	g_drain_lock = 0;
 	g_addrs.lock = 0;
 	g_handles.lock = 0;
 	if (g_seq == &g_private_seq)
 		g_private_seq = (uint64_t)getpid() << 40;
 	if (__atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) != LOG_READY)
 		return;
-	for (uint32_t c = 0; c < g_chunks_used; c++) {
-		if (g_chunks[c] != NULL)
-			munmap(g_chunks[c], CHUNK_SIZE);
-		g_chunks[c] = NULL;
-	}
-	g_chunks_used = 0;
+	munmap(g_ring, (size_t)RING_SLOTS * RECORD_SIZE);
 	munmap(g_hdr, HEADER_SIZE);
-	g_hdr = NULL;
+	close(g_ring_fd);
 	close(g_log_fd);
-	g_log_fd = -1;
+	g_ring = NULL;
+	g_hdr = NULL;
+	g_ring_fd = g_log_fd = -1;
 	__atomic_store_n(&g_log_state, LOG_UNINIT, __ATOMIC_RELEASE);
 }
 

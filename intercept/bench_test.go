@@ -1,0 +1,152 @@
+package intercept
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/allocscope/allocscope/trace"
+)
+
+// benchPairs is the number of cuMemAlloc_v2/cuMemFree_v2 pairs each bench thread does per run.
+const benchPairs = 500000
+
+// BenchmarkShimOverhead runs testdata/progs/bench.c (alloc/free pairs on the fake driver) without and
+// with the shim and reports the median ns per call of both, the added ns per call and the events per
+// second recorded by all threads together.
+//
+//	go test -run '^$' -bench ShimOverhead -benchtime 3x ./intercept/
+func BenchmarkShimOverhead(b *testing.B) {
+	needBuilt(b)
+	for _, threads := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			var base, shim, rate float64
+			for i := 0; i < b.N; i++ {
+				bn, _ := runBench(b, "", threads)
+				dir := filepath.Join(b.TempDir(), fmt.Sprintf("logs%d", i))
+				if err := PrepareLogDir(dir); err != nil {
+					b.Fatal(err)
+				}
+				sn, sr := runBench(b, dir, threads)
+				checkClaimed(b, dir, uint64(2*benchPairs*threads))
+				base, shim, rate = base+bn, shim+sn, rate+sr
+			}
+			n := float64(b.N)
+			b.ReportMetric(base/n, "ns/call-base")
+			b.ReportMetric(shim/n, "ns/call-shim")
+			b.ReportMetric((shim-base)/n, "ns/call-added")
+			b.ReportMetric(rate/n, "events/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// runBench runs the bench program and returns its median ns per call and calls per second.
+func runBench(b *testing.B, logDir string, threads int) (nsPerCall, perSecond float64) {
+	res := runProgram(b, logDir, "bench", strconv.Itoa(threads), strconv.Itoa(benchPairs))
+	f := strings.Fields(res.stdout)
+	if res.exitCode != 0 || len(f) != 4 {
+		b.Fatalf("bench: exit %d, output %q %q", res.exitCode, res.stdout, res.stderr)
+	}
+	nsPerCall, err1 := strconv.ParseFloat(f[1], 64)
+	perSecond, err2 := strconv.ParseFloat(f[3], 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("bench output %q", res.stdout)
+	}
+	return nsPerCall, perSecond
+}
+
+// checkClaimed asserts that the shim recorded want events in dir.
+func checkClaimed(b *testing.B, dir string, want uint64) {
+	var claimed uint64
+	for _, h := range logHeadersB(b, dir) {
+		claimed += h.Claimed
+	}
+	if claimed != want {
+		b.Fatalf("shim claimed %d records, want %d", claimed, want)
+	}
+}
+
+func logHeadersB(b *testing.B, dir string) []rawHeader {
+	paths, err := rawLogPaths(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var hs []rawHeader
+	for _, p := range paths {
+		lf, err := openLogFile(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hs = append(hs, lf.log.header)
+		lf.close()
+	}
+	return hs
+}
+
+// BenchmarkConvert converts a synthetic raw log of 1 Mi nearly sorted events (4 threads' worth of
+// interleaving) into an Arrow trace written to io.Discard, and into a sink that drops events (the
+// merge alone).
+//
+//	go test -run '^$' -bench Convert ./intercept/
+func BenchmarkConvert(b *testing.B) {
+	const events = 1 << 20
+	dir := b.TempDir()
+	writeSyntheticLog(b, filepath.Join(dir, "1-1.alog"), 1, events, 4)
+	b.Run("arrow", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			w, err := trace.NewWriter(io.Discard, trace.Info{Source: "allocscope"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := Convert(dir, w, ConvertOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("merge", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := convert(dir, discard{}, ConvertOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+}
+
+type discard struct{}
+
+func (discard) Write(*trace.Event) error { return nil }
+
+// writeSyntheticLog writes a raw log of n alloc/free events whose seqs are shuffled within windows
+// of `spread` records, as concurrent threads leave them.
+func writeSyntheticLog(tb testing.TB, path string, pid uint32, n, spread int) {
+	tb.Helper()
+	recs := make([]rawRecord, n)
+	for i := range recs {
+		fn := uint8(1) // cudaMalloc
+		if i%2 == 1 {
+			fn = 2 // cudaFree
+		}
+		recs[i] = rawRecord{Seq: uint64(i), TimeNs: int64(1000 + i*50), DurationNs: 40,
+			Address: 0x200000000000 + uint64(i/2)*512, Size: uint64(256 + i/2%64*256), TID: pid + uint32(i%spread),
+			Device: 0, Function: fn, Callsite: 0x401000}
+	}
+	for i := 0; i+spread <= n; i += spread {
+		for j := 0; j < spread/2; j++ {
+			recs[i+j], recs[i+spread-1-j] = recs[i+spread-1-j], recs[i+j]
+		}
+	}
+	if err := os.WriteFile(path, encodeRawLog(rawHeader{PID: pid, PPID: 1, StartMonoNs: 1, Claimed: uint64(n), Drained: uint64(n),
+		Command: []string{"synthetic"}}, recs), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
