@@ -30,6 +30,7 @@ type streamOrderedPool struct {
 	blocks    map[uint64]block
 	align     uint64
 	threshold uint64
+	empty     int // regions without a live block
 }
 
 type soRegion struct {
@@ -78,7 +79,12 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 	}
 	p.sp.take(id, blk)
 	n := p.sp.node(id)
-	p.regions[n.seg].live++
+	if r := p.regions[n.seg]; r.live == 0 {
+		p.empty--
+		r.live++
+	} else {
+		r.live++
+	}
 	p.blocks[n.addr] = block{req: size, size: blk, seg: n.seg, stream: stream, node: id}
 	p.c.allocated(size, blk)
 	return n.addr, nil
@@ -100,6 +106,7 @@ func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
 	}
 	id := p.sp.addSegment(addr, n, false, 0, nodeFree)
 	p.regions[addr] = &soRegion{size: n, head: id}
+	p.empty++
 	return id, nil
 }
 
@@ -115,7 +122,12 @@ func (p *streamOrderedPool) Free(addr, stream uint64) error {
 		return errUnknown(addr)
 	}
 	delete(p.blocks, addr)
-	p.regions[b.seg].live--
+	if r := p.regions[b.seg]; r.live == 1 {
+		r.live = 0
+		p.empty++
+	} else {
+		r.live--
+	}
 	p.sp.release(b.node, true, stream)
 	p.c.freed(b.req, b.size)
 	return nil
@@ -128,10 +140,13 @@ func (p *streamOrderedPool) Sync() error {
 	if p.closed {
 		return errClosed("sync")
 	}
-	for _, s := range p.sp.freeSpans() {
-		if s.tagged {
-			p.sp.setOwner(s.node, false, 0)
+	// Tagged spans sort after untagged ones: take the first tagged span until none is left.
+	for {
+		s, ok := p.sp.free.lowerBound(span{tagged: true})
+		if !ok || !s.tagged {
+			break
 		}
+		p.sp.setOwner(s.node, false, 0)
 	}
 	return p.trim(p.threshold)
 }
@@ -139,6 +154,9 @@ func (p *streamOrderedPool) Sync() error {
 // trim releases regions without live blocks, highest address first, while more than keep bytes
 // are reserved.
 func (p *streamOrderedPool) trim(keep uint64) error {
+	if p.empty == 0 || p.c.s.ReservedBytes <= keep {
+		return nil
+	}
 	bases := sortedKeys(p.regions)
 	slices.Reverse(bases)
 	for _, addr := range bases {
@@ -151,6 +169,7 @@ func (p *streamOrderedPool) trim(keep uint64) error {
 		}
 		p.sp.dropSegment(r.head)
 		delete(p.regions, addr)
+		p.empty--
 		if err := p.up.release(addr, r.size); err != nil {
 			return err
 		}
