@@ -44,7 +44,7 @@ func WithFunctions(names ...string) WriterOption {
 }
 
 // WithCompressConcurrency sets how many goroutines compress the columns of a batch
-// (default 1: on a 2-core machine more goroutines do not pay; see docs/benchmarks.md).
+// (default 2: +25% events/s over 1 on two cores, see BenchmarkWrite).
 func WithCompressConcurrency(n int) WriterOption { return func(c *writerConfig) { c.compressNP = n } }
 
 // withZstdLevel sets the zstd level (arrow-go maps 1-2 to its fastest preset, 3-5 to its
@@ -55,24 +55,25 @@ func withZstdLevel(level int) WriterOption { return func(c *writerConfig) { c.zs
 func withoutCompression() WriterOption { return func(c *writerConfig) { c.compression = false } }
 
 // Writer writes events to an Arrow IPC file, DefaultBatchRows rows per zstd-compressed
-// record batch. It does not allocate per event. A Writer is not safe for concurrent use.
+// record batch. Write copies each event into column buffers without allocating; a full batch
+// is encoded and compressed by a background goroutine while Write fills a second set of
+// buffers. A Writer is not safe for concurrent use; Close must be called.
 type Writer struct {
 	cfg    writerConfig
 	buf    *bufio.Writer
 	file   *os.File // set by Create; closed by Close
+	reuse  *reuseAllocator
 	fw     *ipc.FileWriter
 	schema *arrow.Schema
+	dicts  [numColumns]arrow.Array // dictionaries of the string columns, nil for others
 
-	cols  [numColumns]*memory.Buffer
-	dicts [numColumns]arrow.Array // dictionaries of the string columns, nil for others
+	sets        [2]*columnSet // filled alternately: one by Write, one by the encoder goroutine
+	cur         int           // index in sets of the set Write fills
+	columnViews               // typed views of sets[cur]
 
-	// Typed views of cols.
-	seq, size, address, handle, stream, callsite []uint64
-	timeNs, durationNs                           []int64
-	pid, tid                                     []uint32
-	device, result                               []int32
-	op, mem, layer                               []int8
-	function                                     []int16
+	jobs     chan batchJob // to the encoder goroutine
+	results  chan error    // from the encoder goroutine, one per job
+	inFlight bool          // a job was sent and its result not yet received
 
 	n          int // rows in the current batch
 	written    uint64
@@ -83,9 +84,31 @@ type Writer struct {
 	closed     bool
 }
 
+// columnViews are typed views of the buffers of a columnSet.
+type columnViews struct {
+	seq, size, address, handle, stream, callsite []uint64
+	timeNs, durationNs                           []int64
+	pid, tid                                     []uint32
+	device, result                               []int32
+	op, mem, layer                               []int8
+	function                                     []int16
+}
+
+// columnSet is one buffer per column for a full batch, reused for every batch.
+type columnSet struct {
+	cols  [numColumns]*memory.Buffer
+	views columnViews
+}
+
+type batchJob struct {
+	set  *columnSet
+	rows int
+}
+
 // NewWriter starts an Arrow IPC file on w. The caller closes w after Close.
 func NewWriter(w io.Writer, info Info, opts ...WriterOption) (*Writer, error) {
-	cfg := writerConfig{alloc: memory.DefaultAllocator, batchRows: DefaultBatchRows, compressNP: 1, compression: true}
+	cfg := writerConfig{alloc: memory.DefaultAllocator, batchRows: DefaultBatchRows, compressNP: 2,
+		compression: true, zstdLevel: 1}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -96,7 +119,8 @@ func NewWriter(w io.Writer, info Info, opts ...WriterOption) (*Writer, error) {
 	if err := tw.buildFunctionIndex(); err != nil {
 		return nil, err
 	}
-	ipcOpts := []ipc.Option{ipc.WithSchema(tw.schema), ipc.WithAllocator(cfg.alloc)}
+	tw.reuse = newReuseAllocator(cfg.alloc)
+	ipcOpts := []ipc.Option{ipc.WithSchema(tw.schema), ipc.WithAllocator(tw.reuse)}
 	if cfg.compression {
 		ipcOpts = append(ipcOpts, ipc.WithZstdLevel(cfg.zstdLevel), ipc.WithCompressConcurrency(cfg.compressNP))
 	}
@@ -106,7 +130,13 @@ func NewWriter(w io.Writer, info Info, opts ...WriterOption) (*Writer, error) {
 	}
 	tw.fw = fw
 	tw.buildDictionaries()
-	tw.allocColumns()
+	for i := range tw.sets {
+		tw.sets[i] = newColumnSet(cfg.alloc, cfg.batchRows)
+	}
+	tw.columnViews = tw.sets[0].views
+	tw.jobs = make(chan batchJob)
+	tw.results = make(chan error, 1)
+	go tw.encode()
 	return tw, nil
 }
 
@@ -158,10 +188,9 @@ func stringArray(alloc memory.Allocator, values []string) arrow.Array {
 	return b.NewArray()
 }
 
-// allocColumns allocates one buffer per column for a full batch and sets the typed views.
-// The buffers are reused for every batch.
-func (w *Writer) allocColumns() {
-	rows := w.cfg.batchRows
+// newColumnSet allocates one buffer per column for rows rows and sets the typed views.
+func newColumnSet(alloc memory.Allocator, rows int) *columnSet {
+	s := &columnSet{}
 	for i, c := range columnSpecs {
 		width := 0
 		switch t := c.typ.(type) {
@@ -170,26 +199,34 @@ func (w *Writer) allocColumns() {
 		case arrow.FixedWidthDataType:
 			width = t.Bytes()
 		}
-		b := memory.NewResizableBuffer(w.cfg.alloc)
+		b := memory.NewResizableBuffer(alloc)
 		b.Resize(rows * width)
-		w.cols[i] = b
+		s.cols[i] = b
 	}
-	w.seq = arrow.Uint64Traits.CastFromBytes(w.cols[colSeq].Bytes())[:rows]
-	w.timeNs = arrow.Int64Traits.CastFromBytes(w.cols[colTimeNs].Bytes())[:rows]
-	w.durationNs = arrow.Int64Traits.CastFromBytes(w.cols[colDurationNs].Bytes())[:rows]
-	w.pid = arrow.Uint32Traits.CastFromBytes(w.cols[colPID].Bytes())[:rows]
-	w.tid = arrow.Uint32Traits.CastFromBytes(w.cols[colTID].Bytes())[:rows]
-	w.device = arrow.Int32Traits.CastFromBytes(w.cols[colDevice].Bytes())[:rows]
-	w.op = arrow.Int8Traits.CastFromBytes(w.cols[colOp].Bytes())[:rows]
-	w.mem = arrow.Int8Traits.CastFromBytes(w.cols[colMemory].Bytes())[:rows]
-	w.layer = arrow.Int8Traits.CastFromBytes(w.cols[colLayer].Bytes())[:rows]
-	w.function = arrow.Int16Traits.CastFromBytes(w.cols[colFunction].Bytes())[:rows]
-	w.size = arrow.Uint64Traits.CastFromBytes(w.cols[colSize].Bytes())[:rows]
-	w.address = arrow.Uint64Traits.CastFromBytes(w.cols[colAddress].Bytes())[:rows]
-	w.handle = arrow.Uint64Traits.CastFromBytes(w.cols[colHandle].Bytes())[:rows]
-	w.stream = arrow.Uint64Traits.CastFromBytes(w.cols[colStream].Bytes())[:rows]
-	w.result = arrow.Int32Traits.CastFromBytes(w.cols[colResult].Bytes())[:rows]
-	w.callsite = arrow.Uint64Traits.CastFromBytes(w.cols[colCallsite].Bytes())[:rows]
+	v := &s.views
+	v.seq = arrow.Uint64Traits.CastFromBytes(s.cols[colSeq].Bytes())[:rows]
+	v.timeNs = arrow.Int64Traits.CastFromBytes(s.cols[colTimeNs].Bytes())[:rows]
+	v.durationNs = arrow.Int64Traits.CastFromBytes(s.cols[colDurationNs].Bytes())[:rows]
+	v.pid = arrow.Uint32Traits.CastFromBytes(s.cols[colPID].Bytes())[:rows]
+	v.tid = arrow.Uint32Traits.CastFromBytes(s.cols[colTID].Bytes())[:rows]
+	v.device = arrow.Int32Traits.CastFromBytes(s.cols[colDevice].Bytes())[:rows]
+	v.op = arrow.Int8Traits.CastFromBytes(s.cols[colOp].Bytes())[:rows]
+	v.mem = arrow.Int8Traits.CastFromBytes(s.cols[colMemory].Bytes())[:rows]
+	v.layer = arrow.Int8Traits.CastFromBytes(s.cols[colLayer].Bytes())[:rows]
+	v.function = arrow.Int16Traits.CastFromBytes(s.cols[colFunction].Bytes())[:rows]
+	v.size = arrow.Uint64Traits.CastFromBytes(s.cols[colSize].Bytes())[:rows]
+	v.address = arrow.Uint64Traits.CastFromBytes(s.cols[colAddress].Bytes())[:rows]
+	v.handle = arrow.Uint64Traits.CastFromBytes(s.cols[colHandle].Bytes())[:rows]
+	v.stream = arrow.Uint64Traits.CastFromBytes(s.cols[colStream].Bytes())[:rows]
+	v.result = arrow.Int32Traits.CastFromBytes(s.cols[colResult].Bytes())[:rows]
+	v.callsite = arrow.Uint64Traits.CastFromBytes(s.cols[colCallsite].Bytes())[:rows]
+	return s
+}
+
+func (s *columnSet) release() {
+	for _, b := range s.cols {
+		b.Release()
+	}
 }
 
 // Write appends one event. It returns an error for an event whose Op, Memory or Layer is not
@@ -246,45 +283,82 @@ func (w *Writer) functionIndex(e *Event) (int16, error) {
 	return fi, nil
 }
 
-// flush writes the rows collected so far as one record batch.
+// flush hands the rows collected so far to the encoder goroutine and switches Write to the
+// other column set, after waiting for that set's previous batch to be written.
 func (w *Writer) flush() error {
 	if w.n == 0 {
 		return nil
 	}
+	if err := w.wait(); err != nil {
+		return err
+	}
+	w.jobs <- batchJob{w.sets[w.cur], w.n}
+	w.inFlight = true
+	w.written += uint64(w.n)
+	w.n = 0
+	w.cur = 1 - w.cur
+	w.columnViews = w.sets[w.cur].views
+	return nil
+}
+
+// wait waits for the batch in flight, if any, and returns its error.
+func (w *Writer) wait() error {
+	if !w.inFlight {
+		return nil
+	}
+	w.inFlight = false
+	if err := <-w.results; err != nil && w.err == nil {
+		w.err = err
+	}
+	return w.err
+}
+
+// encode runs in its own goroutine: it writes each batch it is sent to the IPC file.
+func (w *Writer) encode() {
+	batch := 0
+	for job := range w.jobs {
+		err := w.writeBatch(job.set, job.rows)
+		if err != nil {
+			err = fmt.Errorf("trace writer: batch %d: %w", batch, err)
+		}
+		batch++
+		w.results <- err
+	}
+}
+
+// writeBatch encodes rows rows of set as one record batch.
+func (w *Writer) writeBatch(set *columnSet, rows int) error {
 	cols := make([]arrow.Array, numColumns)
 	for i, c := range columnSpecs {
-		bufs := []*memory.Buffer{nil, w.cols[i]}
+		bufs := []*memory.Buffer{nil, set.cols[i]}
 		var data *array.Data
 		if d := w.dicts[i]; d != nil {
-			data = array.NewDataWithDictionary(c.typ, w.n, bufs, 0, 0, d.Data().(*array.Data))
+			data = array.NewDataWithDictionary(c.typ, rows, bufs, 0, 0, d.Data().(*array.Data))
 		} else {
-			data = array.NewData(c.typ, w.n, bufs, nil, 0, 0)
+			data = array.NewData(c.typ, rows, bufs, nil, 0, 0)
 		}
 		cols[i] = array.MakeFromData(data)
 		data.Release()
 	}
-	rec := array.NewRecordBatch(w.schema, cols, int64(w.n))
+	rec := array.NewRecordBatch(w.schema, cols, int64(rows))
 	for _, c := range cols {
 		c.Release()
 	}
-	err := w.fw.Write(rec)
-	rec.Release()
-	if err != nil {
-		w.err = fmt.Errorf("trace writer: batch %d: %w", w.written/uint64(w.cfg.batchRows), err)
-		return w.err
-	}
-	w.written += uint64(w.n)
-	w.n = 0
-	return nil
+	defer rec.Release()
+	return w.fw.Write(rec)
 }
 
-// Close flushes the last batch and the file footer, releases all buffers, and closes the
-// file if the Writer was made by Create.
+// Close writes the last batch and the file footer, releases all buffers, and closes the
+// file if the Writer was made by Create. It returns the first error of any batch.
 func (w *Writer) Close() error {
 	if w.closed {
 		return nil
 	}
 	err := w.flush()
+	if werr := w.wait(); err == nil {
+		err = werr
+	}
+	close(w.jobs)
 	w.closed = true
 	if cerr := w.fw.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("trace writer: %w", cerr)
@@ -292,12 +366,15 @@ func (w *Writer) Close() error {
 	if ferr := w.buf.Flush(); err == nil && ferr != nil {
 		err = fmt.Errorf("trace writer: %w", ferr)
 	}
-	for i := range w.cols {
-		w.cols[i].Release()
-		if w.dicts[i] != nil {
-			w.dicts[i].Release()
+	for _, s := range w.sets {
+		s.release()
+	}
+	for _, d := range w.dicts {
+		if d != nil {
+			d.Release()
 		}
 	}
+	w.reuse.release()
 	if w.file != nil {
 		if cerr := w.file.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("trace writer: %w", cerr)
