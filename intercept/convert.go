@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -131,26 +132,34 @@ func openLogFile(path string) (*logFile, error) {
 	return lf, nil
 }
 
-// scan reads every record once to find each segment's smallest seq and check the data.
-func (lf *logFile) scan(recs []rawRecord, buf []byte) error {
+// scan reads every slot once to find each segment's smallest seq and check the records, so that bad
+// data is reported before anything is written.
+func (lf *logFile) scan(_ []rawRecord, buf []byte) error {
 	for first := int64(0); first < lf.log.slots; first += segSlots {
 		n := min(segSlots, lf.log.slots-first)
-		var skipped int64
-		var err error
-		recs, skipped, err = lf.log.readSlots(first, n, recs[:0], buf)
+		s := segment{first: first, n: n}
+		err := lf.log.scanSlots(first, n, buf, func(slot int64, b []byte) error {
+			if b[63] == 0 {
+				lf.skipped++
+				return nil
+			}
+			if err := checkRecordBytes(b); err != nil {
+				return fmt.Errorf("%s: record %d: %w", lf.log.name, slot, err)
+			}
+			seq := binary.LittleEndian.Uint64(b)
+			if s.count == 0 || seq < s.minSeq {
+				s.minSeq = seq
+			}
+			s.count++
+			return nil
+		})
 		if err != nil {
 			return err
 		}
-		lf.skipped += skipped
-		if len(recs) == 0 {
-			continue
+		if s.count > 0 {
+			lf.segs = append(lf.segs, s)
+			lf.records += int64(s.count)
 		}
-		s := segment{first: first, n: n, minSeq: recs[0].Seq, count: len(recs)}
-		for i := range recs {
-			s.minSeq = min(s.minSeq, recs[i].Seq)
-		}
-		lf.segs = append(lf.segs, s)
-		lf.records += int64(len(recs))
 	}
 	return nil
 }
@@ -186,9 +195,10 @@ type converter struct {
 	files    []*logFile
 	total    int64
 	sum      Summary
+	event    trace.Event // the event being emitted (reused: the sink must not keep the pointer)
 	live     uint64
 	managed  map[liveKey]struct{}
-	devices  map[int32]struct{}
+	devices  [2]uint64 // bit set of device ordinals 0..127
 	lastSeq  uint64
 	dups     int64
 	free     [][]rawRecord // segment buffers to reuse
@@ -197,7 +207,7 @@ type converter struct {
 }
 
 func newConverter(sink eventSink, opts ConvertOptions) *converter {
-	return &converter{sink: sink, opts: opts, managed: map[liveKey]struct{}{}, devices: map[int32]struct{}{},
+	return &converter{sink: sink, opts: opts, managed: map[liveKey]struct{}{},
 		readBuf: make([]byte, slotBatch*rawRecordSize)}
 }
 
@@ -319,13 +329,14 @@ func (c *converter) load(cu *cursor) error {
 
 // emit converts one record, updates the summary and hands the event to the sink.
 func (c *converter) emit(lf *logFile, rec *rawRecord) error {
-	e := rec.event(&lf.log.header)
+	e := &c.event
+	*e = rec.event(&lf.log.header)
 	if c.sum.Events > 0 && e.Seq == c.lastSeq {
 		c.dups++
 	}
 	c.lastSeq = e.Seq
-	c.account(&e)
-	if err := c.sink.Write(&e); err != nil {
+	c.account(e)
+	if err := c.sink.Write(e); err != nil {
 		return fmt.Errorf("write event seq %d: %w", e.Seq, err)
 	}
 	c.sum.Events++
@@ -341,13 +352,13 @@ func (c *converter) emit(lf *logFile, rec *rawRecord) error {
 func (c *converter) account(e *trace.Event) {
 	c.sum.AllocCallNs += e.DurationNs
 	if e.Device >= 0 {
-		c.devices[e.Device] = struct{}{}
+		c.devices[e.Device>>6] |= 1 << (e.Device & 63)
 	}
 	key := liveKey{e.PID, e.Address}
 	switch {
 	case e.Op == trace.OpAlloc && e.Memory == trace.MemoryManaged && e.OK():
 		c.managed[key] = struct{}{}
-	case e.Op == trace.OpFree && e.Memory == trace.MemoryDevice:
+	case e.Op == trace.OpFree && e.Memory == trace.MemoryDevice && len(c.managed) > 0:
 		if _, ok := c.managed[key]; ok {
 			e.Memory = trace.MemoryManaged
 			if e.OK() {
@@ -373,10 +384,11 @@ func (c *converter) finish() Summary {
 	if c.dups > 0 {
 		c.warnf("%d events share their seq with the event before (logs from more than one recording in one directory?)", c.dups)
 	}
-	for d := range c.devices {
-		c.sum.Devices = append(c.sum.Devices, d)
+	for d := int32(0); d < 128; d++ {
+		if c.devices[d>>6]&(1<<(d&63)) != 0 {
+			c.sum.Devices = append(c.sum.Devices, d)
+		}
 	}
-	slices.Sort(c.sum.Devices)
 	if c.opts.Progress != nil {
 		c.opts.Progress(c.sum.Events, c.total)
 	}

@@ -202,6 +202,23 @@ const slotBatch = 8192
 // file and the slot ("record N", counted from 0).
 func (l *rawLog) readSlots(first, n int64, dst []rawRecord, buf []byte) ([]rawRecord, int64, error) {
 	var skipped int64
+	err := l.scanSlots(first, n, buf, func(slot int64, b []byte) error {
+		if b[63] == 0 {
+			skipped++
+			return nil
+		}
+		rec := decodeRecord(b)
+		if err := rec.check(); err != nil {
+			return fmt.Errorf("%s: record %d: %w", l.name, slot, err)
+		}
+		dst = append(dst, rec)
+		return nil
+	})
+	return dst, skipped, err
+}
+
+// scanSlots calls f with the 64 bytes of each slot of [first, first+n), in order.
+func (l *rawLog) scanSlots(first, n int64, buf []byte, f func(slot int64, b []byte) error) error {
 	for n > 0 {
 		src, off, k := l.locate(first, n)
 		b := buf[:0]
@@ -211,24 +228,24 @@ func (l *rawLog) readSlots(first, n int64, dst []rawRecord, buf []byte) ([]rawRe
 			b = make([]byte, k*rawRecordSize)
 		}
 		if _, err := src.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
-			return dst, skipped, fmt.Errorf("%s: record %d: %w", l.name, first, err)
+			return fmt.Errorf("%s: record %d: %w", l.name, first, err)
 		}
 		for i := int64(0); i < k; i++ {
-			s := b[i*rawRecordSize : (i+1)*rawRecordSize]
-			if s[63] == 0 {
-				skipped++
-				continue
+			if err := f(first+i, b[i*rawRecordSize:(i+1)*rawRecordSize]); err != nil {
+				return err
 			}
-			rec := decodeRecord(s)
-			if err := rec.check(); err != nil {
-				return dst, skipped, fmt.Errorf("%s: record %d: %w", l.name, first+i, err)
-			}
-			dst = append(dst, rec)
 		}
 		first += k
 		n -= k
 	}
-	return dst, skipped, nil
+	return nil
+}
+
+// checkRecordBytes is check on the encoded record b.
+func checkRecordBytes(b []byte) error {
+	rec := rawRecord{TimeNs: int64(binary.LittleEndian.Uint64(b[8:])),
+		DurationNs: int64(binary.LittleEndian.Uint64(b[16:])), Device: int8(b[62]), Function: b[63]}
+	return rec.check()
 }
 
 // locate returns where slot first is and how many of the n slots from it lie there contiguously.
