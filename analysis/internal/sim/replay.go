@@ -42,11 +42,23 @@ func (s Stream) request(e *trace.Event) int {
 	return 0
 }
 
-// synchronizes reports whether e is a native call that synchronizes with the device: a
-// cudaMalloc/cudaFree-like call that is not stream-ordered.
-func synchronizes(e *trace.Event) bool {
-	return e.Layer != trace.LayerFramework && (e.Op == trace.OpAlloc || e.Op == trace.OpFree) &&
-		e.Memory == trace.MemoryDevice && !strings.Contains(e.Function, "Async")
+// syncCalls remembers which functions synchronize with the device: cudaMalloc/cudaFree-like
+// calls that are not stream-ordered (no "Async" in the name).
+type syncCalls struct {
+	last   string
+	lastOK bool
+}
+
+// synchronizes reports whether e is a native allocation or free that synchronizes with the device.
+func (c *syncCalls) synchronizes(e *trace.Event) bool {
+	if e.Layer == trace.LayerFramework || (e.Op != trace.OpAlloc && e.Op != trace.OpFree) ||
+		e.Memory != trace.MemoryDevice {
+		return false
+	}
+	if e.Function != c.last {
+		c.last, c.lastOK = strings.Clone(e.Function), !strings.Contains(e.Function, "Async")
+	}
+	return c.lastOK
 }
 
 // Policy is one allocator configuration to simulate.
@@ -74,6 +86,7 @@ type replayer struct {
 	up     *counting
 	addrs  stats.Table[uint64]    // trace block → simulated address
 	only   func(size uint64) bool // when set, serve only the allocations it accepts
+	syncs  syncCalls
 	out    Outcome
 }
 
@@ -113,7 +126,7 @@ func (r *replayer) batch(events []trace.Event) {
 				_ = r.alloc.Free(a, e.Stream)
 			}
 		}
-		if r.syncer != nil && synchronizes(e) {
+		if r.syncer != nil && r.syncs.synchronizes(e) {
 			_ = r.syncer.Sync()
 		}
 	}
