@@ -123,6 +123,21 @@ func (p *torchPool) unmapBlock(small bool, id int32) error {
 	return nil
 }
 
+// unmapAndRelease unmaps the pages inside free block s and, when its segment has no page mapped
+// any more, releases the segment's address space (PyTorch's release_expandable_segment).
+func (p *torchPool) unmapAndRelease(small bool, s span) error {
+	if err := p.unmapBlock(small, s.node); err != nil {
+		return err
+	}
+	sp, seg := p.pools[poolIndex(small)], p.segments[s.seg]
+	if h := sp.node(seg.head); h.state != nodeUnmapped || h.next != nilNode {
+		return nil
+	}
+	sp.dropSegment(seg.head)
+	delete(p.segments, s.seg)
+	return p.mapper.ReleaseAddress(s.seg, seg.size)
+}
+
 // closeExpandable unmaps every mapped range of a segment and releases its address space.
 func (p *torchPool) closeExpandable(addr uint64, seg *torchSegment) error {
 	sp := p.pools[poolIndex(seg.small)]

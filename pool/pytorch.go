@@ -323,13 +323,14 @@ func (p *torchPool) releaseWhole(sp *space, id int32) (bool, error) {
 }
 
 // releaseCached is PyTorch's release_cached_blocks: every cached segment that is entirely free
-// goes back to the Upstream; in expandable segments the whole pages inside free blocks are unmapped.
+// goes back to the Upstream; in expandable segments the whole pages inside free blocks are
+// unmapped, and a segment left with no page mapped gives its address space back.
 func (p *torchPool) releaseCached() error {
 	for i, sp := range p.pools {
 		for _, s := range sp.freeSpans() {
 			var err error
 			if p.segments[s.seg].expandable {
-				err = p.unmapBlock(i == 1, s.node)
+				err = p.unmapAndRelease(i == 1, s)
 			} else {
 				_, err = p.releaseWhole(sp, s.node)
 			}

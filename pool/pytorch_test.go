@@ -143,6 +143,10 @@ func TestPyTorchExpandableUnmapsOnRetry(t *testing.T) {
 		alloc(10*mib, 5, b+2*va+2*mib),  //
 		alloc(30*mib, 5, b+2*va+12*mib), // needs 40 MiB more: over capacity, stream 0's free pages are unmapped, retry
 	})
+	// Stream 0's large segment was left with no page mapped: its address space went back too.
+	if u := up.Stats(); u.AddressBytes != 2*va || u.ReservedBytes != 62*mib {
+		t.Fatalf("upstream = %+v", u)
+	}
 	want := Stats{Allocs: 6, Frees: 2, LiveBytes: 1000 + 42*mib, PeakLiveBytes: 1000 + 42*mib, BlockBytes: 1024 + 42*mib,
 		PeakBlockBytes: 1024 + 42*mib, ReservedBytes: 62 * mib, PeakReservedBytes: 62 * mib,
 		UpstreamReserves: 5, UpstreamReleases: 1, UpstreamFailures: 1}
