@@ -15,8 +15,10 @@ import (
 	"github.com/allocscope/allocscope/trace"
 )
 
-// built holds what TestMain compiled: the shim, the fake CUDA libraries and the test programs.
+// built holds what the first test that needs them compiled: the shim, the fake CUDA libraries and the
+// test programs (built lazily, so that fuzz workers and reader-only tests start at once).
 var built struct {
+	once sync.Once
 	dir  string // everything lives here; the fake libraries are on LD_LIBRARY_PATH
 	shim string
 	err  error
@@ -28,15 +30,10 @@ var programs = map[string]bool{ // name -> links the fake libraries
 }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "allocscope-intercept-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	built.dir = dir
-	built.err = buildAll(dir)
 	code := m.Run()
-	os.RemoveAll(dir)
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
 	os.Exit(code)
 }
 
@@ -105,6 +102,12 @@ func buildAll(dir string) error {
 
 func needBuilt(t testing.TB) {
 	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "allocscope-intercept-test-")
+		if built.err == nil {
+			built.err = buildAll(built.dir)
+		}
+	})
 	if built.err != nil {
 		t.Fatalf("building the shim, fake CUDA and test programs: %v", built.err)
 	}
