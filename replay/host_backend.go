@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -28,7 +29,8 @@ func hostRAM() uint64 {
 //   - AllocAsync/FreeAsync: a model of CUDA's retaining stream-ordered pool. Each stream keeps a
 //     free list of its freed mappings by size; an allocation takes a mapping of the same
 //     page-rounded size freed on the same stream, else maps a new one. Nothing is unmapped until
-//     ResetAsyncPool.
+//     ResetAsyncPool, or until a mapping would exceed the capacity: then, as CUDA's pool does
+//     before it fails, every free mapping is unmapped and the allocation tried once more.
 //   - MemGetInfo: capacity minus the bytes mapped now, from its own counters.
 //
 // Mapped bytes never exceed the capacity: beyond it Reserve and AllocAsync fail with
@@ -164,6 +166,13 @@ func (h *HostBackend) AllocAsync(size uint64, s Stream) (uint64, error) {
 		return addr, nil
 	}
 	addr, length, err := h.mmap(size)
+	if errors.Is(err, pool.ErrOutOfMemory) {
+		// Like CUDA's pool, give the memory no block uses back before failing.
+		if terr := h.trimAsync(); terr != nil {
+			return 0, terr
+		}
+		addr, length, err = h.mmap(size)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -197,6 +206,15 @@ func (h *HostBackend) AsyncPoolReserved() (current, high uint64, err error) {
 
 // ResetAsyncPool unmaps every mapping on the streams' free lists and resets the high-water mark.
 func (h *HostBackend) ResetAsyncPool() error {
+	if err := h.trimAsync(); err != nil {
+		return err
+	}
+	h.asyncHigh = h.asyncHeld
+	return nil
+}
+
+// trimAsync unmaps every mapping on the streams' free lists.
+func (h *HostBackend) trimAsync() error {
 	for _, free := range h.asyncFree {
 		for size, addrs := range free {
 			for _, addr := range addrs {
@@ -209,7 +227,6 @@ func (h *HostBackend) ResetAsyncPool() error {
 			delete(free, size)
 		}
 	}
-	h.asyncHigh = h.asyncHeld
 	return nil
 }
 

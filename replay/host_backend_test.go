@@ -175,3 +175,24 @@ func TestRunCallsSyncAtSynchronizingCalls(t *testing.T) {
 		t.Errorf("syncs pool %d, raw %d, passed %v; want 14, 0, true (failed %+v)", pl.Syncs, raw.Syncs, rep.Passed, rep.Failed())
 	}
 }
+
+func TestHostBackendAsyncTrimsBeforeFailing(t *testing.T) {
+	h := NewHostBackend(4 * page)
+	defer h.Close()
+	s, _ := h.CreateStream()
+	a, _ := h.AllocAsync(3*page, s)
+	if err := h.FreeAsync(a, s); err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.AllocAsync(2*page, s) // 3 retained + 2 > 4: the retained 3 pages are unmapped first
+	if err != nil {
+		t.Fatalf("AllocAsync after trim: %v", err)
+	}
+	if cur, high, _ := h.AsyncPoolReserved(); cur != 2*page || high != 3*page || h.maps.len() != 1 {
+		t.Errorf("reserved %d, high %d, mappings %d; want %d, %d, 1", cur, high, h.maps.len(), 2*page, 3*page)
+	}
+	if _, err := h.AllocAsync(3*page, s); !errors.Is(err, pool.ErrOutOfMemory) {
+		t.Errorf("AllocAsync beyond capacity with nothing to trim: err = %v", err)
+	}
+	_ = h.FreeAsync(b, s)
+}
