@@ -227,7 +227,7 @@ func (c *converter) open(paths []string) error {
 			c.warnf("%s: %d uncommitted records skipped (a thread stopped mid-record)", p, lf.skipped)
 		}
 		if lf.log.trailing > 0 {
-			c.warnf("%s: %d bytes after the drained records ignored (a drain was cut short; those records are in the ring)", p, lf.log.trailing)
+			c.warnf("%s: %d bytes past the drained records (a drain was cut short; read with the ring)", p, lf.log.trailing)
 		}
 		if lf.log.lost > 0 {
 			c.warnf("%s: ring file missing or short: %d records lost", p, lf.log.lost)

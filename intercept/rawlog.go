@@ -102,6 +102,7 @@ type rawLog struct {
 	ring     io.ReaderAt // the ring file, nil if absent
 	header   rawHeader
 	slots    int64 // slots readable: Drained plus those in the ring
+	logSlots int64 // whole slots in the log file (more than Drained when a drain was cut short)
 	trailing int64 // bytes after the drained slots of the log file (a drain cut short)
 	lost     int64 // slots claimed but unreadable (the ring file is missing or short)
 }
@@ -124,7 +125,8 @@ func openRawLog(name string, r io.ReaderAt, size int64, ring io.ReaderAt, ringSi
 	if h.Drained > body/rawRecordSize {
 		return nil, fmt.Errorf("%s: header: %d records drained but the file holds %d", name, h.Drained, body/rawRecordSize)
 	}
-	l := &rawLog{name: name, r: r, header: h, slots: int64(h.Drained), trailing: int64(body - h.Drained*rawRecordSize)}
+	l := &rawLog{name: name, r: r, header: h, slots: int64(h.Drained), logSlots: int64(body / rawRecordSize),
+		trailing: int64(body - h.Drained*rawRecordSize)}
 	inRing := min(h.Claimed-min(h.Claimed, h.Drained), uint64(h.RingSlots))
 	if ring == nil || ringSize < int64(h.RingSlots)*rawRecordSize {
 		ring, l.lost = nil, int64(inRing)
@@ -217,21 +219,30 @@ func (l *rawLog) readSlots(first, n int64, dst []rawRecord, buf []byte) ([]rawRe
 	return dst, skipped, err
 }
 
-// scanSlots calls f with the 64 bytes of each slot of [first, first+n), in order.
+// scanSlots calls f with the 64 bytes of each slot of [first, first+n), in order. A slot past
+// Drained is taken from the log file when a drain copied it there (and then crashed before advancing
+// Drained), else from the ring.
 func (l *rawLog) scanSlots(first, n int64, buf []byte, f func(slot int64, b []byte) error) error {
+	var logBuf []byte
 	for n > 0 {
 		src, off, k := l.locate(first, n)
-		b := buf[:0]
-		if cap(buf) >= int(k)*rawRecordSize {
-			b = buf[:k*rawRecordSize]
-		} else {
-			b = make([]byte, k*rawRecordSize)
-		}
-		if _, err := src.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		b, err := readInto(src, off, k, buf)
+		if err != nil {
 			return fmt.Errorf("%s: record %d: %w", l.name, first, err)
 		}
+		var fromLog []byte // the log file's copy of ring slots, where it has them
+		if first >= int64(l.header.Drained) && first < l.logSlots {
+			if fromLog, err = readInto(l.r, rawHeaderSize+first*rawRecordSize, min(k, l.logSlots-first), logBuf); err != nil {
+				return fmt.Errorf("%s: record %d: %w", l.name, first, err)
+			}
+			logBuf = fromLog
+		}
 		for i := int64(0); i < k; i++ {
-			if err := f(first+i, b[i*rawRecordSize:(i+1)*rawRecordSize]); err != nil {
+			s := b[i*rawRecordSize : (i+1)*rawRecordSize]
+			if (i+1)*rawRecordSize <= int64(len(fromLog)) && fromLog[(i+1)*rawRecordSize-1] != 0 {
+				s = fromLog[i*rawRecordSize : (i+1)*rawRecordSize]
+			}
+			if err := f(first+i, s); err != nil {
 				return err
 			}
 		}
@@ -239,6 +250,19 @@ func (l *rawLog) scanSlots(first, n int64, buf []byte, f func(slot int64, b []by
 		n -= k
 	}
 	return nil
+}
+
+// readInto reads k slots at off into buf (grown if needed).
+func readInto(src io.ReaderAt, off, k int64, buf []byte) ([]byte, error) {
+	if int64(cap(buf)) >= k*rawRecordSize {
+		buf = buf[:k*rawRecordSize]
+	} else {
+		buf = make([]byte, k*rawRecordSize)
+	}
+	if _, err := src.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf, nil
 }
 
 // checkRecordBytes is check on the encoded record b.

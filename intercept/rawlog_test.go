@@ -90,18 +90,22 @@ func TestRawLogReadsRingTail(t *testing.T) {
 	for i := range 16 {
 		drained = append(drained, rawRecord{Seq: uint64(i), TimeNs: 1, Function: 1, Size: uint64(i)})
 	}
-	// Slots 16..21 live in the ring at 0..5; slot 19 was never committed; ring slots 6, 7 hold records
-	// of slots 6 and 7 that were drained already (14 and 15 mod 8 are older laps) and must not be read.
+	// Slots 16..21 live in the ring at 0..5; slot 19 was never committed; ring slots 6 and 7 are
+	// outside [Drained, Claimed) and are not read.
 	ring := make([]byte, ringSlots*rawRecordSize)
 	for i := 16; i < 22; i++ {
 		if i != 19 {
 			encodeRecord(ring[(i%ringSlots)*rawRecordSize:], &rawRecord{Seq: uint64(i), TimeNs: 1, Function: 2, Size: uint64(i)})
 		}
 	}
-	encodeRecord(ring[6*rawRecordSize:], &rawRecord{Seq: 14, Function: 1})
-	encodeRecord(ring[7*rawRecordSize:], &rawRecord{Seq: 15, Function: 1})
 	main := encodeRawLog(rawHeader{Claimed: 22, Drained: 16, RingSlots: ringSlots}, drained)
-	main = append(main, make([]byte, 3*rawRecordSize)...) // a drain cut short
+	// A drain cut short: slots 16 and 17 reached the log file; the drain then uncommitted ring slot 16
+	// (0) and died before advancing Drained. Slot 16 must come from the log file, 17 from either.
+	tail := make([]byte, 3*rawRecordSize)
+	encodeRecord(tail, &rawRecord{Seq: 16, TimeNs: 1, Function: 2, Size: 16})
+	encodeRecord(tail[rawRecordSize:], &rawRecord{Seq: 17, TimeNs: 1, Function: 2, Size: 17})
+	main = append(main, tail...)
+	clear(ring[:rawRecordSize])
 	l, err := openRawLog("x.alog", bytes.NewReader(main), int64(len(main)), bytes.NewReader(ring), int64(len(ring)))
 	if err != nil {
 		t.Fatal(err)

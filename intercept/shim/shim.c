@@ -597,6 +597,11 @@ static void drain(uint64_t limit) {
 		}
 		if (left > 0)
 			break;
+		/* Uncommit the copied slots before the ring may be reused: a slot's function id is non-zero
+		 * only while it holds a committed, undrained record. (A crash here loses nothing: the reader
+		 * takes slots past drained from the log file when they are there.) */
+		for (unsigned i = 0; i < BLOCK_SLOTS; i++)
+			__atomic_store_n(&blk[i].function, 0, __ATOMIC_RELAXED);
 		d += BLOCK_SLOTS;
 		__atomic_store_n(&g_hdr->drained, d, __ATOMIC_RELEASE);
 	}
@@ -612,16 +617,17 @@ static inline uint64_t take_seq(void) { return __atomic_fetch_add(g_seq, 1, __AT
 static inline struct record *claim_slot(uint64_t *idx_out) {
 	uint64_t idx = __atomic_fetch_add(&g_hdr->claimed, 1, __ATOMIC_RELAXED);
 	/* A full ring (a writer stalled mid-record, or a drain in progress) waits for the drain. */
-	while (UNLIKELY(idx - __atomic_load_n(&g_hdr->drained, __ATOMIC_ACQUIRE) >= RING_SLOTS)) {
-		if (__atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) != LOG_READY)
+	for (;;) {
+		int64_t ahead = (int64_t)(idx - __atomic_load_n(&g_hdr->drained, __ATOMIC_ACQUIRE));
+		if (LIKELY(ahead < (int64_t)RING_SLOTS && ahead >= 0))
+			break;
+		/* ahead < 0: this writer stalled for seconds and its slot was drained uncommitted. */
+		if (ahead < 0 || __atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) != LOG_READY)
 			return NULL;
 		drain(idx - RING_SLOTS + BLOCK_SLOTS);
 	}
+	/* The drain left the slot's function id at 0: a crash mid-write leaves it uncommitted. */
 	struct record *r = &g_ring[idx & (RING_SLOTS - 1)];
-	/* The slot still holds a drained record: uncommit it before writing, so that a crash mid-write
-	 * leaves an uncommitted slot, never a mix of two records. */
-	__atomic_store_n(&r->function, 0, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
 	__builtin_prefetch(&g_ring[(idx + PREFETCH_AHEAD) & (RING_SLOTS - 1)], 1, 3);
 	*idx_out = idx;
 	return r;
