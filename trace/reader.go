@@ -84,6 +84,12 @@ func Open(path string, opts ...ReadOption) (*Reader, error) {
 	return r, nil
 }
 
+// OpenBytes reads a trace held in memory, such as one embedded in a program; name stands for the
+// file in error messages. data must not change while the Reader is in use.
+func OpenBytes(name string, data []byte, opts ...ReadOption) (*Reader, error) {
+	return newReader(name, bytes.NewReader(data), int64(len(data)), nil, opts...)
+}
+
 // readAtSeeker is what the Arrow file reader needs.
 type readAtSeeker interface {
 	io.Reader
