@@ -9,6 +9,8 @@
 int main(void) {
 	printf("before dlopen: cudaMalloc %s, cuMemAlloc_v2 %s\n", dlsym(RTLD_DEFAULT, "cudaMalloc") ? "visible" : "absent",
 	       dlsym(RTLD_DEFAULT, "cuMemAlloc_v2") ? "visible" : "absent");
+	/* RTLD_NEXT lookups are answered as if the program asked glibc itself. */
+	printf("RTLD_NEXT malloc: %s\n", dlsym(RTLD_NEXT, "malloc") == dlsym(RTLD_DEFAULT, "malloc") ? "same as default" : "other");
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
 		printf("dlopen: %s\n", dlerror());
