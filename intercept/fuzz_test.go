@@ -57,32 +57,30 @@ func FuzzRawLog(f *testing.F) {
 	})
 }
 
-// TestUpdateFuzzSeeds rewrites the fuzz seeds from real runs (go test -run UpdateFuzzSeeds -update-seeds):
-// each seed is a process's log with every record drained into the log file.
-func TestUpdateFuzzSeeds(t *testing.T) {
+// updateFuzzSeed rewrites testdata/rawlog/<name>.alog from the log of a real run when the tests run
+// with -update-seeds: the process's log with every record drained into the log file.
+func updateFuzzSeed(t *testing.T, name, dir string) {
+	t.Helper()
 	if !*updateSeeds {
-		t.Skip("run with -update-seeds to rewrite testdata/rawlog")
+		return
 	}
-	for _, name := range []string{"plain", "static_cudart"} {
-		_, dir := record(t, name)
-		paths, err := rawLogPaths(dir)
-		if err != nil || len(paths) != 1 {
-			t.Fatalf("%s: logs %v, %v", name, paths, err)
-		}
-		lf, err := openLogFile(paths[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs, _, err := lf.log.readSlots(0, lf.log.slots, nil, nil)
-		lf.close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := lf.log.header
-		h.Claimed, h.Drained, h.RingSlots = uint64(len(recs)), uint64(len(recs)), 0
-		h.Command = []string{name}
-		if err := os.WriteFile(filepath.Join("testdata", "rawlog", name+".alog"), encodeRawLog(h, recs), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	paths, err := rawLogPaths(dir)
+	if err != nil || len(paths) != 1 {
+		t.Fatalf("%s: logs %v, %v", name, paths, err)
+	}
+	lf, err := openLogFile(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := lf.log.readSlots(0, lf.log.slots, nil, nil)
+	lf.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := lf.log.header
+	h.Claimed, h.Drained, h.RingSlots = uint64(len(recs)), uint64(len(recs)), 0
+	h.Command = []string{name}
+	if err := os.WriteFile(filepath.Join("testdata", "rawlog", name+".alog"), encodeRawLog(h, recs), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

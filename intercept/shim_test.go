@@ -17,6 +17,7 @@ import (
 // managed memory freed by cudaFree/cuMemFree_v2, the VMM calls, and cudaGetDriverEntryPoint(ByVersion).
 func TestPlainSymbols(t *testing.T) {
 	res, dir := record(t, "plain")
+	updateFuzzSeed(t, "plain", dir)
 	if res.exitCode != 7 {
 		t.Errorf("exit code %d, want 7", res.exitCode)
 	}
@@ -118,6 +119,7 @@ func checkSummary(t *testing.T, got, want Summary) {
 // "cuGetProcAddress" through itself (v2 for 12080, v1 for 11030), ptsz variants by flag.
 func TestStaticCudartResolution(t *testing.T) {
 	res, dir := record(t, "static_cudart")
+	updateFuzzSeed(t, "static_cudart", dir)
 	if res.exitCode != 11 {
 		t.Errorf("exit code %d, want 11", res.exitCode)
 	}
