@@ -91,6 +91,9 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		return nil, nil, err
 	}
 	best := bestCandidate(sizings)
+	if err := sizings[best].Err; err != nil {
+		warns = append(warns, fmt.Sprintf("%s: size classes: %v", name, err))
+	}
 	rec := recommend(name, st, plans[best], sizings[best])
 	for i, sz := range sizings {
 		rec.splits = append(rec.splits, model.Split{Threshold: plans[i].Threshold, K: plans[i].K,
@@ -140,14 +143,18 @@ func sizeTallies(in []stats.SizeTally) []sizeclass.Size {
 }
 
 // bestCandidate applies sizeclass.ThresholdRule: the least class bytes plus arena bytes, ties to
-// the larger threshold (the later candidate).
+// the larger threshold (the later candidate); candidates that could not be simulated come last.
 func bestCandidate(sizings []sim.Sizing) int {
-	best, bestBytes := 0, uint64(0)
+	best := -1
+	var bestBytes uint64
 	for i, sz := range sizings {
 		b := sz.ClassBytes() + sz.ArenaPeakReservedBytes
-		if i == 0 || b <= bestBytes {
+		if sz.Err == nil && (best < 0 || b <= bestBytes) {
 			best, bestBytes = i, b
 		}
+	}
+	if best < 0 {
+		return len(sizings) - 1
 	}
 	return best
 }

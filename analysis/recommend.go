@@ -119,8 +119,9 @@ func maxSplitMB(st *stats.Result) uint64 {
 	for _, s := range large { // ascending by size
 		seen += s.Count
 		if 10*seen >= 9*n {
+			need := (s.Size + mib - 1) / mib // MiB, rounded up
 			m := uint64(1)
-			for m*mib < s.Size {
+			for m < need && m < 1<<40 {
 				m *= 2
 			}
 			return max(m, 20)

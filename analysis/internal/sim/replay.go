@@ -32,7 +32,7 @@ func (s Stream) request(e *trace.Event) int {
 	}
 	switch e.Op {
 	case trace.OpAlloc:
-		if e.Size == 0 {
+		if e.Size == 0 || e.Size > stats.MaxSize {
 			return 0
 		}
 		return 1

@@ -17,13 +17,14 @@ type Sizing struct {
 	// plus the fragmentation the arena really has on this trace.
 	ArenaPeakReservedBytes uint64
 	Events                 uint64 // events read
+	Err                    error  // the arena could not be simulated (e.g. sizes beyond any memory)
 }
 
 // ClassBytes returns the bytes the classes' slots take.
 func (s Sizing) ClassBytes() uint64 {
 	var n uint64
 	for i, slots := range s.Slots {
-		n += slots * s.Classes[i]
+		n += slots * s.Classes[i] // class sizes are at most 1 MiB: no overflow below 2^44 slots
 	}
 	return n
 }
@@ -90,7 +91,8 @@ type Candidate struct {
 }
 
 // Size replays src through every candidate at once: it counts the slots each class needs and
-// simulates each candidate's large-request arena.
+// simulates each candidate's large-request arena. A candidate whose arena cannot be simulated has
+// its Err set; the error returned is the source's.
 func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing, error) {
 	var workers []func([]trace.Event)
 	counters := make([]*slotCounter, len(cands))
@@ -110,11 +112,8 @@ func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing
 	out := make([]Sizing, len(cands))
 	for i, c := range counters {
 		o := arenas[i].finish()
-		if err == nil && o.Err != nil {
-			err = o.Err
-		}
 		out[i] = Sizing{Classes: c.classes, Slots: c.maxLive, LargePeakLiveBytes: c.bigPeak, Events: c.events,
-			ArenaPeakReservedBytes: o.Stats.PeakReservedBytes}
+			ArenaPeakReservedBytes: o.Stats.PeakReservedBytes, Err: o.Err}
 	}
 	return out, err
 }

@@ -11,6 +11,11 @@ import (
 
 const callSketchCap = 1024
 
+// MaxSize is the largest allocation size believed: 256 TiB, far above any device. A successful
+// allocation claiming more comes from a corrupt trace; it is skipped with a warning (and the
+// simulation skips it too), so that byte sums cannot overflow.
+const MaxSize = 1 << 48
+
 // Collector is the statistics stage: it takes every event of a trace once, in order.
 type Collector struct {
 	fns       *interner
@@ -22,6 +27,7 @@ type Collector struct {
 	segments  uint64
 	segBytes  uint64
 	maps      uint64
+	absurd    uint64 // allocations above MaxSize, skipped
 	freeFns   []bool // by function id
 }
 
@@ -37,6 +43,10 @@ func (c *Collector) Add(batch []trace.Event) {
 	for i := range batch {
 		e := &batch[i]
 		c.events++
+		if e.Op == trace.OpAlloc && e.Size > MaxSize && e.OK() {
+			c.absurd++
+			continue
+		}
 		if e.Layer == trace.LayerFramework {
 			c.framework.add(e)
 			continue
@@ -131,6 +141,10 @@ func (c *Collector) Finish(top int) *Result {
 	})
 	r.Sizes = req.sizes.tallies()
 	slices.SortFunc(r.Sizes, func(a, b SizeTally) int { return cmp.Compare(a.Size, b.Size) })
+	if c.absurd > 0 {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("%d allocations of more than 256 TiB skipped "+
+			"(corrupt sizes)", c.absurd))
+	}
 	if req.sizes.folded {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("more than %d distinct request sizes: "+
 			"the rest are counted at their log2 bucket's upper bound", maxDistinctSizes))
