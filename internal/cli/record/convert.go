@@ -32,23 +32,15 @@ func newConvertCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Convert raw logs left behind by a killed record into an Arrow trace",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
 			if output == "" {
-				output = strings.TrimSuffix(filepath.Clean(args[0]), ".raw")
-				if !strings.HasSuffix(output, ".arrow") {
-					output += ".arrow"
-				}
+				output = convertOutput(dir)
 			}
-			command, err := intercept.Command(args[0])
+			command, err := intercept.Command(dir)
 			if err != nil {
-				return fmt.Errorf("read raw logs: %w", err)
+				return err
 			}
-			out, err := os.Create(output)
-			if err != nil {
-				return fmt.Errorf("create trace: %w", err)
-			}
-			defer out.Close()
-			info := traceInfo(command, rawStartTime(args[0]))
-			sum, err := convertDir(args[0], out, info, stderr)
+			sum, err := writeTrace(dir, output, traceInfo(command, rawStartTime(dir)), stderr)
 			if err != nil {
 				return err
 			}
@@ -72,7 +64,7 @@ func newShimCommand(stdout io.Writer) *cobra.Command {
 				return fmt.Errorf("shim: -o PATH is required")
 			}
 			if err := intercept.BuildShim(output); err != nil {
-				return fmt.Errorf("build shim: %w", err)
+				return err // names the output: "build shim PATH: ..."
 			}
 			fmt.Fprintf(stdout, "wrote %s\n", output)
 			return nil
@@ -90,6 +82,33 @@ func rawStartTime(dir string) time.Time {
 	return time.Now()
 }
 
+// convertOutput is the default trace name for the raw log directory dir: dir without a .raw suffix,
+// with .arrow appended unless it ends so already.
+func convertOutput(dir string) string {
+	out := strings.TrimSuffix(filepath.Clean(dir), ".raw")
+	if !strings.HasSuffix(out, ".arrow") {
+		out += ".arrow"
+	}
+	return out
+}
+
+// writeTrace merges the raw logs of dir into the Arrow trace output. On failure it removes what it
+// wrote of output, so that no truncated trace is left behind.
+func writeTrace(dir, output string, info trace.Info, stderr io.Writer) (intercept.Summary, error) {
+	out, err := os.Create(output)
+	if err != nil {
+		return intercept.Summary{}, fmt.Errorf("create trace: %w", err)
+	}
+	sum, err := convertDir(dir, out, info, stderr)
+	if cerr := out.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("write trace %s: %w", output, cerr)
+	}
+	if err != nil {
+		os.Remove(output)
+	}
+	return sum, err
+}
+
 // convertDir merges the raw logs of dir into an Arrow trace written to out.
 func convertDir(dir string, out *os.File, info trace.Info, stderr io.Writer) (intercept.Summary, error) {
 	bw := bufio.NewWriterSize(out, 1<<20)
@@ -97,23 +116,11 @@ func convertDir(dir string, out *os.File, info trace.Info, stderr io.Writer) (in
 	if err != nil {
 		return intercept.Summary{}, fmt.Errorf("write trace %s: %w", out.Name(), err)
 	}
-	var bar *progressbar.ProgressBar
-	opts := intercept.ConvertOptions{Progress: func(done, total int64) {
-		if total < progressThreshold {
-			return
-		}
-		if bar == nil {
-			bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(stderr),
-				progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(),
-				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
-		}
-		_ = bar.Set64(done)
-	}}
-	sum, err := intercept.Convert(dir, w, opts)
-	if bar != nil {
-		_ = bar.Finish()
-	}
+	progress, finish := newProgress(stderr)
+	sum, err := intercept.Convert(dir, w, intercept.ConvertOptions{Progress: progress})
+	finish()
 	if err != nil {
+		w.Close()
 		return sum, fmt.Errorf("convert raw logs %s: %w", dir, err)
 	}
 	if err := w.Close(); err != nil {
@@ -123,6 +130,29 @@ func convertDir(dir string, out *os.File, info trace.Info, stderr io.Writer) (in
 		return sum, fmt.Errorf("write trace %s: %w", out.Name(), err)
 	}
 	return sum, nil
+}
+
+// newProgress returns a Progress callback for intercept.Convert that shows a bar on w once the
+// total passes progressThreshold events, and a function that finishes the bar.
+func newProgress(w io.Writer) (progress func(done, total int64), finish func()) {
+	var bar *progressbar.ProgressBar
+	progress = func(done, total int64) {
+		if total < progressThreshold {
+			return
+		}
+		if bar == nil {
+			bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(w),
+				progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(),
+				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+		}
+		_ = bar.Set64(done)
+	}
+	finish = func() {
+		if bar != nil {
+			_ = bar.Finish()
+		}
+	}
+	return progress, finish
 }
 
 // traceInfo is the metadata of a trace recorded now on this host.

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -20,7 +22,8 @@ import (
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
-// runRecord runs the program under the shim, then converts its raw logs.
+// runRecord runs the program under the shim, then converts its raw logs. Nothing is run when the
+// program, the shim, the trace file or the raw log directory is unusable.
 func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	if opt.output == "" {
@@ -29,6 +32,9 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	if opt.logDir == "" {
 		opt.logDir = opt.output + ".raw"
 	}
+	if _, err := exec.LookPath(args[0]); err != nil {
+		return fmt.Errorf("program %s: %w", args[0], err)
+	}
 	lib, err := shimPath(opt.shim)
 	if err != nil {
 		return err
@@ -36,31 +42,28 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	if strings.ContainsAny(lib, ": ") {
 		return fmt.Errorf("shim path %q contains a colon or space, which LD_PRELOAD cannot hold", lib)
 	}
-	out, err := os.OpenFile(opt.output, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("create trace: %w", err)
+	if err := checkWritable(opt.output); err != nil {
+		return err
 	}
-	defer out.Close()
-	if err := intercept.PrepareLogDir(opt.logDir); err != nil {
-		return fmt.Errorf("prepare raw log directory: %w", err)
+	created, err := prepareLogDir(opt.logDir)
+	if err != nil {
+		return err
 	}
 	childStart := time.Now()
-	code, runErr := runChild(args, lib, opt.logDir, stderr)
+	code, runErr := runChild(args, lib, opt.logDir, stdout, stderr)
 	elapsed := time.Since(childStart)
 	if runErr != nil {
-		os.Remove(opt.output)
-		os.RemoveAll(opt.logDir)
+		removeRawLogs(opt.logDir, created)
 		return runErr
 	}
-	meta := traceInfo(args, start)
-	sum, err := convertDir(opt.logDir, out, meta, stderr)
+	sum, err := writeTrace(opt.logDir, opt.output, traceInfo(args, start), stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "record: %v\nrecord: raw logs kept in %s; convert them with `record convert %s -o %s`\n",
 			err, opt.logDir, opt.logDir, opt.output)
 		return exitCodeError{code: firstNonZero(code, 1)}
 	}
 	if !opt.keepRaw {
-		os.RemoveAll(opt.logDir)
+		removeRawLogs(opt.logDir, created)
 	}
 	if !opt.quiet {
 		printSummary(stderr, sum, elapsed, opt.output)
@@ -75,11 +78,58 @@ func firstNonZero(a, b int) int {
 	return b
 }
 
-// runChild starts args with the shim preloaded, forwards signals until it ends and returns its
-// exit code (128+N when signal N ended it). An error means the program could not be started.
-func runChild(args []string, lib, logDir string, stderr io.Writer) (int, error) {
+// checkWritable fails when the trace file path cannot be written. It leaves an existing file as it
+// is and no new one behind, so that a record killed before converting leaves no empty trace.
+func checkWritable(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+			return f.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create trace: %w", err)
+	}
+	f.Close()
+	return os.Remove(path)
+}
+
+// prepareLogDir makes the raw log directory and its sequence counter. It refuses a directory that
+// already holds raw logs, which would be merged into this trace. created reports whether the
+// directory was made here (and so may be removed afterwards).
+func prepareLogDir(dir string) (created bool, err error) {
+	_, statErr := os.Stat(dir)
+	created = errors.Is(statErr, fs.ErrNotExist)
+	if old, _ := filepath.Glob(filepath.Join(dir, "*.alog")); len(old) > 0 {
+		return false, fmt.Errorf("raw log directory %s already holds %d raw log(s) of an earlier run: "+
+			"convert them with `record convert %s` or remove them", dir, len(old), dir)
+	}
+	if err := intercept.PrepareLogDir(dir); err != nil {
+		return false, fmt.Errorf("prepare raw log directory: %w", err)
+	}
+	return created, nil
+}
+
+// removeRawLogs deletes what the recording wrote into dir (the sequence counter, raw logs and
+// rings), and dir itself when it was created for the recording and nothing else is in it.
+func removeRawLogs(dir string, created bool) {
+	for _, pattern := range []string{"seq", "*.alog", "*.ring"} {
+		paths, _ := filepath.Glob(filepath.Join(dir, pattern))
+		for _, p := range paths {
+			os.Remove(p)
+		}
+	}
+	if created {
+		os.Remove(dir)
+	}
+}
+
+// runChild starts args with the shim preloaded, its output going to stdout and stderr, forwards
+// signals until it ends and returns its exit code (128+N when signal N ended it). An error means the
+// program could not be started.
+func runChild(args []string, lib, logDir string, stdout, stderr io.Writer) (int, error) {
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = append(os.Environ(),
 		"LD_PRELOAD="+preloadValue(os.Getenv("LD_PRELOAD"), lib),
 		intercept.EnvLogDir+"="+logDir)
@@ -93,7 +143,15 @@ func runChild(args []string, lib, logDir string, stderr io.Writer) (int, error) 
 	go forwardSignals(cmd.Process, sigs, done)
 	err := cmd.Wait()
 	close(done)
-	return exitCode(cmd, err)
+	if cmd.ProcessState == nil {
+		return 0, fmt.Errorf("wait for %s: %w", args[0], err)
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		// The program ran (copying its output failed): its raw logs are still converted.
+		fmt.Fprintf(stderr, "record: warning: %s: %v\n", args[0], err)
+	}
+	return exitCode(cmd.ProcessState), nil
 }
 
 // forwardSignals passes each signal on to p until done is closed. SIGINT and SIGQUIT typed at the
@@ -124,15 +182,10 @@ func inForegroundOfTerminal() bool {
 	return err == nil && fg == syscall.Getpgrp()
 }
 
-// exitCode turns the result of Wait into a shell-style exit code.
-func exitCode(cmd *exec.Cmd, err error) (int, error) {
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		return 0, fmt.Errorf("wait for %s: %w", cmd.Path, err)
+// exitCode turns the state of an ended process into a shell-style exit code.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
 	}
-	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if ok && ws.Signaled() {
-		return 128 + int(ws.Signal()), nil
-	}
-	return cmd.ProcessState.ExitCode(), nil
+	return ps.ExitCode()
 }

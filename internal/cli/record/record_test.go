@@ -1,0 +1,178 @@
+package record
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/allocscope/allocscope/internal/testcuda"
+	"github.com/allocscope/allocscope/internal/version"
+	"github.com/allocscope/allocscope/trace"
+)
+
+// record -o out.arrow --shim SHIM -- PROG: record exits with the program's exit code, leaves its
+// stdout and stderr as they are, writes exactly the events the intercept tests expect with the
+// trace metadata, prints the summary with exact numbers, and removes its raw logs.
+func TestRecordPrograms(t *testing.T) {
+	env := testcuda.Build(t)
+	driver, gpus := nvidiaInfo("/proc/driver/nvidia")
+	host, _ := os.Hostname()
+	tests := []struct {
+		prog    string
+		exit    int
+		events  string
+		summary string
+	}{
+		{"plain", 7, testcuda.PlainEvents,
+			"allocscope: 55 events from 1 process(es), device(s) 0,1, peak live 2.01 MiB"},
+		{"static_cudart", 11, testcuda.StaticCudartEvents,
+			"allocscope: 18 events from 1 process(es), device(s) 0, peak live 15.00 MiB"},
+		{"cupy_style", 13, testcuda.CupyStyleEvents,
+			"allocscope: 8 events from 1 process(es), device(s) 0, peak live 5.92 KiB"},
+		{"forkexec", 19, testcuda.ForkExecEvents,
+			"allocscope: 19 events from 3 process(es), device(s) 0, peak live 40.49 KiB"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.prog, func(t *testing.T) {
+			base := env.Run(t, "", tc.prog)
+			if base.ExitCode != tc.exit {
+				t.Fatalf("%s alone exits with %d, want %d", tc.prog, base.ExitCode, tc.exit)
+			}
+			out := tempPath(t, "out.arrow")
+			before := time.Now()
+			code, stdout, stderr := runMain(t, "-o", out, "--shim", env.Shim, "--", env.Prog(tc.prog))
+			after := time.Now()
+			if code != tc.exit {
+				t.Errorf("record exit code %d, want the program's %d", code, tc.exit)
+			}
+			if stdout != base.Stdout {
+				t.Errorf("stdout under record differs:\n--- alone\n%s--- under record\n%s", base.Stdout, stdout)
+			}
+			if !strings.HasPrefix(stderr, base.Stderr) {
+				t.Errorf("stderr %q does not start with the program's own %q", stderr, base.Stderr)
+			}
+			checkSummary(t, strings.TrimPrefix(stderr, base.Stderr), tc.summary, out, true)
+			events, info := testcuda.ReadTrace(t, out)
+			testcuda.CheckEvents(t, events, tc.events)
+			testcuda.CheckSeqs(t, events, 0)
+			want := trace.Info{FormatVersion: trace.FormatVersion, Source: "allocscope",
+				Command: []string{env.Prog(tc.prog)}, Host: host, RecorderVersion: version.Version,
+				DriverVersion: driver, GPUNames: gpus}
+			got := info
+			got.StartTime = time.Time{}
+			if !infoEqual(got, want) {
+				t.Errorf("trace info %+v, want %+v", got, want)
+			}
+			if info.StartTime.Before(before.Truncate(time.Second)) || info.StartTime.After(after) {
+				t.Errorf("start time %v not within the run [%v, %v]", info.StartTime, before, after)
+			}
+			notExist(t, out+".raw")
+		})
+	}
+}
+
+func infoEqual(a, b trace.Info) bool {
+	return a.FormatVersion == b.FormatVersion && a.Source == b.Source && slices.Equal(a.Command, b.Command) &&
+		a.Host == b.Host && a.StartTime.Equal(b.StartTime) && a.RecorderVersion == b.RecorderVersion &&
+		a.DriverVersion == b.DriverVersion && slices.Equal(a.GPUNames, b.GPUNames)
+}
+
+// Without -o the trace is allocscope-YYYYMMDD-HHMMSS.arrow in the current directory, named after the
+// local start time; without --shim the embedded shim is compiled into the cache directory.
+func TestDefaultOutputAndShim(t *testing.T) {
+	env := testcuda.Build(t)
+	dir, cache := t.TempDir(), t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("XDG_CACHE_HOME", cache)
+	before := time.Now().Truncate(time.Second)
+	code, _, stderr := runMain(t, "--", env.Prog("cupy_style"))
+	after := time.Now()
+	if code != 13 {
+		t.Errorf("exit code %d, want 13", code)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("current directory holds %v (%v), want one trace", entries, err)
+	}
+	name := entries[0].Name()
+	m := regexp.MustCompile(`^allocscope-([0-9]{8}-[0-9]{6})\.arrow$`).FindStringSubmatch(name)
+	if m == nil {
+		t.Fatalf("trace named %q, want allocscope-YYYYMMDD-HHMMSS.arrow", name)
+	}
+	stamp, err := time.ParseInLocation("20060102-150405", m[1], time.Local)
+	if err != nil || stamp.Before(before) || stamp.After(after) {
+		t.Errorf("name's time %v (%v) not within the run [%v, %v]", stamp, err, before, after)
+	}
+	checkSummary(t, stderr, "allocscope: 8 events from 1 process(es), device(s) 0, peak live 5.92 KiB", name, true)
+	events, _ := testcuda.ReadTrace(t, filepath.Join(dir, name))
+	testcuda.CheckEvents(t, events, testcuda.CupyStyleEvents)
+	shims, _ := filepath.Glob(filepath.Join(cache, "allocscope", "*", "liballocscope.so"))
+	if len(shims) != 1 {
+		t.Errorf("shim cache holds %v, want one compiled shim", shims)
+	}
+}
+
+// A program that kills itself with SIGKILL: record exits with 128+9 and the trace holds the 20000
+// events logged before the kill, allocations paired with frees.
+func TestKilledProgram(t *testing.T) {
+	const n = 10000
+	env := testcuda.Build(t)
+	out := tempPath(t, "killed.arrow")
+	code, stdout, stderr := runMain(t, "-o", out, "--shim", env.Shim, "--", env.Prog("killed"))
+	if code != 137 { // 128 + SIGKILL
+		t.Errorf("exit code %d, want 137", code)
+	}
+	if stdout != "ready\n" {
+		t.Errorf("stdout %q, want ready", stdout)
+	}
+	// 625 rounds of 16 sizes 512..8192 are live at once: 625*512*136 bytes.
+	checkSummary(t, stderr, "allocscope: 20000 events from 1 process(es), device(s) 0, peak live 41.50 MiB", out, true)
+	events, _ := testcuda.ReadTrace(t, out)
+	if len(events) != 2*n {
+		t.Fatalf("%d events, want %d", len(events), 2*n)
+	}
+	testcuda.CheckSeqs(t, events, 0)
+	for i := 0; i < n; i++ {
+		a, f := &events[i], &events[n+i]
+		size := uint64(512 * (i%16 + 1))
+		if a.Function != "cudaMalloc" || a.Size != size || !a.OK() || f.Function != "cudaFree" ||
+			f.Address != a.Address || f.Size != size || !f.OK() {
+			t.Fatalf("pair %d: %s / %s", i, testcuda.Render(a), testcuda.Render(f))
+		}
+	}
+}
+
+// SIGINT and SIGTERM sent to record (stdin not a terminal) reach the program, which reports the
+// signal and exits with 42, and record exits with 42 after writing the trace.
+func TestSignalForwarding(t *testing.T) {
+	env := testcuda.Build(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			out := tempPath(t, "signals.arrow")
+			p := startRecord(t, "-o", out, "--shim", env.Shim, "--", env.Prog("signals"))
+			if line := p.readLine(t); line != "ready\n" {
+				t.Fatalf("first line %q, want ready", line)
+			}
+			if err := p.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			code, rest := p.wait(t)
+			if want := "got signal " + strconv.Itoa(int(sig)) + "\n"; rest != want {
+				t.Errorf("program printed %q after ready, want %q (stderr %q)", rest, want, p.stderr.String())
+			}
+			if code != 42 {
+				t.Errorf("record exit code %d, want 42", code)
+			}
+			checkSummary(t, p.stderr.String(),
+				"allocscope: 6 events from 1 process(es), device(s) 0, peak live 6.00 KiB", out, true)
+			events, _ := testcuda.ReadTrace(t, out)
+			testcuda.CheckEvents(t, events, testcuda.SignalsEvents)
+		})
+	}
+}
