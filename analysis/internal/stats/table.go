@@ -12,7 +12,7 @@ type Table[V any] struct {
 
 type tableSlot[V any] struct {
 	key  Key
-	used bool
+	home uint32 // slot the key hashes to, plus one; 0 marks an empty slot
 	val  V
 }
 
@@ -32,7 +32,7 @@ func (t *Table[V]) find(k Key) (uint64, bool) {
 	i := hashKey(k) & t.mask
 	for {
 		s := &t.slots[i]
-		if !s.used {
+		if s.home == 0 {
 			return i, false
 		}
 		if s.key == k {
@@ -53,7 +53,7 @@ func (t *Table[V]) Put(k Key, v V) (old V, replaced bool) {
 		old, s.val = s.val, v
 		return old, true
 	}
-	*s = tableSlot[V]{key: k, used: true, val: v}
+	*s = tableSlot[V]{key: k, home: uint32(hashKey(k)&t.mask) + 1, val: v}
 	t.n++
 	return old, false
 }
@@ -83,8 +83,8 @@ func (t *Table[V]) Delete(k Key) (V, bool) {
 	}
 	v := t.slots[i].val
 	// Backward-shift: move later entries of the probe run into the hole.
-	for j := (i + 1) & t.mask; t.slots[j].used; j = (j + 1) & t.mask {
-		home := hashKey(t.slots[j].key) & t.mask
+	for j := (i + 1) & t.mask; t.slots[j].home != 0; j = (j + 1) & t.mask {
+		home := uint64(t.slots[j].home - 1)
 		if (j-home)&t.mask >= (j-i)&t.mask {
 			t.slots[i] = t.slots[j]
 			i = j
@@ -98,7 +98,7 @@ func (t *Table[V]) Delete(k Key) (V, bool) {
 // All calls f for every key and value, in no particular order.
 func (t *Table[V]) All(f func(Key, V)) {
 	for i := range t.slots {
-		if t.slots[i].used {
+		if t.slots[i].home != 0 {
 			f(t.slots[i].key, t.slots[i].val)
 		}
 	}
@@ -109,7 +109,7 @@ func (t *Table[V]) grow() {
 	size := max(64, 2*len(old))
 	t.slots, t.mask, t.n = make([]tableSlot[V], size), uint64(size-1), 0
 	for i := range old {
-		if old[i].used {
+		if old[i].home != 0 {
 			t.Put(old[i].key, old[i].val)
 		}
 	}
