@@ -45,7 +45,12 @@ func Convert(dir string, w *trace.Writer, opts ConvertOptions) (Summary, error) 
 	if w == nil {
 		return Summary{}, errors.New("convert raw logs: nil trace writer")
 	}
-	return convert(dir, w, opts)
+	p := newPipelinedSink(w)
+	sum, err := convert(dir, p, opts)
+	if werr := p.finish(); werr != nil {
+		return sum, fmt.Errorf("write trace: %w", werr)
+	}
+	return sum, err
 }
 
 // Command returns the command line recorded in the raw logs of dir (of the first process), for the trace metadata.
