@@ -155,11 +155,25 @@ func (sp *space) splitDetached(id int32, size uint64) int32 {
 
 // take makes free node id a used block of size bytes, splitting the rest off as a free node.
 func (sp *space) take(id int32, size uint64) {
-	sp.detach(id)
-	if sp.nodes[id].size > size {
-		sp.splitDetached(id, size)
+	if sp.nodes[id].size <= size {
+		sp.detach(id)
+		sp.nodes[id].state = nodeUsed
+		return
 	}
+	// The rest takes the whole node's place in the free tree, usually without moving in it.
+	n := sp.nodes[id]
+	rest := n.span
+	rest.addr, rest.size = n.addr+size, n.size-size
+	r := sp.newNode(rest, nodeFree)
+	sp.nodes[id].size = size
+	sp.nodes[r].prev, sp.nodes[r].next = id, n.next
+	if n.next != nilNode {
+		sp.nodes[n.next].prev = r
+	}
+	sp.nodes[id].next = r
 	sp.nodes[id].state = nodeUsed
+	sp.free.rekey(n.span, sp.nodes[r].span)
+	sp.freeBytes -= size
 }
 
 // release makes used node id free for the given owner, merges it with free neighbours of the
@@ -167,9 +181,7 @@ func (sp *space) take(id int32, size uint64) {
 func (sp *space) release(id int32, tagged bool, stream uint64) int32 {
 	n := &sp.nodes[id]
 	n.state, n.tagged, n.stream = nodeFree, tagged, stream
-	id = sp.absorbNeighbours(id)
-	sp.attach(id)
-	return id
+	return sp.settle(id)
 }
 
 // setOwner gives free node id to another owner, merging it with that owner's free neighbours.
@@ -177,9 +189,7 @@ func (sp *space) setOwner(id int32, tagged bool, stream uint64) int32 {
 	sp.detach(id)
 	n := &sp.nodes[id]
 	n.tagged, n.stream = tagged, stream
-	id = sp.absorbNeighbours(id)
-	sp.attach(id)
-	return id
+	return sp.settle(id)
 }
 
 // setState turns node id (detached from its tree first) into state, merges it with neighbours
@@ -187,22 +197,40 @@ func (sp *space) setOwner(id int32, tagged bool, stream uint64) int32 {
 func (sp *space) setState(id int32, state nodeState) int32 {
 	sp.detach(id)
 	sp.nodes[id].state = state
-	id = sp.absorbNeighbours(id)
-	sp.attach(id)
-	return id
+	return sp.settle(id)
 }
 
-// absorbNeighbours merges detached node id with its neighbours that are in the same state (not
-// used) and owner, which leave their trees; the lower node survives and is returned detached.
-func (sp *space) absorbNeighbours(id int32) int32 {
-	if p := sp.nodes[id].prev; p != nilNode && sp.mergeable(p, id) {
-		sp.detach(p)
+// settle merges detached node id with its neighbours that are in the same state (not used) and
+// owner, puts the result in its tree and returns the node that holds it (the lowest one). A
+// neighbour's tree entry is re-keyed to the merged span, usually without moving in its tree.
+func (sp *space) settle(id int32) int32 {
+	p, nx := sp.nodes[id].prev, sp.nodes[id].next
+	mergePrev := p != nilNode && sp.mergeable(p, id)
+	mergeNext := nx != nilNode && sp.mergeable(nx, id)
+	var old span
+	switch {
+	case mergePrev:
+		old = sp.nodes[p].span
 		sp.absorbNext(p)
+		if mergeNext {
+			sp.detach(nx)
+			sp.absorbNext(p)
+		}
 		id = p
-	}
-	if nx := sp.nodes[id].next; nx != nilNode && sp.mergeable(nx, id) {
-		sp.detach(nx)
+	case mergeNext:
+		old = sp.nodes[nx].span
 		sp.absorbNext(id)
+	default:
+		sp.attach(id)
+		return id
+	}
+	n := &sp.nodes[id]
+	switch n.state {
+	case nodeFree:
+		sp.free.rekey(old, n.span)
+		sp.freeBytes += n.size - old.size
+	case nodeUnmapped:
+		sp.unmapped.rekey(old, n.span)
 	}
 	return id
 }

@@ -176,6 +176,48 @@ func (t *spanTree) deleteAt(n int32, s *span) (int32, bool) {
 	return t.rebalance(n)
 }
 
+// rekey replaces old, which must be in the tree, by s. When s falls between old's neighbours in
+// the order it takes old's place in its node (no rebalancing); otherwise it is a delete and an
+// insert. Either way the tree then holds the same set of spans.
+func (t *spanTree) rekey(old, s span) {
+	var pred, succ int32 = treeNil, treeNil
+	n := t.root
+	for n != treeNil {
+		nd := &t.nodes[n]
+		if t.less(&old, &nd.s) {
+			succ, n = n, nd.left
+		} else if t.less(&nd.s, &old) {
+			pred, n = n, nd.right
+		} else {
+			break
+		}
+	}
+	if n != treeNil && t.fits(n, pred, succ, &s) {
+		t.nodes[n].s = s
+		return
+	}
+	t.delete(old)
+	t.insert(s)
+}
+
+// fits reports whether s may replace node n's span in place: it lies between n's in-order
+// predecessor and successor (pred and succ are the nearest ancestors below and above n).
+func (t *spanTree) fits(n, pred, succ int32, s *span) bool {
+	nd := &t.nodes[n]
+	if t.less(s, &nd.s) {
+		if l := nd.left; l != treeNil {
+			for pred = l; t.nodes[pred].right != treeNil; pred = t.nodes[pred].right {
+			}
+		}
+		return pred == treeNil || t.less(&t.nodes[pred].s, s)
+	}
+	if r := nd.right; r != treeNil {
+		for succ = r; t.nodes[succ].left != treeNil; succ = t.nodes[succ].left {
+		}
+	}
+	return succ == treeNil || t.less(s, &t.nodes[succ].s)
+}
+
 // detachMin removes the minimum node of subtree n and returns the new subtree and that node.
 func (t *spanTree) detachMin(n int32) (rest, min int32) {
 	if t.nodes[n].left == treeNil {
