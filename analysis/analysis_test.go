@@ -128,3 +128,19 @@ func equal(a, b []uint64) bool {
 	}
 	return true
 }
+
+// TestArenaShrunkToSingleRegion: the fragmenting trace of sim.TestFitArena gets a 14 MiB arena
+// (the smallest single region that serves it, to 2 MiB), not the 16 MiB a growing arena reaches.
+func TestArenaShrunkToSingleRegion(t *testing.T) {
+	b := &builder{}
+	b.alloc(0x1000, 4<<20, 0).alloc(0x2000, 4<<20, 0).free(0x1000, 0).alloc(0x3000, 6<<20, 0)
+	tr := analyzeEvents(t, b.events)
+	p := tr.SizeClasses
+	if p.LargePeakLiveBytes != 10<<20 || p.ArenaBytes != 14<<20 || len(p.Classes) != 0 {
+		t.Fatalf("plan: large peak %d arena %d classes %v", p.LargePeakLiveBytes, p.ArenaBytes, p.Classes)
+	}
+	rec := tr.Simulations[0]
+	if rec.Name != "recommended" || rec.PeakReservedBytes != 14<<20 || rec.Fallbacks != 0 || rec.Failures != 0 {
+		t.Errorf("recommended simulation = %+v", rec)
+	}
+}

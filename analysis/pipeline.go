@@ -94,6 +94,9 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	if err := sizings[best].Err; err != nil {
 		warns = append(warns, fmt.Sprintf("%s: size classes: %v", name, err))
 	}
+	if err := fitArena(open, stream, plans[best].Threshold, &sizings[best], opts); err != nil {
+		return nil, nil, err
+	}
 	rec := recommend(name, st, plans[best], sizings[best])
 	for i, sz := range sizings {
 		rec.splits = append(rec.splits, model.Split{Threshold: plans[i].Threshold, K: plans[i].K,
@@ -157,4 +160,51 @@ func bestCandidate(sizings []sim.Sizing) int {
 		return len(sizings) - 1
 	}
 	return best
+}
+
+// arenaProbes is how many fixed arena sizes fitArena tries per pass; arenaRounds is how many
+// passes it makes, each narrowing the range between the largest size that failed and the
+// smallest that served everything.
+const (
+	arenaProbes = 16
+	arenaRounds = 2
+)
+
+// fitArena shrinks the chosen candidate's arena to the smallest single region (to 2 MiB) that
+// serves every large request without growing (sim.FitArena), when that is smaller than the grown
+// arena's peak.
+func fitArena(open opener, stream sim.Stream, threshold uint64, sz *sim.Sizing, opts Options) error {
+	if sz.LargePeakLiveBytes == 0 || sz.Err != nil {
+		return nil
+	}
+	lo, hi := alignUp(sz.LargePeakLiveBytes, 2*mib)-2*mib, sz.ArenaPeakReservedBytes // lo fails, hi serves
+	for range arenaRounds {
+		var sizes []uint64
+		for j := uint64(1); j <= arenaProbes; j++ {
+			s := alignUp(lo+(hi-lo)*j/(arenaProbes+1), 2*mib)
+			if s > lo && s < hi && (len(sizes) == 0 || s > sizes[len(sizes)-1]) {
+				sizes = append(sizes, s)
+			}
+		}
+		if len(sizes) == 0 {
+			break
+		}
+		var probes []sim.ArenaProbe
+		err := open.pass(nil, func(src Source) (err error) {
+			probes, err = sim.FitArena(src, stream, threshold, sizes, progress(opts, "arena"))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, p := range probes {
+			if p.Failures == 0 {
+				hi = min(hi, p.Bytes)
+				break
+			}
+			lo = p.Bytes
+		}
+	}
+	sz.ArenaPeakReservedBytes = hi
+	return nil
 }

@@ -90,3 +90,29 @@ func TestSizeSlotsAndArena(t *testing.T) {
 		t.Errorf("second candidate slots = %v", got)
 	}
 }
+
+// TestFitArena: 4 MiB A and B, free A, then 6 MiB C. C does not fit the 4 MiB hole A left, so a
+// single region needs 4 + 4 + 6 = 14 MiB although at most 10 MiB are live.
+func TestFitArena(t *testing.T) {
+	events := []trace.Event{ev(trace.OpAlloc, 0x1000, 4<<20), ev(trace.OpAlloc, 0x2000, 4<<20),
+		ev(trace.OpFree, 0x1000, 0), ev(trace.OpAlloc, 0x3000, 6<<20), ev(trace.OpAlloc, 0x4000, 1000)}
+	probes, err := FitArena(&source{events: events}, Stream{}, 4096, []uint64{10 << 20, 12 << 20, 14 << 20, 16 << 20}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{1, 1, 0, 0}
+	for i, p := range probes {
+		if p.Failures != want[i] {
+			t.Errorf("arena of %d MiB: %d failures, want %d", p.Bytes>>20, p.Failures, want[i])
+		}
+	}
+	sz, err := Size(&source{events: events}, Stream{}, []Candidate{{Threshold: 4096, Classes: []uint64{1024},
+		LargePeakLiveBytes: 10 << 20}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Growing on demand: the first region (10 MiB) plus a 6 MiB region for C.
+	if sz[0].LargePeakLiveBytes != 10<<20 || sz[0].ArenaPeakReservedBytes != 16<<20 {
+		t.Errorf("grown arena: large peak %d, reserved %d", sz[0].LargePeakLiveBytes, sz[0].ArenaPeakReservedBytes)
+	}
+}
