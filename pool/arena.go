@@ -54,6 +54,7 @@ func errUnknown(addr uint64) error { return fmt.Errorf("free %#x: %w", addr, Err
 type arena struct {
 	up        *tracked
 	sp        *space
+	blocks    *addrIndex        // live blocks: address → node and requested bytes
 	owned     map[uint64]uint64 // regions it reserved itself: base → size
 	align     uint64
 	total     uint64 // bytes of all its space
@@ -66,6 +67,7 @@ func newArena(up *tracked, align, growMin, maximum uint64, perStream bool) *aren
 	return &arena{
 		up:        up,
 		sp:        newSpace(),
+		blocks:    newAddrIndex(),
 		owned:     make(map[uint64]uint64),
 		align:     align,
 		growMin:   roundUp(growMin, align),
@@ -91,19 +93,20 @@ func (a *arena) reserveInitial(size uint64) error {
 	return nil
 }
 
-// alloc returns a block of at least size bytes for stream.
-func (a *arena) alloc(size, stream uint64) (addr uint64, b block, err error) {
-	blk := roundUp(max(size, 1), a.align)
+// alloc returns the address of a block of at least size bytes for stream, and its size.
+func (a *arena) alloc(size, stream uint64) (addr, blk uint64, err error) {
+	blk = roundUp(max(size, 1), a.align)
 	id, ok := a.find(blk, stream)
 	if !ok {
 		if err := a.grow(blk); err != nil {
-			return 0, block{}, err
+			return 0, 0, err
 		}
 		id, _ = a.find(blk, stream)
 	}
 	a.sp.take(id, blk)
-	n := a.sp.node(id)
-	return n.addr, block{req: size, size: blk, seg: n.seg, stream: stream, node: id}, nil
+	addr = a.sp.nodes[id].addr
+	a.blocks.put(addr, id, size)
+	return addr, blk, nil
 }
 
 func (a *arena) find(blk, stream uint64) (int32, bool) {
@@ -115,13 +118,20 @@ func (a *arena) find(blk, stream uint64) (int32, bool) {
 	return a.sp.bestFit(false, 0, blk)
 }
 
-// freeBlock returns b, freed on stream, to the free space.
-func (a *arena) freeBlock(b block, stream uint64) {
-	if a.perStream {
-		a.sp.release(b.node, true, stream)
-	} else {
-		a.sp.release(b.node, false, 0)
+// free returns the block at addr, freed on stream, to the free space and returns the bytes
+// requested for it and its size; ok is false when no block starts at addr.
+func (a *arena) free(addr, stream uint64) (req, blk uint64, ok bool) {
+	id, req, ok := a.blocks.take(addr)
+	if !ok {
+		return 0, 0, false
 	}
+	blk = a.sp.nodes[id].size
+	if a.perStream {
+		a.sp.release(id, true, stream)
+	} else {
+		a.sp.release(id, false, 0)
+	}
+	return req, blk, true
 }
 
 // grow adds a region that can hold a block of blk bytes.

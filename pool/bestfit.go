@@ -5,8 +5,7 @@ import "fmt"
 // bestFitPool is PolicyBestFit: one arena, like RMM's pool_memory_resource.
 type bestFitPool struct {
 	base
-	arena  *arena
-	blocks map[uint64]block
+	arena *arena
 }
 
 func newBestFit(cfg Config, up Upstream) (*bestFitPool, error) {
@@ -14,7 +13,7 @@ func newBestFit(cfg Config, up Upstream) (*bestFitPool, error) {
 	if cfg.BestFit != nil {
 		bf = *cfg.BestFit
 	}
-	p := &bestFitPool{blocks: make(map[uint64]block)}
+	p := &bestFitPool{}
 	p.init(up)
 	p.arena = newArena(&p.up, cfg.alignment(), bf.GrowBytes, bf.MaximumBytes, false)
 	if bf.InitialBytes > 0 {
@@ -29,7 +28,12 @@ func newBestFit(cfg Config, up Upstream) (*bestFitPool, error) {
 // Alloc returns the lowest-addressed smallest free block that fits, growing the arena if none does.
 func (p *bestFitPool) Alloc(size, stream uint64) (uint64, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	addr, err := p.alloc(size, stream)
+	p.mu.Unlock()
+	return addr, err
+}
+
+func (p *bestFitPool) alloc(size, stream uint64) (uint64, error) {
 	if p.closed {
 		return 0, errClosed("alloc")
 	}
@@ -37,30 +41,32 @@ func (p *bestFitPool) Alloc(size, stream uint64) (uint64, error) {
 		p.c.failed()
 		return 0, err
 	}
-	addr, b, err := p.arena.alloc(size, stream)
+	addr, blk, err := p.arena.alloc(size, stream)
 	if err != nil {
 		p.c.failed()
 		return 0, fmt.Errorf("alloc %d bytes: %w", size, err)
 	}
-	p.blocks[addr] = b
-	p.c.allocated(size, b.size)
+	p.c.allocated(size, blk)
 	return addr, nil
 }
 
 // Free returns the block at addr to the arena, merging it with free neighbours.
 func (p *bestFitPool) Free(addr, stream uint64) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	err := p.free(addr, stream)
+	p.mu.Unlock()
+	return err
+}
+
+func (p *bestFitPool) free(addr, stream uint64) error {
 	if p.closed {
 		return errClosed("free")
 	}
-	b, ok := p.blocks[addr]
+	req, blk, ok := p.arena.free(addr, stream)
 	if !ok {
 		return errUnknown(addr)
 	}
-	delete(p.blocks, addr)
-	p.arena.freeBlock(b, stream)
-	p.c.freed(b.req, b.size)
+	p.c.freed(req, blk)
 	return nil
 }
 

@@ -20,7 +20,6 @@ type sizeClassPool struct {
 	slabs     []*slab // sorted by base address
 	regions   []region
 	arena     *arena
-	large     map[uint64]block
 	perStream bool
 }
 
@@ -55,7 +54,7 @@ type region struct{ addr, size uint64 }
 
 func newSizeClass(cfg Config, up Upstream) (*sizeClassPool, error) {
 	sc, align := cfg.SizeClass, cfg.alignment()
-	p := &sizeClassPool{large: make(map[uint64]block), perStream: sc.PerStream}
+	p := &sizeClassPool{perStream: sc.PerStream}
 	p.init(up)
 	for _, cl := range sc.Classes {
 		grow := sc.GrowSlots
@@ -153,7 +152,12 @@ func (p *sizeClassPool) classFor(size uint64) int {
 // Alloc serves size bytes from the smallest class that holds them, or from the arena.
 func (p *sizeClassPool) Alloc(size, stream uint64) (uint64, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	addr, err := p.alloc(size, stream)
+	p.mu.Unlock()
+	return addr, err
+}
+
+func (p *sizeClassPool) alloc(size, stream uint64) (uint64, error) {
 	if p.closed {
 		return 0, errClosed("alloc")
 	}
@@ -180,13 +184,12 @@ func (p *sizeClassPool) Alloc(size, stream uint64) (uint64, error) {
 }
 
 func (p *sizeClassPool) allocLarge(size, stream uint64) (uint64, error) {
-	addr, b, err := p.arena.alloc(size, stream)
+	addr, blk, err := p.arena.alloc(size, stream)
 	if err != nil {
 		p.c.failed()
 		return 0, fmt.Errorf("alloc %d bytes: %w", size, err)
 	}
-	p.large[addr] = b
-	p.c.allocated(size, b.size)
+	p.c.allocated(size, blk)
 	return addr, nil
 }
 
@@ -227,13 +230,23 @@ func (p *sizeClassPool) grow(ci int) error {
 // Free puts a class block on top of its free list, or returns an arena block to the arena.
 func (p *sizeClassPool) Free(addr, stream uint64) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	err := p.free(addr, stream)
+	p.mu.Unlock()
+	return err
+}
+
+func (p *sizeClassPool) free(addr, stream uint64) error {
 	if p.closed {
 		return errClosed("free")
 	}
 	sl := p.slabFor(addr)
 	if sl == nil {
-		return p.freeLarge(addr, stream)
+		req, blk, ok := p.arena.free(addr, stream)
+		if !ok {
+			return errUnknown(addr)
+		}
+		p.c.freed(req, blk)
+		return nil
 	}
 	off := addr - sl.base
 	slot := off / sl.size
@@ -255,17 +268,6 @@ func (p *sizeClassPool) Free(addr, stream uint64) error {
 		c.free = append(c.free, ref)
 	}
 	p.c.freed(req, sl.size)
-	return nil
-}
-
-func (p *sizeClassPool) freeLarge(addr, stream uint64) error {
-	b, ok := p.large[addr]
-	if !ok {
-		return errUnknown(addr)
-	}
-	delete(p.large, addr)
-	p.arena.freeBlock(b, stream)
-	p.c.freed(b.req, b.size)
 	return nil
 }
 

@@ -3,9 +3,10 @@ package replay
 import (
 	"runtime"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
@@ -41,14 +42,14 @@ func loadRealTrace(b testing.TB, tracePath, configPath string) (*Trace, pool.Con
 	return tr, cfg
 }
 
-// threadCPUTime returns the CPU time the calling OS thread has used (Linux RUSAGE_THREAD).
+// threadCPUTime returns the CPU time the calling OS thread has used, to the nanosecond
+// (CLOCK_THREAD_CPUTIME_ID; getrusage's figure moves only at scheduler ticks).
 func threadCPUTime() time.Duration {
-	const rusageThread = 1
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ts.Nano())
 }
 
 // BenchmarkRealTracePool replays each real trace through pool.New(its pool.json) over a
