@@ -87,7 +87,9 @@ func whatIfPolicies(rec *recommendation, st *stats.Result, capacity uint64) []si
 		return sim.Policy{Name: name, Settings: allocConf(t), Config: c}
 	}
 	bestfit := cfg(pool.PolicyBestFit)
-	bestfit.BestFit = &pool.BestFitConfig{InitialBytes: alignUp(st.Requests.PeakLiveBytes, 2*mib)}
+	// RMM's pool: one best-fit coalescing arena for every request, first region the recommended
+	// pool's size (growing on demand beyond it).
+	bestfit.BestFit = &pool.BestFitConfig{InitialBytes: alignUp(rec.classBytes()+rec.config.SizeClass.ArenaBytes, 2*mib)}
 	ordered := cfg(pool.PolicyStreamOrdered)
 	ordered.StreamOrdered = &pool.StreamOrderedConfig{}
 	keep := cfg(pool.PolicyStreamOrdered)
