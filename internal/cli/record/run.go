@@ -33,7 +33,7 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 		opt.logDir = opt.output + ".raw"
 	}
 	if _, err := exec.LookPath(args[0]); err != nil {
-		return fmt.Errorf("program %s: %w", args[0], err)
+		return fmt.Errorf("program %s: %w", args[0], lookPathCause(err))
 	}
 	lib, err := shimPath(opt.shim)
 	if err != nil {
@@ -69,6 +69,20 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 		printSummary(stderr, sum, elapsed, opt.output)
 	}
 	return exitCodeError{code: code}
+}
+
+// lookPathCause strips what exec.LookPath repeats of the program's name from its error:
+// "no such file or directory", "permission denied", "executable file not found in $PATH".
+func lookPathCause(err error) error {
+	var execErr *exec.Error
+	if errors.As(err, &execErr) {
+		err = execErr.Err
+	}
+	var pathErr *fs.PathError
+	if errors.As(err, &pathErr) {
+		err = pathErr.Err
+	}
+	return err
 }
 
 func firstNonZero(a, b int) int {
