@@ -166,8 +166,8 @@ func bestCandidate(sizings []sim.Sizing) int {
 // passes it makes, each narrowing the range between the largest size that failed and the
 // smallest that served everything.
 const (
-	arenaProbes = 16
-	arenaRounds = 2
+	arenaProbes = 8
+	arenaRounds = 3
 )
 
 // fitArena shrinks the chosen candidate's arena to the smallest single region (to 2 MiB) that
