@@ -148,3 +148,24 @@ func TestHTMLSelfContained(t *testing.T) {
 		}
 	}
 }
+
+// TestTextWidthWithLargeValues checks the 100-column limit with realistic large figures: a 7-digit
+// pid, a pointer-sized stream handle, millions of events, long durations.
+func TestTextWidthWithLargeValues(t *testing.T) {
+	var events []trace.Event
+	for i := range 3000 {
+		e := trace.Event{Seq: uint64(i + 1), TimeNs: int64(i) * 3_000_000_000, DurationNs: 12_345_678,
+			PID: 4_194_303, Device: 7, Stream: 0x55d4c0a1b2c0, Op: trace.OpAlloc, Address: uint64(i+1) << 30,
+			Size: 123_456_789_012, Function: "cudaMallocAsync", Callsite: 0x7f12_3456_789a}
+		events = append(events, e)
+	}
+	r, err := Analyze([]Input{fakeInput("a-rather-long-trace-name-for-the-width-test.arrow", events)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteText(b, r) })), "\n") {
+		if n := len([]rune(line)); n > 100 && !strings.HasPrefix(line, "trace ") {
+			t.Errorf("line %d is %d columns wide: %q", i+1, n, line)
+		}
+	}
+}

@@ -106,7 +106,7 @@ func (t *textWriter) ops(s *model.Stats) {
 
 func (t *textWriter) groups(gs []*model.Stats) {
 	t.printf("\nPER PROCESS, DEVICE AND STREAM\n")
-	rows := []string{"  pid\tdevice\tstream\tallocs\tfrees\tpeak live\tend live\tp50 life\tcalls %\twaited"}
+	rows := []string{"  pid\tdev\tstream\tallocs\tfrees\tpeak live\tend live\tp50 life\tcall%\twaited"}
 	for _, g := range gs {
 		rows = append(rows, fmt.Sprintf("  %d\t%d\t%#x\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s", g.PID, g.Device,
 			g.Stream, Count(g.Allocs), Count(g.Frees), Bytes(g.PeakLiveBytes), Bytes(g.EndLiveBytes),
@@ -150,7 +150,7 @@ func (t *textWriter) anomalies(a *model.Anomalies) {
 	for _, k := range kinds {
 		t.printf("  %-28s %8s  %s\n", k.name, Count(k.a.Count), Bytes(k.a.Bytes))
 		for _, e := range k.a.Events {
-			t.printf("      seq %-10d %-22s size %-10s addr %-16s callsite %s\n", e.Seq, e.Function,
+			t.printf("    seq %-9d %-22s %10s  addr %-14s  from %s\n", e.Seq, e.Function,
 				Bytes(e.Size), e.Address, e.Callsite)
 		}
 	}
@@ -173,8 +173,8 @@ func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 			Count(c.Requests), Count(c.PeakLive), Bytes(c.WasteAtPk)))
 	}
 	t.table(rows)
-	t.printf("  classes %s + arena %s (large requests peak %s) = pool %s; peak live %s\n",
-		Bytes(p.ClassBytes), Bytes(p.ArenaBytes), Bytes(p.LargePeakLiveBytes), Bytes(p.PoolBytes),
+	t.printf("  pool %s = classes %s + arena %s (large peak %s); peak live %s\n",
+		Bytes(p.PoolBytes), Bytes(p.ClassBytes), Bytes(p.ArenaBytes), Bytes(p.LargePeakLiveBytes),
 		Bytes(p.PeakLiveBytes))
 }
 
