@@ -76,6 +76,26 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	}
 	warns = append(warns, st.Warnings...)
 	stream := sim.Stream{Framework: st.RequestLayer == "framework"}
+	rec, err := chooseSizeClasses(name, open, st, stream, opts, &warns)
+	if err != nil {
+		return nil, nil, err
+	}
+	outs, err := simulate(open, stream, rec, st, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, o := range outs {
+		if o.Err != nil {
+			warns = append(warns, fmt.Sprintf("%s: %v", name, o.Err))
+		}
+	}
+	return assemble(name, st, rec, outs), warns, nil
+}
+
+// chooseSizeClasses plans the classes for every candidate threshold, replays the trace through
+// them (sizing pass), keeps the best candidate and fits its arena.
+func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.Stream, opts Options,
+	warns *[]string) (*recommendation, error) {
 	plans := make([]sizeclass.Plan, len(sizeclass.Thresholds))
 	cands := make([]sim.Candidate, len(plans))
 	for i, th := range sizeclass.Thresholds {
@@ -83,19 +103,19 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		cands[i] = sim.Candidate{Threshold: th, Classes: plans[i].Classes, LargePeakLiveBytes: st.LargePeakLiveBytes[i]}
 	}
 	var sizings []sim.Sizing
-	err = open.pass(nil, func(src Source) (err error) {
+	err := open.pass(nil, func(src Source) (err error) {
 		sizings, err = sim.Size(src, stream, cands, progress(opts, "sizing"))
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	best := bestCandidate(sizings)
 	if err := sizings[best].Err; err != nil {
-		warns = append(warns, fmt.Sprintf("%s: size classes: %v", name, err))
+		*warns = append(*warns, fmt.Sprintf("%s: size classes: %v", name, err))
 	}
 	if err := fitArena(open, stream, plans[best].Threshold, &sizings[best], opts); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rec := recommend(name, st, plans[best], sizings[best])
 	for i, sz := range sizings {
@@ -103,14 +123,20 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 			ClassBytes: sz.ClassBytes(), ArenaBytes: sz.ArenaPeakReservedBytes,
 			TotalBytes: sz.ClassBytes() + sz.ArenaPeakReservedBytes})
 	}
+	return rec, nil
+}
+
+// simulate runs every what-if policy (simulation pass), then re-simulates the recommended one
+// with a grown arena while it needed growth beyond its plan (verification).
+func simulate(open opener, stream sim.Stream, rec *recommendation, st *stats.Result, opts Options) ([]sim.Outcome, error) {
 	policies := whatIfPolicies(rec, st, opts.Capacity)
 	var outs []sim.Outcome
-	err = open.pass(nil, func(src Source) (err error) {
+	err := open.pass(nil, func(src Source) (err error) {
 		outs, err = sim.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation"))
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for range maxVerifyPasses {
 		grown, ok := rec.growArena(outs[0])
@@ -123,18 +149,11 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 			return err
 		})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		outs[0] = again[0]
-		policies[0] = grown
 	}
-	tr := assemble(name, st, rec, outs)
-	for _, o := range outs {
-		if o.Err != nil {
-			warns = append(warns, fmt.Sprintf("%s: %v", name, o.Err))
-		}
-	}
-	return tr, warns, nil
+	return outs, nil
 }
 
 func sizeTallies(in []stats.SizeTally) []sizeclass.Size {
