@@ -126,15 +126,16 @@ func TestNoIntercepted(t *testing.T) {
 }
 
 // --log-dir pointing at an existing directory: record removes the raw logs it wrote there and
-// nothing else.
+// nothing else; -q prints no summary.
 func TestLogDirKeepsOtherFiles(t *testing.T) {
 	env := testcuda.Build(t)
 	logDir := t.TempDir()
 	other := filepath.Join(logDir, "notes.txt")
 	writeFile(t, other, []byte("mine"))
 	out := tempPath(t, "out.arrow")
-	if code, _, _ := runMain(t, "-q", "-o", out, "--log-dir", logDir, "--shim", env.Shim, "--", env.Prog("cupy_style")); code != 13 {
-		t.Errorf("exit code %d, want 13", code)
+	code, _, stderr := runMain(t, "-q", "-o", out, "--log-dir", logDir, "--shim", env.Shim, "--", env.Prog("cupy_style"))
+	if code != 13 || stderr != "" {
+		t.Errorf("exit code %d, stderr %q; want 13 and no summary (-q)", code, stderr)
 	}
 	entries, err := os.ReadDir(logDir)
 	if err != nil || len(entries) != 1 || entries[0].Name() != "notes.txt" {
