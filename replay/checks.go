@@ -24,11 +24,8 @@ func (r *runner) report(accs []*modeAcc) *Report {
 	for _, acc := range accs {
 		m := acc.ModeResult
 		m.Alloc, m.Free = acc.allocLat.summary(), acc.freeLat.summary()
-		var sum int64
-		for _, ns := range m.AllocatorTimeNsByRepetition {
-			sum += ns
-		}
-		m.AllocatorTimeNs = sum / int64(len(m.AllocatorTimeNsByRepetition))
+		m.AllocatorTimeNs = mean(m.AllocatorTimeNsByRepetition)
+		m.ClockedTimeNs = mean(acc.clockedNs)
 		if m.Errors == nil {
 			m.Errors = []string{}
 		}
@@ -37,6 +34,14 @@ func (r *runner) report(accs []*modeAcc) *Report {
 	rep.SpeedupRawOverPool = ratio(rep.Mode(ModeRaw), rep.Mode(ModePool))
 	rep.SpeedupAsyncOverPool = ratio(rep.Mode(ModeAsync), rep.Mode(ModePool))
 	return rep
+}
+
+func mean(ns []int64) int64 {
+	var sum int64
+	for _, n := range ns {
+		sum += n
+	}
+	return sum / int64(max(len(ns), 1))
 }
 
 // ratio returns a's allocator time over b's, 0 when either is missing or b took no time.
@@ -74,10 +79,17 @@ func skipped(name, why string) Check { return Check{Name: name, Status: CheckSki
 
 func modeChecks(m *ModeResult, acc *modeAcc, opt Options) []Check {
 	p := string(m.Mode) + ": "
+	allocDetail := fmt.Sprintf("%d failed (%d out of memory)", m.Failures, m.OOMs)
+	if m.TimedFailures > 0 {
+		allocDetail += fmt.Sprintf("; %d failed in the timed passes", m.TimedFailures)
+	}
+	freeDetail := fmt.Sprintf("%d refused", m.FreeErrors)
+	if m.TimedFreeErrors > 0 {
+		freeDetail += fmt.Sprintf("; %d refused in the timed passes", m.TimedFreeErrors)
+	}
 	cs := []Check{
-		verdict(p+"every allocation succeeded", m.Failures == 0,
-			fmt.Sprintf("%d failed (%d out of memory)", m.Failures, m.OOMs)),
-		verdict(p+"every free succeeded", m.FreeErrors == 0, fmt.Sprintf("%d refused", m.FreeErrors)),
+		verdict(p+"every allocation succeeded", m.Failures == 0 && m.TimedFailures == 0, allocDetail),
+		verdict(p+"every free succeeded", m.FreeErrors == 0 && m.TimedFreeErrors == 0, freeDetail),
 		verdict(p+"allocator gave all memory back", m.LeakedBytes == 0,
 			fmt.Sprintf("%d bytes still held after close", m.LeakedBytes)),
 	}

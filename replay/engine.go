@@ -94,7 +94,11 @@ func (o *Options) setDefaults() {
 }
 
 // Run replays t on b in each mode of opt, opt.Repeat times, interleaved (raw, pool, async, raw,
-// pool, async, ...) so that machine noise hits every mode alike. cfg is pool.json: the pool mode's
+// pool, async, ...) so that machine noise hits every mode alike. Each repetition makes two passes
+// per mode, each with a fresh allocator: first a timed pass of every mode, which calls the
+// allocator with no clock reading per call and gives the allocator time (and so the speedups),
+// then a checked pass of every mode, which reads the clock around every call (the latencies) and
+// does the checks of Verify and Touch. cfg is pool.json: the pool mode's
 // allocator and the prediction the report compares with. Problems of the replay (failed
 // allocations, overlaps, leaks) are in the report and its checks; an error means the replay could
 // not run.
@@ -113,9 +117,11 @@ func Run(t *Trace, b Backend, cfg pool.Config, opt Options) (*Report, error) {
 		accs[i] = newModeAcc(m)
 	}
 	for rep := range opt.Repeat {
-		for _, acc := range accs {
-			if err := r.pass(acc, rep); err != nil {
-				return nil, fmt.Errorf("mode %s, repetition %d: %w", acc.Mode, rep+1, err)
+		for _, timed := range []bool{true, false} {
+			for _, acc := range accs {
+				if err := r.pass(acc, rep, timed); err != nil {
+					return nil, fmt.Errorf("mode %s, repetition %d: %w", acc.Mode, rep+1, err)
+				}
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -124,7 +125,8 @@ func TestRunInterleavesModes(t *testing.T) {
 	if _, err := Run(smallTrace().extract(t), b, pool.Config{Policy: pool.PolicySizeClass}, opt); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"sizeclass", "raw", "sizeclass", "raw", "sizeclass", "raw"}
+	// Each repetition: a timed pass of each mode, then a checked pass of each mode.
+	want := []string{"sizeclass", "raw", "sizeclass", "raw", "sizeclass", "raw", "sizeclass", "raw", "sizeclass", "raw", "sizeclass", "raw"}
 	if !reflect.DeepEqual(order, want) {
 		t.Errorf("allocators built in order %v, want %v", order, want)
 	}
@@ -165,5 +167,55 @@ func TestFailedAllocationsAreCountedAndTheirFreesSkipped(t *testing.T) {
 	}
 	if rep.Passed || rep.Failed()[0].Name != "raw: every allocation succeeded" {
 		t.Errorf("passed %v, failed %+v", rep.Passed, rep.Failed())
+	}
+}
+
+// clockSpy is an allocator that notes how many clock readings came before each of its calls.
+type clockSpy struct {
+	pool.Allocator
+	reads *int
+	at    []int
+}
+
+func (s *clockSpy) Alloc(size, stream uint64) (uint64, error) {
+	s.at = append(s.at, *s.reads)
+	return s.Allocator.Alloc(size, stream)
+}
+
+func (s *clockSpy) Free(addr, stream uint64) error {
+	s.at = append(s.at, *s.reads)
+	return s.Allocator.Free(addr, stream)
+}
+
+// TestTimedPassReadsTheClockPerChunk checks that the timed pass reads the clock only between
+// chunks of 4096 requests while the checked pass reads it before and after every call.
+func TestTimedPassReadsTheClockPerChunk(t *testing.T) {
+	tr := randomTrace(rand.New(rand.NewPCG(1, 2)), 10000).extract(t)
+	clock, reads := &vclock{}, 0
+	var spies []*clockSpy
+	opt := Options{Modes: []Mode{ModePool}, MaxOverhead: 100, Clock: func() int64 { reads++; return clock.read() },
+		NewAllocator: func(cfg pool.Config, up pool.Upstream) (pool.Allocator, error) {
+			a, err := testAllocators(clock, 1<<30, 1)(cfg, up)
+			spies = append(spies, &clockSpy{Allocator: a, reads: &reads})
+			return spies[len(spies)-1], err
+		}}
+	rep, err := Run(tr, newSimBackend(clock, 1<<40), pool.Config{Policy: pool.PolicyBestFit}, opt)
+	if err != nil || !rep.Passed {
+		t.Fatalf("err %v, failed %+v", err, rep.Failed())
+	}
+	if len(spies) != 2 || tr.Ops() <= 2*progressEvery || tr.Ops() > 3*progressEvery {
+		t.Fatalf("%d allocators, %d requests; want 2 allocators, 8193..12288 requests", len(spies), tr.Ops())
+	}
+	timed, checked := spies[0], spies[1]
+	calls := len(checked.at) - int(rep.Mode(ModePool).FinalFrees) // the final frees are not timed
+	if got := timed.at[calls-1] - timed.at[0]; got != 4 {
+		t.Errorf("timed pass: %d clock readings between its first and last call; want 4 (two chunk boundaries)", got)
+	}
+	if got := checked.at[calls-1] - checked.at[0]; got != 2*(calls-1) {
+		t.Errorf("checked pass: %d clock readings between its first and last call; want %d", got, 2*(calls-1))
+	}
+	// 1 ns per call plus the one 1000-ns Reserve of the chunk allocator's only chunk.
+	if m, want := rep.Mode(ModePool), int64(calls+1000); m.AllocatorTimeNs != want || m.ClockedTimeNs != want {
+		t.Errorf("allocator time %d, clocked %d; want both %d", m.AllocatorTimeNs, m.ClockedTimeNs, want)
 	}
 }

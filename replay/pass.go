@@ -17,6 +17,8 @@ const progressEvery = 1 << 12
 type modeAcc struct {
 	ModeResult
 	allocLat, freeLat *latencyRecorder
+	// clockedNs is each checked pass's sum of call latencies.
+	clockedNs []int64
 	// accounting lists where the pool's own Stats disagree with the engine's account.
 	accounting []string
 }
@@ -31,10 +33,11 @@ func (a *modeAcc) problem(format string, args ...any) {
 	}
 }
 
-// passState is the state of one repetition of one mode.
+// passState is the state of one pass over the trace in one mode.
 type passState struct {
 	acc        *modeAcc
 	rep        int
+	timed      bool // a timed pass (no clock reading per call, no checks); else a checked pass
 	d          driver
 	alloc      pool.Allocator    // raw and pool
 	syncer     pool.Syncer       // the allocator, when it acts on device synchronization
@@ -45,29 +48,38 @@ type passState struct {
 	peakLive   uint64
 	memStart   uint64 // backend free memory at the start
 	sampled    uint64 // own-accounting peak at the last MemGetInfo sample
-	elapsed    int64  // time inside the allocator
+	elapsed    int64  // time inside the allocator: the whole loop (timed), the calls' latencies summed (checked)
 	allocs     uint64
 	frees      uint64
 	failures   uint64
 	finalFrees uint64
 }
 
-// pass replays the whole trace once in acc's mode.
-func (r *runner) pass(acc *modeAcc, rep int) error {
+// pass replays the whole trace once in acc's mode. A checked pass reads the clock around every
+// call (the latencies) and does the checks of --verify and --touch; a timed pass only calls the
+// allocator and reads the clock once per progressEvery requests (the allocator time).
+func (r *runner) pass(acc *modeAcc, rep int, timed bool) error {
 	free, _, err := r.b.MemGetInfo()
 	if err != nil {
 		return fmt.Errorf("memory info: %w", err)
 	}
-	ps := &passState{acc: acc, rep: rep, memStart: free}
-	if r.opt.Verify {
+	ps := &passState{acc: acc, rep: rep, timed: timed, memStart: free}
+	if r.opt.Verify && !timed {
 		ps.live = newSpans()
 	}
 	if err := r.begin(ps); err != nil {
 		return err
 	}
-	r.replayOps(ps)
+	if timed {
+		r.timeOps(ps)
+	} else {
+		r.replayOps(ps)
+	}
 	if err := r.finish(ps); err != nil {
 		return err
+	}
+	if timed {
+		return nil
 	}
 	free, _, err = r.b.MemGetInfo()
 	if err != nil {
@@ -94,7 +106,7 @@ func (r *runner) begin(ps *passState) error {
 		return nil
 	}
 	ps.up = &countingUpstream{up: r.b}
-	if r.opt.Verify {
+	if ps.live != nil {
 		ps.up.regions = newSpans()
 	}
 	cfg := r.cfg
@@ -150,6 +162,59 @@ func (r *runner) replayOps(ps *passState) {
 		}
 	}
 	r.opt.Progress(int64(sinceProgress))
+}
+
+// timeOps runs every request with no clock reading per call: the clock is read around each chunk
+// of progressEvery requests (the progress report falls between two chunks, outside the time), and
+// nothing but the calls, the address table and the counts runs inside.
+func (r *runner) timeOps(ps *passState) {
+	clock, ops := r.opt.Clock, r.t.ops
+	for start := 0; start < len(ops); start += progressEvery {
+		end := min(start+progressEvery, len(ops))
+		t0 := clock()
+		r.timeChunk(ps, start, ops[start:end])
+		ps.elapsed += clock() - t0
+		r.opt.Progress(int64(end - start))
+	}
+}
+
+// timeChunk runs ops, the requests from index start on, for timeOps.
+func (r *runner) timeChunk(ps *passState, start int, ops []op) {
+	d, addrs := ps.d, r.addrs
+	for j, o := range ops {
+		if o.isAlloc() {
+			addr, err := d.alloc(o.size, o.streamIndex())
+			if err != nil || addr == 0 {
+				r.timedAllocFailed(ps, start+j, o, addr, err)
+			} else {
+				addrs[o.slot], r.sizes[o.slot] = addr, o.size
+				ps.allocs++
+			}
+		} else if addr := addrs[o.slot]; addr != 0 {
+			if err := d.free(addr, o.streamIndex()); err != nil {
+				ps.acc.TimedFreeErrors++
+				ps.acc.problem("timed repetition %d, request %d: free %#x: %v", ps.rep+1, start+j, addr, err)
+			} else {
+				ps.frees++
+			}
+			addrs[o.slot] = 0
+		}
+		if ps.syncer != nil && o.syncs() {
+			if err := ps.syncer.Sync(); err != nil {
+				ps.acc.TimedFreeErrors++
+				ps.acc.problem("timed repetition %d, request %d: sync: %v", ps.rep+1, start+j, err)
+			}
+		}
+	}
+}
+
+func (r *runner) timedAllocFailed(ps *passState, i int, o op, addr uint64, err error) {
+	if err == nil && addr == 0 {
+		err = errors.New("allocator returned address 0")
+	}
+	ps.failures++
+	ps.acc.TimedFailures++
+	ps.acc.problem("timed repetition %d, request %d: alloc %d bytes: %v", ps.rep+1, i, o.size, err)
 }
 
 // sync tells a stream-ordered allocator that the program synchronized with the device. Its time
@@ -240,7 +305,7 @@ func (r *runner) sampleMemory(ps *passState) {
 // beforeFree checks the block's pattern and takes it out of the live set.
 func (r *runner) beforeFree(ps *passState, slot uint32, addr uint64) {
 	size := r.sizes[slot]
-	if r.patterns != nil {
+	if r.patterns != nil && !ps.timed {
 		if err := r.b.Check(addr, size, r.patterns[slot]); err != nil {
 			ps.acc.TouchFailures++
 			ps.acc.problem("repetition %d: block at %#x (%d bytes) changed while live: %v", ps.rep+1, addr, size, err)

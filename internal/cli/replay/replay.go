@@ -60,6 +60,9 @@ snapshot or an RMM logging CSV) through three allocators, interleaved repetition
   raw    the backend's direct allocation per request (cuMemAlloc/cuMemFree; mmap on the host)
   pool   the allocator that pool.json describes (written by analyze --emit-config)
   async  cuMemAllocAsync/cuMemFreeAsync from a pool that keeps all freed memory
+Each repetition replays the trace twice per mode: a timed pass that reads the clock only once per
+4096 requests (the allocator time and the speedups), and a checked pass that reads it around every
+call (the latencies) and does the checks of --verify and --touch.
 It reports per-call latency (p50, p99, mean), the time spent inside each allocator, the speedups,
 peak reserved memory by its own account and by cuMemGetInfo, fallbacks and failures, and the
 prediction in pool.json next to what it measured. It exits 1 when a check fails.
@@ -124,7 +127,7 @@ func run(opt options, tracePath string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	total := int64(tr.Ops()) * int64(len(modes)) * int64(opt.repeat)
+	total := 2 * int64(tr.Ops()) * int64(len(modes)) * int64(opt.repeat) // a timed and a checked pass each
 	rep, err := replay.Run(tr, b, cfg, replay.Options{Modes: modes, Repeat: opt.repeat, Verify: opt.verify,
 		Touch: opt.touch, PeakTolerance: opt.peakTolerance, MaxOverhead: opt.maxOverhead,
 		LeakToleranceBytes: opt.leakTolerance, Progress: bar.replaying(total)})
