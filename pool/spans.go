@@ -47,10 +47,18 @@ type spaceNode struct {
 // into it from above, so a segment's first node keeps its index for the segment's life.
 type space struct {
 	nodes     []spaceNode
-	recycled  int32 // unused node slots, linked through next
+	fit       fitHint // where the last bestFit found its node in the free tree
+	recycled  int32   // unused node slots, linked through next
 	free      *spanTree
 	unmapped  *spanTree
 	freeBytes uint64
+}
+
+// fitHint is the free-tree node bestFit found for space node id, with its predecessor and the
+// tree's change count then: take splits that node without searching the tree again.
+type fitHint struct {
+	id, tnode, pred int32
+	mods            uint64
 }
 
 func newSpace() *space {
@@ -121,10 +129,15 @@ func (sp *space) dropSegment(head int32) {
 // bestFit returns the free node of the given owner that is the smallest with at least size
 // bytes (lowest address among equals).
 func (sp *space) bestFit(tagged bool, stream, size uint64) (int32, bool) {
-	s, ok := sp.free.lowerBound(span{tagged: tagged, stream: stream, size: size})
-	if !ok || s.tagged != tagged || s.stream != stream {
+	n, pred := sp.free.lowerBoundNode(&span{tagged: tagged, stream: stream, size: size})
+	if n == treeNil {
 		return nilNode, false
 	}
+	s := &sp.free.nodes[n].s
+	if s.tagged != tagged || s.stream != stream {
+		return nilNode, false
+	}
+	sp.fit = fitHint{id: s.node, tnode: n, pred: pred, mods: sp.free.mods}
 	return s.node, true
 }
 
@@ -172,7 +185,9 @@ func (sp *space) take(id int32, size uint64) {
 	}
 	sp.nodes[id].next = r
 	sp.nodes[id].state = nodeUsed
-	sp.free.rekey(n.span, sp.nodes[r].span)
+	if f := sp.fit; f.id != id || !sp.free.replaceBelow(f.tnode, f.pred, f.mods, &sp.nodes[r].span) {
+		sp.free.rekey(n.span, sp.nodes[r].span)
+	}
 	sp.freeBytes -= size
 }
 

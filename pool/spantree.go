@@ -9,7 +9,8 @@ type spanTree struct {
 	root   int32
 	free   int32 // head of the list of unused nodes, linked through left
 	count  int
-	bySize bool // order (owner, size, addr); else (owner, addr)
+	bySize bool   // order (owner, size, addr); else (owner, addr)
+	mods   uint64 // changes so far: a node index and predecessor found before stay valid while it holds
 }
 
 type avlNode struct {
@@ -97,6 +98,7 @@ func (t *spanTree) newNode(s span) int32 {
 
 // insert adds s, which must not be in the tree.
 func (t *spanTree) insert(s span) {
+	t.mods++
 	t.root, _ = t.insertAt(t.root, &s)
 	t.count++
 }
@@ -132,6 +134,7 @@ func (t *spanTree) rebalance(n int32) (int32, bool) {
 
 // delete removes the span equal to s (same owner, size and address); it reports whether one was there.
 func (t *spanTree) delete(s span) bool {
+	t.mods++
 	before := t.count
 	t.root, _ = t.deleteAt(t.root, &s)
 	return t.count < before
@@ -194,6 +197,7 @@ func (t *spanTree) rekey(old, s span) {
 	}
 	if n != treeNil && t.fits(n, pred, succ, &s) {
 		t.nodes[n].s = s
+		t.mods++
 		return
 	}
 	t.delete(old)
@@ -226,6 +230,33 @@ func (t *spanTree) detachMin(n int32) (rest, min int32) {
 	l, m := t.detachMin(t.nodes[n].left)
 	t.nodes[n].left = l
 	return t.balance(n), m
+}
+
+// lowerBoundNode returns the node of the smallest span not below key and the node of its
+// in-order predecessor (the greatest span below key), treeNil for none.
+func (t *spanTree) lowerBoundNode(key *span) (n, pred int32) {
+	n, pred = treeNil, treeNil
+	for c := t.root; c != treeNil; {
+		nd := &t.nodes[c]
+		if t.less(&nd.s, key) {
+			pred, c = c, nd.right
+		} else {
+			n, c = c, nd.left
+		}
+	}
+	return n, pred
+}
+
+// replaceBelow puts s in node n, found with pred by lowerBoundNode when the tree had mods
+// changes, if the tree is unchanged since and s, below n's span, is still above pred's. It
+// reports whether it did.
+func (t *spanTree) replaceBelow(n, pred int32, mods uint64, s *span) bool {
+	if t.mods != mods || (pred != treeNil && !t.less(&t.nodes[pred].s, s)) {
+		return false
+	}
+	t.nodes[n].s = *s
+	t.mods++
+	return true
 }
 
 // lowerBound returns the smallest span not below key.
