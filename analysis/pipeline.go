@@ -9,6 +9,7 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/sim"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/trace"
 )
 
 // maxVerifyPasses bounds the extra simulation passes that grow the recommended arena until the
@@ -66,7 +67,12 @@ func collect(src Source, opts Options) (*stats.Collector, error) {
 func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, []string, error) {
 	var warns []string
 	var c *stats.Collector
-	err := open.pass(&warns, func(src Source) (err error) { c, err = collect(src, opts); return err })
+	var info *model.TraceInfo
+	err := open.pass(&warns, func(src Source) (err error) {
+		info = traceInfo(src)
+		c, err = collect(src, opts)
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -89,7 +95,20 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 			warns = append(warns, fmt.Sprintf("%s: %v", name, o.Err))
 		}
 	}
-	return assemble(name, st, rec, outs), warns, nil
+	tr := assemble(name, st, rec, outs)
+	tr.Info = info
+	return tr, warns, nil
+}
+
+// traceInfo returns the metadata of a source that has some (*trace.Reader does).
+func traceInfo(src Source) *model.TraceInfo {
+	s, ok := src.(interface{ Info() trace.Info })
+	if !ok {
+		return nil
+	}
+	i := s.Info()
+	return &model.TraceInfo{Source: i.Source, Command: i.Command, Host: i.Host, Driver: i.DriverVersion,
+		GPUs: i.GPUNames}
 }
 
 // chooseSizeClasses plans the classes for every candidate threshold, replays the trace through

@@ -19,6 +19,7 @@ type Report struct {
 // TraceReport is everything computed for one event stream.
 type TraceReport struct {
 	Name         string         `json:"name"`
+	Info         *TraceInfo     `json:"info,omitempty"` // the trace's metadata, when it has some
 	Events       uint64         `json:"events"`
 	RequestLayer string         `json:"request_layer"` // "framework" when the trace has framework events, else "native"
 	Requests     *Stats         `json:"requests"`      // the user-level requests, all groups together
@@ -29,6 +30,15 @@ type TraceReport struct {
 	Simulations  []Simulation   `json:"simulations"`
 	Fidelity     *Fidelity      `json:"fidelity,omitempty"`
 	Config       *pool.Config   `json:"config"`
+}
+
+// TraceInfo is the metadata a trace file carries.
+type TraceInfo struct {
+	Source  string   `json:"source"` // "allocscope", "pytorch-snapshot" or "rmm-csv"
+	Command []string `json:"command,omitempty"`
+	Host    string   `json:"host,omitempty"`
+	Driver  string   `json:"driver,omitempty"`
+	GPUs    []string `json:"gpus,omitempty"`
 }
 
 // Stats are the statistics of one stream of allocations and frees.

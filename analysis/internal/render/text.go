@@ -56,6 +56,19 @@ func (t *textWriter) table(rows []string) {
 
 func (t *textWriter) trace(tr *model.TraceReport) {
 	t.printf("trace %s: %s events, requests from the %s layer\n", tr.Name, Count(tr.Events), tr.RequestLayer)
+	if i := tr.Info; i != nil {
+		t.printf("  source %s", i.Source)
+		if len(i.Command) > 0 {
+			t.printf(", command %s", clip(strings.Join(i.Command, " "), 60))
+		}
+		if i.Host != "" {
+			t.printf(", host %s", i.Host)
+		}
+		if len(i.GPUs) > 0 {
+			t.printf(", GPU %s", i.GPUs[0])
+		}
+		t.printf("\n")
+	}
 	t.summary("requests", tr.Requests)
 	if tr.Upstream != nil {
 		t.summary("upstream (native calls)", tr.Upstream)
@@ -247,4 +260,13 @@ func wrap(s string, width int, indent string) string {
 		col += len(word)
 	}
 	return b.String()
+}
+
+// clip shortens s to at most n runes, marking the cut with "...".
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-3]) + "..."
 }

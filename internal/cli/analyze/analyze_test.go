@@ -59,6 +59,10 @@ func TestAnalyzeWritesEverything(t *testing.T) {
 	}
 	var rep struct {
 		Combined struct {
+			Info struct {
+				Source  string   `json:"source"`
+				Command []string `json:"command"`
+			} `json:"info"`
 			Requests struct {
 				PeakLiveBytes uint64 `json:"peak_live_bytes"`
 				Allocs        uint64 `json:"allocs"`
@@ -73,7 +77,8 @@ func TestAnalyzeWritesEverything(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("stdout is not JSON: %v", err)
 	}
-	if c := rep.Combined; c.Requests.PeakLiveBytes != 1000+3<<20 || c.Requests.Allocs != 3 || c.Anomalies.Leaks.Count != 1 {
+	if c := rep.Combined; c.Requests.PeakLiveBytes != 1000+3<<20 || c.Requests.Allocs != 3 ||
+		c.Anomalies.Leaks.Count != 1 || c.Info.Source != "allocscope" || len(c.Info.Command) != 1 || c.Info.Command[0] != "test" {
 		t.Errorf("report = %+v", c)
 	}
 	cfg, err := pool.LoadConfig(cfgPath)
