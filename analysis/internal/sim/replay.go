@@ -107,6 +107,7 @@ func (r *replayer) batch(events []trace.Event) {
 	if r.alloc == nil {
 		return
 	}
+	defer r.contain()
 	for i := range events {
 		e := &events[i]
 		switch r.stream.request(e) {
@@ -129,6 +130,15 @@ func (r *replayer) batch(events []trace.Event) {
 		if r.syncer != nil && r.syncs.synchronizes(e) {
 			_ = r.syncer.Sync()
 		}
+	}
+}
+
+// contain turns a panic inside the policy into the outcome's error, so that one broken policy
+// cannot end the analysis; the policy is not used again.
+func (r *replayer) contain() {
+	if p := recover(); p != nil {
+		r.out.Err = fmt.Errorf("policy %s: internal error: %v", r.out.Policy.Name, p)
+		r.alloc = nil
 	}
 }
 

@@ -116,3 +116,23 @@ func TestFitArena(t *testing.T) {
 		t.Errorf("grown arena: large peak %d, reserved %d", sz[0].LargePeakLiveBytes, sz[0].ArenaPeakReservedBytes)
 	}
 }
+
+type panicky struct{}
+
+func (panicky) Alloc(size, stream uint64) (uint64, error) { panic("boom") }
+func (panicky) Free(addr, stream uint64) error            { return nil }
+func (panicky) Stats() pool.Stats                         { return pool.Stats{} }
+func (panicky) PeakStats() pool.Stats                     { return pool.Stats{} }
+func (panicky) Close() error                              { return nil }
+
+// TestPolicyPanicBecomesError: a policy that panics yields an error outcome, not a crash.
+func TestPolicyPanicBecomesError(t *testing.T) {
+	r := &replayer{alloc: panicky{}, up: newCounting(0, nil)}
+	r.out.Policy.Name = "broken"
+	r.batch(small())
+	r.batch(small())
+	o := r.finish()
+	if o.Err == nil || o.Err.Error() != "policy broken: internal error: boom" {
+		t.Fatalf("outcome error = %v", o.Err)
+	}
+}

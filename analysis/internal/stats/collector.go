@@ -126,7 +126,7 @@ func (c *Collector) Finish(top int) *Result {
 	for _, p := range req.overall.lifetime.CDF(200) {
 		r.Requests.LifetimeCDF = append(r.Requests.LifetimeCDF, model.Point{X: p[0], Y: p[1]})
 	}
-	if up != nil {
+	if up != nil && up.events > 0 {
 		up.materialize()
 		r.Upstream = up.overall.result("upstream", top, up.medianFree(), up.sizes)
 	}
