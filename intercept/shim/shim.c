@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -970,6 +971,48 @@ static const char *const variant_names[NVARIANTS] = {
 static void *g_real[NVARIANTS][NPATHS];
 static void *g_wrapper[NVARIANTS][NPATHS]; /* filled by the constructor */
 
+static int is_wrapper(void *p);
+
+/* A search of every loaded object for a definition of name that is not the shim's own. */
+struct elsewhere_search {
+	dlsym_fn rd;
+	const char *name;
+	void *found;
+	const char *shim_name;
+};
+
+static int elsewhere_visit(struct dl_phdr_info *info, size_t size, void *data) {
+	(void)size;
+	struct elsewhere_search *s = data;
+	if (info->dlpi_name != NULL && strcmp(info->dlpi_name, s->shim_name) == 0)
+		return 1; /* objects after the shim are RTLD_NEXT's business (or not global at all) */
+	if (info->dlpi_name == NULL || info->dlpi_name[0] == '\0')
+		return 0; /* the main program: RTLD_NEXT already looked there */
+	void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+	if (h == NULL)
+		return 0;
+	void *p = s->rd(h, s->name);
+	dlclose(h);
+	if (p != NULL && !is_wrapper(p)) {
+		s->found = p;
+		return 1;
+	}
+	return 0;
+}
+
+/* real_elsewhere finds the real function when it is defined only in an object loaded BEFORE the shim
+ * (LD_PRELOAD=libcudart.so:shim.so), where RTLD_NEXT cannot see it. Only objects ahead of the shim in
+ * load order are searched: those are in the global scope, as a plain lookup would see them. */
+static void *real_elsewhere(dlsym_fn rd, const char *name) {
+	struct elsewhere_search s = {rd, name, NULL, NULL};
+	Dl_info self;
+	if (dladdr((void *)&real_elsewhere, &self) == 0)
+		return NULL;
+	s.shim_name = self.dli_fname;
+	dl_iterate_phdr(elsewhere_visit, &s);
+	return s.found;
+}
+
 /* The NEXT path: the definition after the shim, looked up until found. */
 static void *real_next(int v) {
 	void *p = __atomic_load_n(&g_real[v][P_NEXT], __ATOMIC_ACQUIRE);
@@ -979,6 +1022,8 @@ static void *real_next(int v) {
 	if (rd == NULL)
 		return NULL;
 	p = rd(RTLD_NEXT, variant_names[v]);
+	if (p == NULL)
+		p = real_elsewhere(rd, variant_names[v]);
 	if (p != NULL)
 		__atomic_store_n(&g_real[v][P_NEXT], p, __ATOMIC_RELEASE);
 	return p;
@@ -1097,7 +1142,9 @@ BODY cudaError_t b_cudaGetDriverEntryPointByVersion(cudaGetDriverEntryPointByVer
 		if (UNLIKELY(f == NULL))                                                                 \
 			return MISSING_RESULT(name);                                                     \
 		return b_##body(f, FID_ARG_##name, cs, UNPAREN args);                                    \
-	}
+	}                                                                                                \
+	/* the export's own address, which no earlier LD_PRELOAD library can interpose */              \
+	extern __typeof__(name) name##__self __attribute__((alias(#name), visibility("hidden")));
 #define WRAP_PATH(name, ret, body, path, params, args)                                                   \
 	static ret name##__##path params {                                                               \
 		void *cs = __builtin_return_address(0);                                                  \
@@ -1270,7 +1317,7 @@ __attribute__((constructor)) static void shim_init(void) {
 	int e = errno;
 	get_real_dlsym();
 #define FILL_R(name, ...)                                                                                \
-	g_wrapper[V_##name][P_NEXT] = (void *)&name;                                                     \
+	g_wrapper[V_##name][P_NEXT] = (void *)&name##__self;                                             \
 	g_wrapper[V_##name][P_DLSYM] = (void *)&name##__P_DLSYM;
 #define FILL_D(name, ...)                                                                                \
 	FILL_R(name)                                                                                     \
