@@ -172,8 +172,10 @@ func TestExistingPreloadStillLoads(t *testing.T) {
 		t.Errorf("exit code %d; want 0 and both %s and %s mapped:\n%s", code, cudart, env.Shim, stdout)
 	}
 	out := tempPath(t, "cupy.arrow")
-	if code, _, _ := runMain(t, "-q", "-o", out, "--shim", env.Shim, "--", env.Prog("cupy_style")); code != 13 {
-		t.Errorf("cupy_style: exit code %d, want 13", code)
+	plain := env.Run(t, "", "cupy_style") // LD_PRELOAD=libcudart.so alone, no shim
+	code, stdout, _ = runMain(t, "-q", "-o", out, "--shim", env.Shim, "--", env.Prog("cupy_style"))
+	if code != 13 || stdout != plain.Stdout || !strings.Contains(stdout, "cudaMalloc visible") {
+		t.Errorf("cupy_style: exit code %d, want 13; stdout with the shim:\n%s\nwithout:\n%s", code, stdout, plain.Stdout)
 	}
 	events, _ := testcuda.ReadTrace(t, out)
 	testcuda.CheckEvents(t, events, testcuda.CupyStyleEvents)
