@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -149,4 +150,18 @@ func TestParseBytes(t *testing.T) {
 			t.Errorf("parseBytes(%q) succeeded", bad)
 		}
 	}
+}
+
+// FuzzParseBytes: --capacity values never panic, and plain integers read back as themselves.
+func FuzzParseBytes(f *testing.F) {
+	for _, s := range []string{"", "81920", "512MiB", "80GiB", "1.5 GB", "-1", "1e400", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := parseBytes(s)
+		// Integers read back exactly up to 2^53 (float64's exact range).
+		if v, perr := strconv.ParseUint(s, 10, 64); perr == nil && v <= 1<<53 && (err != nil || n != v) {
+			t.Fatalf("parseBytes(%q) = %d, %v; want %d", s, n, err, v)
+		}
+	})
 }
