@@ -42,9 +42,12 @@ type Options struct {
 	Top int
 	// K forces the number of size classes (0 = chosen by the k rule).
 	K int
-	// Progress, when set, is called as events are processed: stage is "statistics", "sizing"
-	// or "simulation", events the number processed in the stage so far.
+	// Progress, when set, is called as events are processed: stage is "statistics", "sizing",
+	// "arena" or "simulation" followed by a space and the input's base name ("combined" for all
+	// inputs together), events the number processed in the stage so far.
 	Progress func(stage string, events uint64)
+
+	input string // base name of the input being analyzed, for Progress
 }
 
 // Report is the result of an analysis; its JSON form is `analyze --json`.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/analysis/internal/sim"
@@ -32,7 +33,7 @@ func (o opener) pass(warns *[]string, f func(Source) error) error {
 	return err
 }
 
-// progress returns a per-batch callback for stage, or nil.
+// progress returns a per-batch callback for stage, or nil. Stages are named "<stage> <input>".
 func progress(opts Options, stage string) func(int) {
 	if opts.Progress == nil {
 		return nil
@@ -47,7 +48,7 @@ func progress(opts Options, stage string) func(int) {
 // collect is the statistics pass.
 func collect(src Source, opts Options) (*stats.Collector, error) {
 	c := stats.NewCollector(sizeclass.Thresholds)
-	report := progress(opts, "statistics")
+	report := progress(opts, "statistics "+opts.input)
 	for {
 		b, err := src.Next()
 		c.Add(b)
@@ -65,6 +66,7 @@ func collect(src Source, opts Options) (*stats.Collector, error) {
 
 // analyzeStream runs every stage over one stream of events.
 func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, []string, error) {
+	opts.input = filepath.Base(name)
 	var warns []string
 	var c *stats.Collector
 	var info *model.TraceInfo
@@ -123,7 +125,7 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 	}
 	var sizings []sim.Sizing
 	err := open.pass(nil, func(src Source) (err error) {
-		sizings, err = sim.Size(src, stream, cands, progress(opts, "sizing"))
+		sizings, err = sim.Size(src, stream, cands, progress(opts, "sizing "+opts.input))
 		return err
 	})
 	if err != nil {
@@ -151,7 +153,7 @@ func simulate(open opener, stream sim.Stream, rec *recommendation, st *stats.Res
 	policies := whatIfPolicies(rec, st, opts.Capacity)
 	var outs []sim.Outcome
 	err := open.pass(nil, func(src Source) (err error) {
-		outs, err = sim.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation"))
+		outs, err = sim.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation "+opts.input))
 		return err
 	})
 	if err != nil {
@@ -229,7 +231,7 @@ func fitArena(open opener, stream sim.Stream, threshold uint64, sz *sim.Sizing, 
 		}
 		var probes []sim.ArenaProbe
 		err := open.pass(nil, func(src Source) (err error) {
-			probes, err = sim.FitArena(src, stream, threshold, sizes, progress(opts, "arena"))
+			probes, err = sim.FitArena(src, stream, threshold, sizes, progress(opts, "arena "+opts.input))
 			return err
 		})
 		if err != nil {
