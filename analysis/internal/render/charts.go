@@ -73,9 +73,8 @@ func timelineChart(s *model.Stats) (*plot.Plot, error) {
 		return nil, err
 	}
 	p.Add(line, mark, labels, plotter.NewGrid())
-	p.Legend.Add("live", line)
-	p.Legend.Add("peak", mark)
-	p.Legend.Top = true
+	p.X.Min = 0
+	p.Y.Min, p.Y.Max = 0, 1.15*peak[0].Y+1e-9 // room above the peak for its label
 	return p, nil
 }
 
@@ -160,6 +159,11 @@ func policyChart(tr *model.TraceReport) (*plot.Plot, error) {
 	p.Legend.Add("peak reserved", rb)
 	p.Legend.Add("peak live", lb)
 	p.Legend.Top = true
+	top := 0.0
+	for _, v := range append(reserved, live...) {
+		top = max(top, v)
+	}
+	p.Y.Min, p.Y.Max = 0, 1.3*top+1e-9 // room above the bars for the legend
 	p.NominalX(names...)
 	p.X.Tick.Label.Rotation = math.Pi / 8
 	p.X.Tick.Label.XAlign = draw.XRight
