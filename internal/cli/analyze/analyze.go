@@ -6,17 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/allocscope/allocscope"
 	"github.com/allocscope/allocscope/analysis"
 	"github.com/allocscope/allocscope/trace"
 )
 
-// DefaultTrace is the trace analyzed when no file is given: the bundled real PyTorch training trace.
-var DefaultTrace = "testdata/pytorch-train.arrow"
+// bundledInput is what analyze reads when it is given no file: the real PyTorch training trace
+// embedded in the binary (allocscope.BundledTrace), so it works from any directory.
+func bundledInput() analysis.Input {
+	return analysis.Input{Name: allocscope.BundledTraceName, Open: func() (analysis.Source, error) {
+		return trace.OpenBytes(allocscope.BundledTraceName, allocscope.BundledTrace)
+	}}
+}
 
 // Main runs the analyze command with args and returns the process exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -80,15 +85,12 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 	if opt.top < 0 || opt.k < 0 {
 		return errors.New("--top and --k must not be negative")
 	}
-	if len(args) == 0 {
-		if _, err := os.Stat(DefaultTrace); errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("no trace given and the bundled trace %s is missing", DefaultTrace)
-		}
-		args = []string{DefaultTrace}
-	}
 	inputs := make([]analysis.Input, len(args))
 	for i, path := range args {
 		inputs[i] = analysis.Input{Name: path, Open: func() (analysis.Source, error) { return trace.Open(path) }}
+	}
+	if len(args) == 0 {
+		inputs = []analysis.Input{bundledInput()}
 	}
 	bar := newProgress(stderr, opt.progress)
 	rep, err := analysis.Analyze(inputs, analysis.Options{Capacity: capacity, Top: opt.top, K: opt.k,

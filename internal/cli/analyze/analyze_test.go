@@ -107,6 +107,16 @@ func TestAnalyzeTextAndQuiet(t *testing.T) {
 	}
 }
 
+// With no file, analyze reads the embedded bundled trace, from any directory.
+func TestAnalyzeBundledTraceFromAnyDirectory(t *testing.T) {
+	t.Chdir(t.TempDir())
+	code, stdout, stderr := runMain()
+	if code != 0 || !strings.Contains(stdout, "trace testdata/pytorch-train.arrow: 1,787 events") ||
+		!strings.Contains(stdout, "peak live 224 MiB in 42 blocks at seq 71") {
+		t.Errorf("exit %d, stderr %q, stdout:\n%.600s", code, stderr, stdout)
+	}
+}
+
 func TestAnalyzeBadInput(t *testing.T) {
 	dir := t.TempDir()
 	garbage := filepath.Join(dir, "garbage.arrow")
@@ -117,8 +127,6 @@ func TestAnalyzeBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	defer func(old string) { DefaultTrace = old }(DefaultTrace)
-	DefaultTrace = filepath.Join(dir, "missing-default.arrow")
 	for _, c := range []struct {
 		args []string
 		want string
@@ -126,7 +134,6 @@ func TestAnalyzeBadInput(t *testing.T) {
 		{[]string{filepath.Join(dir, "nope.arrow")}, "nope.arrow"},
 		{[]string{garbage}, "garbage.arrow"},
 		{[]string{empty}, "empty.arrow: empty trace: no events"},
-		{nil, "no trace given and the bundled trace " + DefaultTrace + " is missing"},
 		{[]string{"--capacity", "lots", garbage}, `--capacity: "lots" is not a byte count`},
 	} {
 		code, stdout, stderr := runMain(c.args...)
