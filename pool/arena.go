@@ -46,9 +46,9 @@ func errUnknown(addr uint64) error { return fmt.Errorf("free %#x: %w", addr, Err
 
 // arena is a best-fit coalescing allocator over regions of address space: the large-block arena
 // of PolicySizeClass and the whole of PolicyBestFit (the model of RMM's pool_memory_resource).
-// Blocks are the request rounded up to the alignment, cut from the low end of the smallest free
-// span that fits (lowest address among equals); freed blocks merge with free neighbours of the
-// same region. When nothing fits it grows by a new region of max(block, growMin) bytes, capped
+// Blocks are the request rounded up to the alignment, cut from the smallest free span that fits
+// (lowest address among equals): from its low end, or with FitBestAged from the end next to the
+// older neighbour. Freed blocks merge with free neighbours of the same region. When nothing fits it grows by a new region of max(block, growMin) bytes, capped
 // so that its regions total at most maximum (0 = unbounded); each growth counts a Fallback.
 // With perStream, a freed block is kept for the stream that freed it (fresh space is shared).
 type arena struct {
@@ -61,10 +61,14 @@ type arena struct {
 	growMin   uint64
 	maximum   uint64
 	perStream bool
+	fit       Fit
+	born      []uint64 // with FitBestAged: per space node, the allocation count when it became a live block
+	allocs    uint64
 }
 
-func newArena(up *tracked, align, growMin, maximum uint64, perStream bool) *arena {
+func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit Fit) *arena {
 	return &arena{
+		fit:       fit.orDefault(),
 		up:        up,
 		sp:        newSpace(),
 		blocks:    newAddrIndex(),
@@ -103,10 +107,44 @@ func (a *arena) alloc(size, stream uint64) (addr, blk uint64, err error) {
 		}
 		id, _ = a.find(blk, stream)
 	}
-	a.sp.take(id, blk)
+	if a.high(id) {
+		id = a.sp.takeHigh(id, blk)
+	} else {
+		a.sp.take(id, blk)
+	}
+	a.noteBorn(id)
 	addr = a.sp.nodes[id].addr
 	a.blocks.put(addr, id, size)
 	return addr, blk, nil
+}
+
+// high reports whether the block is cut from the high end of free node id.
+func (a *arena) high(id int32) bool {
+	if a.fit != FitBestAged {
+		return false
+	}
+	n := &a.sp.nodes[id]
+	return a.bornAt(n.prev) > a.bornAt(n.next)
+}
+
+// bornAt returns when node id became a live block; 0 (oldest) for a free node or none.
+func (a *arena) bornAt(id int32) uint64 {
+	if id == nilNode || a.sp.nodes[id].state != nodeUsed {
+		return 0
+	}
+	return a.born[id]
+}
+
+// noteBorn records, for FitBestAged, that node id became a live block now.
+func (a *arena) noteBorn(id int32) {
+	if a.fit != FitBestAged {
+		return
+	}
+	a.allocs++
+	for int(id) >= len(a.born) {
+		a.born = append(a.born, 0)
+	}
+	a.born[id] = a.allocs
 }
 
 func (a *arena) find(blk, stream uint64) (int32, bool) {

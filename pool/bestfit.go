@@ -15,7 +15,7 @@ func newBestFit(cfg Config, up Upstream) (*bestFitPool, error) {
 	}
 	p := &bestFitPool{}
 	p.init(up)
-	p.arena = newArena(&p.up, cfg.alignment(), bf.GrowBytes, bf.MaximumBytes, false)
+	p.arena = newArena(&p.up, cfg.alignment(), bf.GrowBytes, bf.MaximumBytes, false, bf.Fit)
 	if bf.InitialBytes > 0 {
 		if err := p.arena.reserveInitial(roundUp(bf.InitialBytes, cfg.alignment())); err != nil {
 			return nil, fmt.Errorf("reserve the initial %d bytes: %w", bf.InitialBytes, err)

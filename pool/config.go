@@ -91,6 +91,8 @@ type SizeClassConfig struct {
 	// GrowSlots is how many slots a class grows by when all its slots are taken (one Fallback
 	// per growth); 0 = as many as fit in DefaultGrowBytes, at least 1.
 	GrowSlots uint64 `json:"grow_slots,omitempty"`
+	// ArenaFit is the large-block arena's placement strategy (empty = FitBest).
+	ArenaFit Fit `json:"arena_fit,omitempty"`
 }
 
 // BestFitConfig parameterises PolicyBestFit (and the large-block arena).
@@ -102,6 +104,8 @@ type BestFitConfig struct {
 	MaximumBytes uint64 `json:"maximum_bytes"`
 	// GrowBytes is the minimum size of each further region (0 = the request).
 	GrowBytes uint64 `json:"grow_bytes"`
+	// Fit is PolicyBestFit's placement strategy (empty = FitBest).
+	Fit Fit `json:"fit,omitempty"`
 }
 
 // PyTorchConfig parameterises PolicyPyTorch with the knobs of PYTORCH_CUDA_ALLOC_CONF.
@@ -227,6 +231,9 @@ func (s *SizeClassConfig) validate(align uint64, bf *BestFitConfig) error {
 			return fmt.Errorf("classes[%d].slots: the planned bytes overflow", i)
 		}
 	}
+	if err := s.ArenaFit.validate(); err != nil {
+		return fmt.Errorf("arena_fit: %w", err)
+	}
 	if s.ArenaBytes > math.MaxUint64/2 {
 		return fmt.Errorf("arena_bytes: %d is too large", s.ArenaBytes)
 	}
@@ -245,6 +252,9 @@ func (b *BestFitConfig) validate() error {
 	}
 	if b.InitialBytes > math.MaxUint64/2 || b.GrowBytes > math.MaxUint64/2 {
 		return errors.New("initial_bytes: too large")
+	}
+	if err := b.Fit.validate(); err != nil {
+		return fmt.Errorf("fit: %w", err)
 	}
 	return nil
 }

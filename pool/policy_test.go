@@ -171,6 +171,55 @@ func TestBestFitExactSequence(t *testing.T) {
 	closeEmpty(t, a, up)
 }
 
+// TestBestAgedGrowingBlock: a block that grows by reallocation (allocate the next size, then free
+// the old one), live blocks 1024, 1536, ... B, in an 8 KiB arena that may not grow. FitBestAged
+// puts each new block at the end of the free span away from its younger neighbour, so the old
+// block's space merges with the rest of the span and the 3584 B step still fits; FitBest leaves a
+// 2560 B hole at each end of a live 3072 B block and fails it.
+func TestBestAgedGrowingBlock(t *testing.T) {
+	const b = SimBase
+	cfg := func(f Fit) Config {
+		return Config{Version: 1, Policy: PolicyBestFit, BestFit: &BestFitConfig{InitialBytes: 8192, MaximumBytes: 8192, Fit: f}}
+	}
+	up := NewSimUpstream(0, 512)
+	a := runSteps(t, cfg(FitBestAged), up, []step{
+		alloc(1024, 0, b),      // both neighbours of the whole region are ends: the low end
+		alloc(1536, 0, b+6656), // the span's low neighbour is younger than its high end: the high end
+		free(b, 0),
+		alloc(2048, 0, b), // the high neighbour (born 2) is younger than the region's start
+		free(b+6656, 0),
+		alloc(2560, 0, b+5632),
+		free(b, 0),
+		alloc(3072, 0, b),
+		free(b+5632, 0),
+		alloc(3584, 0, b+4608),
+	})
+	if s := a.Stats(); s.Failures != 0 || s.Fallbacks != 0 || s.LiveBytes != 3072+3584 || s.PeakReservedBytes != 8192 {
+		t.Fatalf("best-aged Stats = %+v", s)
+	}
+	closeEmpty(t, a, up)
+	up = NewSimUpstream(0, 512)
+	a = runSteps(t, cfg(FitBest), up, []step{
+		alloc(1024, 0, b),
+		alloc(1536, 0, b+1024),
+		free(b, 0),
+		alloc(2048, 0, b+2560), // the 1 KiB hole at b is too small
+		free(b+1024, 0),
+		alloc(2560, 0, b), // exactly the 2560 B hole at b
+		free(b+2560, 0),
+		alloc(3072, 0, b+2560),
+		free(b, 0),
+		allocFails(3584, 0), // 2560 B free at each end of the 3072 B block
+	})
+	if s := a.Stats(); s.Failures != 1 || s.LiveBytes != 3072 {
+		t.Fatalf("best Stats = %+v", s)
+	}
+	if err := a.Free(b+2560, 0); err != nil {
+		t.Fatal(err)
+	}
+	closeEmpty(t, a, up)
+}
+
 func TestRawExactSequence(t *testing.T) {
 	const b = SimBase
 	up := NewSimUpstream(0, 2*mib)

@@ -72,7 +72,7 @@ func newSizeClass(cfg Config, up Upstream) (*sizeClassPool, error) {
 	if cfg.BestFit != nil {
 		growMin, maximum = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
 	}
-	p.arena = newArena(&p.up, align, growMin, maximum, sc.PerStream)
+	p.arena = newArena(&p.up, align, growMin, maximum, sc.PerStream, sc.ArenaFit)
 	if err := p.reservePlan(sc.Classes, roundUp(sc.ArenaBytes, align)); err != nil {
 		return nil, err
 	}
