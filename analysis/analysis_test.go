@@ -129,18 +129,20 @@ func equal(a, b []uint64) bool {
 	return true
 }
 
-// TestArenaShrunkToSingleRegion: the fragmenting trace of sim.TestFitArena gets a 14 MiB arena
-// (the smallest single region that serves it, to 2 MiB), not the 16 MiB a growing arena reaches.
+// TestArenaShrunkToSingleRegion: the fragmenting trace of sim.TestFitArena gets a 10 MiB arena
+// placing blocks best-aged (the smallest single region that serves it, to 2 MiB, of either
+// placement; best fit would need 14 MiB), not the 16 MiB a growing best-fit arena reaches.
 func TestArenaShrunkToSingleRegion(t *testing.T) {
 	b := &builder{}
 	b.alloc(0x1000, 4<<20, 0).alloc(0x2000, 4<<20, 0).free(0x1000, 0).alloc(0x3000, 6<<20, 0)
 	tr := analyzeEvents(t, b.events)
 	p := tr.SizeClasses
-	if p.LargePeakLiveBytes != 10<<20 || p.ArenaBytes != 14<<20 || len(p.Classes) != 0 {
+	if p.LargePeakLiveBytes != 10<<20 || p.ArenaBytes != 10<<20 || len(p.Classes) != 0 {
 		t.Fatalf("plan: large peak %d arena %d classes %v", p.LargePeakLiveBytes, p.ArenaBytes, p.Classes)
 	}
 	rec := tr.Simulations[0]
-	if rec.Name != "recommended" || rec.PeakReservedBytes != 14<<20 || rec.Fallbacks != 0 || rec.Failures != 0 {
+	if rec.Name != "recommended" || rec.PeakReservedBytes != 10<<20 || rec.Fallbacks != 0 || rec.Failures != 0 ||
+		rec.Settings != "0 classes ≤ 1 MiB, arena 10 MiB best-aged" {
 		t.Errorf("recommended simulation = %+v", rec)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/sim"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -135,10 +136,11 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 	if err := sizings[best].Err; err != nil {
 		*warns = append(*warns, fmt.Sprintf("%s: size classes: %v", name, err))
 	}
-	if err := fitArena(open, stream, plans[best].Threshold, &sizings[best], opts); err != nil {
+	fit, err := fitArena(open, stream, plans[best].Threshold, &sizings[best], opts)
+	if err != nil {
 		return nil, err
 	}
-	rec := recommend(name, st, plans[best], sizings[best])
+	rec := recommend(name, st, plans[best], sizings[best], fit)
 	for i, sz := range sizings {
 		rec.splits = append(rec.splits, model.Split{Threshold: plans[i].Threshold, K: plans[i].K,
 			ClassBytes: sz.ClassBytes(), ArenaBytes: sz.ArenaPeakReservedBytes,
@@ -202,49 +204,99 @@ func bestCandidate(sizings []sim.Sizing) int {
 	return best
 }
 
-// arenaProbes is how many fixed arena sizes fitArena tries per pass; arenaRounds is how many
-// passes it makes, each narrowing the range between the largest size that failed and the
-// smallest that served everything.
+// arenaProbes is how many fixed arena sizes fitArena tries per pass and placement strategy;
+// arenaRounds is how many passes it makes, each narrowing the range between the largest size
+// that failed and the smallest that served everything.
 const (
 	arenaProbes = 8
 	arenaRounds = 3
 )
 
-// fitArena shrinks the chosen candidate's arena to the smallest single region (to 2 MiB) that
-// serves every large request without growing (sim.FitArena), when that is smaller than the grown
-// arena's peak.
-func fitArena(open opener, stream sim.Stream, threshold uint64, sz *sim.Sizing, opts Options) error {
-	if sz.LargePeakLiveBytes == 0 || sz.Err != nil {
+// arenaSearch is fitArena's bisection for one placement strategy: an arena of lo bytes fails,
+// one of hi bytes serves every large request once served is true.
+type arenaSearch struct {
+	fit    pool.Fit
+	lo, hi uint64
+	served bool
+	dead   bool // hi failed too: the strategy needs more than the grown best-fit arena
+}
+
+// sizes returns the arena sizes to try next: up to arenaProbes between lo and hi, and hi itself
+// while it is not known to serve.
+func (a *arenaSearch) sizes() []uint64 {
+	var sizes []uint64
+	if a.dead {
 		return nil
 	}
-	lo, hi := alignUp(sz.LargePeakLiveBytes, 2*mib)-2*mib, sz.ArenaPeakReservedBytes // lo fails, hi serves
-	for range arenaRounds {
-		var sizes []uint64
-		for j := uint64(1); j <= arenaProbes; j++ {
-			s := alignUp(lo+(hi-lo)*j/(arenaProbes+1), 2*mib)
-			if s > lo && s < hi && (len(sizes) == 0 || s > sizes[len(sizes)-1]) {
-				sizes = append(sizes, s)
-			}
+	for j := uint64(1); j <= arenaProbes; j++ {
+		s := alignUp(a.lo+(a.hi-a.lo)*j/(arenaProbes+1), 2*mib)
+		if s > a.lo && s < a.hi && (len(sizes) == 0 || s > sizes[len(sizes)-1]) {
+			sizes = append(sizes, s)
 		}
-		if len(sizes) == 0 {
+	}
+	if !a.served {
+		sizes = append(sizes, a.hi)
+	}
+	return sizes
+}
+
+// narrow takes the probes of sizes(), ascending, into account.
+func (a *arenaSearch) narrow(probes []sim.ArenaProbe) {
+	for _, p := range probes {
+		if p.Failures == 0 {
+			a.hi, a.served = min(a.hi, p.Bytes), true
 			break
 		}
+		a.lo = p.Bytes
+	}
+	a.dead = !a.served
+}
+
+// fitArena shrinks the chosen candidate's arena to the smallest single region (to 2 MiB) that
+// serves every large request without growing (sim.FitArena), when that is smaller than the grown
+// best-fit arena's peak, searching every placement strategy (pool.Fits) in the same passes. It
+// returns the strategy that needs the least, pool.FitBest on a tie.
+func fitArena(open opener, stream sim.Stream, threshold uint64, sz *sim.Sizing, opts Options) (pool.Fit, error) {
+	if sz.LargePeakLiveBytes == 0 || sz.Err != nil {
+		return pool.FitBest, nil
+	}
+	searches := make([]arenaSearch, len(pool.Fits))
+	for i, f := range pool.Fits {
+		searches[i] = arenaSearch{fit: f, lo: alignUp(sz.LargePeakLiveBytes, 2*mib) - 2*mib,
+			hi: sz.ArenaPeakReservedBytes, served: f == pool.FitBest}
+	}
+	for range arenaRounds {
 		var probes []sim.ArenaProbe
+		counts := make([]int, len(searches))
+		for i := range searches {
+			for _, b := range searches[i].sizes() {
+				probes = append(probes, sim.ArenaProbe{Bytes: b, Fit: searches[i].fit})
+				counts[i]++
+			}
+		}
+		if len(probes) == 0 {
+			break
+		}
 		err := open.pass(nil, func(src Source) (err error) {
-			probes, err = sim.FitArena(src, stream, threshold, sizes, progress(opts, "arena "+opts.input))
+			probes, err = sim.FitArena(src, stream, threshold, probes, progress(opts, "arena "+opts.input))
 			return err
 		})
 		if err != nil {
-			return err
+			return "", err
 		}
-		for _, p := range probes {
-			if p.Failures == 0 {
-				hi = min(hi, p.Bytes)
-				break
+		for i := range searches {
+			if counts[i] > 0 {
+				searches[i].narrow(probes[:counts[i]])
+				probes = probes[counts[i]:]
 			}
-			lo = p.Bytes
 		}
 	}
-	sz.ArenaPeakReservedBytes = hi
-	return nil
+	best := 0
+	for i, a := range searches {
+		if a.served && a.hi < searches[best].hi {
+			best = i
+		}
+	}
+	sz.ArenaPeakReservedBytes = searches[best].hi
+	return searches[best].fit, nil
 }

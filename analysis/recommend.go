@@ -31,9 +31,14 @@ type recommendation struct {
 	config pool.Config
 }
 
-func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Sizing) *recommendation {
+// recommend builds the size-class pool of plan and sizing, its arena placing blocks by fit
+// (written to pool.json only when it is not the default).
+func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Sizing, fit pool.Fit) *recommendation {
 	sc := &pool.SizeClassConfig{LargeThreshold: plan.Threshold,
 		ArenaBytes: alignUp(sizing.ArenaPeakReservedBytes, pool.DefaultAlignment)}
+	if fit != pool.FitBest {
+		sc.ArenaFit = fit
+	}
 	for i, size := range plan.Classes {
 		sc.Classes = append(sc.Classes, pool.Class{Size: size, Slots: sizing.Slots[i]})
 	}
@@ -48,8 +53,12 @@ func (r *recommendation) policy() sim.Policy {
 
 func (r *recommendation) settings() string {
 	sc := r.config.SizeClass
-	return fmt.Sprintf("%d classes ≤ %s, arena %s", len(sc.Classes), render.Bytes(sc.LargeThreshold),
+	s := fmt.Sprintf("%d classes ≤ %s, arena %s", len(sc.Classes), render.Bytes(sc.LargeThreshold),
 		render.Bytes(sc.ArenaBytes))
+	if sc.ArenaFit != "" {
+		s += " " + string(sc.ArenaFit)
+	}
+	return s
 }
 
 // growArena returns the recommended policy with its arena grown by what the simulation had to

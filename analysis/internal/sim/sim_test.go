@@ -91,19 +91,26 @@ func TestSizeSlotsAndArena(t *testing.T) {
 	}
 }
 
-// TestFitArena: 4 MiB A and B, free A, then 6 MiB C. C does not fit the 4 MiB hole A left, so a
-// single region needs 4 + 4 + 6 = 14 MiB although at most 10 MiB are live.
+// TestFitArena: 4 MiB A and B, free A, then 6 MiB C. With FitBest C does not fit the 4 MiB hole
+// A left, so a single region needs 4 + 4 + 6 = 14 MiB although at most 10 MiB are live; with
+// FitBestAged B goes to the region's top, A's hole merges with the gap and 10 MiB serve.
 func TestFitArena(t *testing.T) {
 	events := []trace.Event{ev(trace.OpAlloc, 0x1000, 4<<20), ev(trace.OpAlloc, 0x2000, 4<<20),
 		ev(trace.OpFree, 0x1000, 0), ev(trace.OpAlloc, 0x3000, 6<<20), ev(trace.OpAlloc, 0x4000, 1000)}
-	probes, err := FitArena(&source{events: events}, Stream{}, 4096, []uint64{10 << 20, 12 << 20, 14 << 20, 16 << 20}, nil)
+	var in []ArenaProbe
+	for _, f := range []pool.Fit{pool.FitBest, pool.FitBestAged} {
+		for _, mb := range []uint64{8, 10, 12, 14, 16} {
+			in = append(in, ArenaProbe{Bytes: mb << 20, Fit: f})
+		}
+	}
+	probes, err := FitArena(&source{events: events}, Stream{}, 4096, in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []uint64{1, 1, 0, 0}
+	want := []uint64{1, 1, 1, 0, 0, 1, 0, 0, 0, 0}
 	for i, p := range probes {
-		if p.Failures != want[i] {
-			t.Errorf("arena of %d MiB: %d failures, want %d", p.Bytes>>20, p.Failures, want[i])
+		if p.Bytes != in[i].Bytes || p.Fit != in[i].Fit || p.Failures != want[i] {
+			t.Errorf("%s arena of %d MiB: %d failures, want %d", p.Fit, p.Bytes>>20, p.Failures, want[i])
 		}
 	}
 	sz, err := Size(&source{events: events}, Stream{}, []Candidate{{Threshold: 4096, Classes: []uint64{1024},

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
 	"github.com/allocscope/allocscope/pool"
@@ -122,27 +124,28 @@ func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
 
 // ArenaProbe is one fixed-size arena tried by FitArena.
 type ArenaProbe struct {
-	Bytes    uint64 // the arena's one region, never grown
-	Failures uint64 // large requests it could not serve
+	Bytes    uint64   // the arena's one region, never grown
+	Fit      pool.Fit // its placement strategy
+	Failures uint64   // large requests it could not serve (set by FitArena)
 }
 
-// FitArena replays the requests above threshold through best-fit arenas of each of the given
-// sizes at once, each a single region that may not grow, and reports which sizes serve them all.
-// A single region fragments less than a grown one, so the smallest size that fails nothing is
-// usually below the peak of an arena that grows on demand.
-func FitArena(src Source, s Stream, threshold uint64, sizes []uint64, progress func(int)) ([]ArenaProbe, error) {
-	rs := make([]*replayer, len(sizes))
-	for i, size := range sizes {
+// FitArena replays the requests above threshold through the given arenas at once, each a single
+// best-fit region of Bytes that may not grow, placing blocks by its Fit, and returns the probes
+// with their Failures set. A single region fragments less than a grown one, so the smallest size
+// that fails nothing is usually below the peak of an arena that grows on demand.
+func FitArena(src Source, s Stream, threshold uint64, probes []ArenaProbe, progress func(int)) ([]ArenaProbe, error) {
+	rs := make([]*replayer, len(probes))
+	for i, p := range probes {
 		cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
-			BestFit: &pool.BestFitConfig{InitialBytes: size, MaximumBytes: size}}
+			BestFit: &pool.BestFitConfig{InitialBytes: p.Bytes, MaximumBytes: p.Bytes, Fit: p.Fit}}
 		rs[i] = newReplayer(Policy{Name: "arena", Config: cfg}, s, 0, nil)
 		rs[i].only = func(size uint64) bool { return size > threshold }
 	}
 	err := forEachBatch(src, len(rs), func(i int, b []trace.Event) { rs[i].batch(b) }, progress)
-	out := make([]ArenaProbe, len(rs))
+	out := slices.Clone(probes)
 	for i, r := range rs {
 		o := r.finish()
-		out[i] = ArenaProbe{Bytes: sizes[i], Failures: o.Stats.Failures}
+		out[i].Failures = o.Stats.Failures
 		if o.Err != nil {
 			out[i].Failures = ^uint64(0)
 		}
