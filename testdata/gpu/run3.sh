@@ -5,12 +5,12 @@
 # Needs bin/{replay-cuda,replay-cuda.test,record,liballocscope.so} and bin/gpu3/*.pool.json.
 set -x
 B=$PWD/bin; O=$OUT/r3; mkdir -p $O
-./bin/replay-cuda.test -test.count=1 -test.run CUDA -test.v > $O/cudatest.txt 2>&1; echo "cuda tests rc=$?"
+timeout 120 ./bin/replay-cuda.test -test.count=1 -test.run CUDA -test.v > $O/cudatest.txt 2>&1; echo "cuda tests rc=$?"
 grep -E "^(--- |ok|PASS|FAIL)" $O/cudatest.txt
 for t in pytorch-train a_static e_cupy g_torch_nocache_cnn h_torch_nocache_kvcache; do
   tr=testdata/h200/$t.arrow; [ $t = pytorch-train ] && tr=testdata/pytorch-train.arrow
-  $B/replay-cuda $tr --config bin/gpu3/$t.pool.json --repeat 5 --json > $O/$t.json 2> $O/$t.err; echo "$t rc=$?"
-  $B/replay-cuda $tr --config bin/gpu3/$t.pool.json --repeat 1 --verify --touch > $O/$t.verify.txt 2>&1; echo "$t verify+touch rc=$?"
+  timeout 90 $B/replay-cuda $tr --config bin/gpu3/$t.pool.json --repeat 5 --json > $O/$t.json 2> $O/$t.err; echo "$t rc=$?"
+  timeout 90 $B/replay-cuda $tr --config bin/gpu3/$t.pool.json --repeat 1 --verify --touch > $O/$t.verify.txt 2>&1; echo "$t verify+touch rc=$?"
   grep -E "speedup|result|FAIL " $O/$t.verify.txt
 done
 cd testdata/gpu
