@@ -3,7 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 )
 
 // streamOrderedChunk is the granularity in which the stream-ordered model takes memory from the
@@ -30,7 +30,7 @@ type streamOrderedPool struct {
 	blocks    map[uint64]block
 	align     uint64
 	threshold uint64
-	empty     int // regions without a live block
+	empty     *spanTree // regions without a live block, by base address (trim takes the highest first)
 }
 
 type soRegion struct {
@@ -44,6 +44,7 @@ func newStreamOrdered(cfg Config, up Upstream) *streamOrderedPool {
 		sp:      newSpace(),
 		regions: make(map[uint64]*soRegion),
 		blocks:  make(map[uint64]block),
+		empty:   newSpanTree(byAddrOrder),
 		align:   cfg.alignment(),
 	}
 	if cfg.StreamOrdered != nil {
@@ -80,7 +81,7 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 	p.sp.take(id, blk)
 	n := p.sp.node(id)
 	if r := p.regions[n.seg]; r.live == 0 {
-		p.empty--
+		p.empty.delete(span{addr: n.seg})
 		r.live++
 	} else {
 		r.live++
@@ -106,7 +107,7 @@ func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
 	}
 	id := p.sp.addSegment(addr, n, false, 0, nodeFree)
 	p.regions[addr] = &soRegion{size: n, head: id}
-	p.empty++
+	p.empty.insert(span{addr: addr, size: n})
 	return id, nil
 }
 
@@ -124,7 +125,7 @@ func (p *streamOrderedPool) Free(addr, stream uint64) error {
 	delete(p.blocks, addr)
 	if r := p.regions[b.seg]; r.live == 1 {
 		r.live = 0
-		p.empty++
+		p.empty.insert(span{addr: b.seg, size: r.size})
 	} else {
 		r.live--
 	}
@@ -154,23 +155,15 @@ func (p *streamOrderedPool) Sync() error {
 // trim releases regions without live blocks, highest address first, while more than keep bytes
 // are reserved.
 func (p *streamOrderedPool) trim(keep uint64) error {
-	if p.empty == 0 || p.c.s.ReservedBytes <= keep {
-		return nil
-	}
-	bases := sortedKeys(p.regions)
-	slices.Reverse(bases)
-	for _, addr := range bases {
-		if p.c.s.ReservedBytes <= keep {
+	for p.c.s.ReservedBytes > keep {
+		e, ok := p.empty.below(span{addr: math.MaxUint64})
+		if !ok {
 			return nil
 		}
-		r := p.regions[addr]
-		if r.live > 0 {
-			continue
-		}
-		p.sp.dropSegment(r.head)
-		delete(p.regions, addr)
-		p.empty--
-		if err := p.up.release(addr, r.size); err != nil {
+		p.empty.delete(e)
+		p.sp.dropSegment(p.regions[e.addr].head)
+		delete(p.regions, e.addr)
+		if err := p.up.release(e.addr, e.size); err != nil {
 			return err
 		}
 	}
