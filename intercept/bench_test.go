@@ -23,7 +23,7 @@ const benchPairs = 500000
 //
 // (The fake driver's own cost is ns/call-base; ns/op is not meaningful and reported as 0.)
 func BenchmarkShimOverhead(b *testing.B) {
-	needBuilt(b)
+	env(b)
 	for _, threads := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
 			var base, shim, rate, cpuRate float64
@@ -52,15 +52,15 @@ func BenchmarkShimOverhead(b *testing.B) {
 // thread 0's calls per CPU second.
 func runBench(b *testing.B, logDir string, threads int) (nsPerCall, perSecond, perCPUSecond float64) {
 	res := runProgram(b, logDir, "bench", strconv.Itoa(threads), strconv.Itoa(benchPairs))
-	f := strings.Fields(res.stdout)
-	if res.exitCode != 0 || len(f) != 6 {
-		b.Fatalf("bench: exit %d, output %q %q", res.exitCode, res.stdout, res.stderr)
+	f := strings.Fields(res.Stdout)
+	if res.ExitCode != 0 || len(f) != 6 {
+		b.Fatalf("bench: exit %d, output %q %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	var v [3]float64
 	for i := range v {
 		var err error
 		if v[i], err = strconv.ParseFloat(f[2*i+1], 64); err != nil {
-			b.Fatalf("bench output %q", res.stdout)
+			b.Fatalf("bench output %q", res.Stdout)
 		}
 	}
 	return v[0], v[1], v[2]

@@ -1,6 +1,8 @@
 package intercept
 
 import (
+	"github.com/allocscope/allocscope/internal/testcuda"
+
 	"bytes"
 	"fmt"
 	"os"
@@ -201,7 +203,7 @@ func TestConvertSummaryAndWarnings(t *testing.T) {
 	writeLog(t, filepath.Join(dir, "9-9.alog"), rawHeader{PID: 9, Flags: flagPrivateSeq}, recs)
 	events, sum := convertDir(t, dir)
 	if events[2].Memory != trace.MemoryManaged || events[2].Function != "cudaFree" {
-		t.Errorf("free of managed memory: %s", render(&events[2]))
+		t.Errorf("free of managed memory: %s", testcuda.Render(&events[2]))
 	}
 	want := []string{
 		dir + "/9-9.alog: 1 uncommitted records skipped (a thread stopped mid-record)",

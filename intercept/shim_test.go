@@ -1,6 +1,8 @@
 package intercept
 
 import (
+	"github.com/allocscope/allocscope/internal/testcuda"
+
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,70 +20,14 @@ import (
 func TestPlainSymbols(t *testing.T) {
 	res, dir := record(t, "plain")
 	updateFuzzSeed(t, "plain", dir)
-	if res.exitCode != 7 {
-		t.Errorf("exit code %d, want 7", res.exitCode)
+	if res.ExitCode != 7 {
+		t.Errorf("exit code %d, want 7", res.ExitCode)
 	}
-	if !strings.Contains(res.stdout, "cudaFree(NULL) = 0 errno 1234\n") || !strings.Contains(res.stdout, "errno 0x5eed\n") {
-		t.Errorf("errno not passed through:\n%s", res.stdout)
+	if !strings.Contains(res.Stdout, "cudaFree(NULL) = 0 errno 1234\n") || !strings.Contains(res.Stdout, "errno 0x5eed\n") {
+		t.Errorf("errno not passed through:\n%s", res.Stdout)
 	}
 	events, sum := convertDir(t, dir)
-	checkEvents(t, events, `
-		cudaMalloc alloc device runtime size=1000 addr=0x200000000000 result=0 dev=0
-		cudaMalloc alloc device runtime size=4096 addr=0x200000000400 result=0 dev=0
-		cudaFree free device runtime size=1000 addr=0x200000000000 result=0 dev=0
-		cudaMalloc alloc device runtime size=1000 addr=0x200000000000 result=0 dev=0
-		cudaMallocAsync alloc device runtime size=2048 addr=0x200000001400 result=0 dev=0 stream=0x51
-		cudaFreeAsync free device runtime size=2048 addr=0x200000001400 result=0 dev=0 stream=0x51
-		cudaMallocFromPoolAsync alloc device runtime size=512 addr=0x200000001c00 result=0 dev=0 stream=0x52
-		cudaMallocManaged alloc managed runtime size=3000 addr=0x300000000000 result=0 dev=-1
-		cudaMallocPitch alloc device runtime size=5120 addr=0x200000001e00 result=0 dev=0
-		cudaMalloc3D alloc device runtime size=4096 addr=0x200000003200 result=0 dev=0
-		cudaMallocHost alloc host runtime size=256 addr=0x310000000000 result=0 dev=-1
-		cudaHostAlloc alloc host runtime size=100 addr=0x310000000200 result=0 dev=-1
-		cudaFreeHost free host runtime size=256 addr=0x310000000000 result=0 dev=-1
-		cudaFreeHost free host runtime size=100 addr=0x310000000200 result=0 dev=-1
-		cudaMalloc alloc device runtime size=2199023255552 addr=0x0 result=2 dev=-1
-		cudaFree free device runtime size=0 addr=0x1234 result=1 dev=-1
-		cudaFree free device runtime size=0 addr=0x0 result=0 dev=-1
-		cudaMalloc alloc device runtime size=64 addr=0x200000004200 result=0 dev=1
-		cudaFree free device runtime size=64 addr=0x200000004200 result=0 dev=1
-		cudaFree free managed runtime size=3000 addr=0x300000000000 result=0 dev=-1
-		cuMemAlloc_v2 alloc device driver size=777 addr=0x200000004400 result=0 dev=0
-		cuMemAllocPitch_v2 alloc device driver size=3072 addr=0x200000004800 result=0 dev=0
-		cuMemAllocManaged alloc managed driver size=5000 addr=0x300000000c00 result=0 dev=-1
-		cuMemAllocAsync alloc device driver size=300 addr=0x200000004200 result=0 dev=0 stream=0x61
-		cuMemAllocAsync_ptsz alloc device driver size=301 addr=0x200000005400 result=0 dev=0 stream=0x62
-		cuMemFreeAsync free device driver size=300 addr=0x200000004200 result=0 dev=0 stream=0x61
-		cuMemFreeAsync_ptsz free device driver size=301 addr=0x200000005400 result=0 dev=0 stream=0x62
-		cuMemAllocFromPoolAsync alloc device driver size=7000 addr=0x200000005600 result=0 dev=0 stream=0x63
-		cuMemAllocFromPoolAsync_ptsz alloc device driver size=7001 addr=0x200000007200 result=0 dev=0 stream=0x64
-		cuMemAllocHost_v2 alloc host driver size=1024 addr=0x310000000400 result=0 dev=-1
-		cuMemHostAlloc alloc host driver size=2048 addr=0x310000000800 result=0 dev=-1
-		cuMemFreeHost free host driver size=1024 addr=0x310000000400 result=0 dev=-1
-		cuMemFreeHost free host driver size=2048 addr=0x310000000800 result=0 dev=-1
-		cuMemFree_v2 free device driver size=777 addr=0x200000004400 result=0 dev=0
-		cuMemFree_v2 free device driver size=3072 addr=0x200000004800 result=0 dev=0
-		cuMemFree_v2 free managed driver size=5000 addr=0x300000000c00 result=0 dev=-1
-		cuMemFree_v2 free device driver size=7000 addr=0x200000005600 result=0 dev=0
-		cuMemFree_v2 free device driver size=7001 addr=0x200000007200 result=0 dev=0
-		cuMemFree_v2 free device driver size=0 addr=0x200000004400 result=1 dev=-1
-		cuMemAddressReserve reserve virtual driver size=4194304 addr=0x400000000000 result=0 dev=-1
-		cuMemCreate create virtual driver size=2097152 addr=0x1000 result=0 dev=1
-		cuMemMap map virtual driver size=2097152 addr=0x400000000000 result=0 dev=1 handle=0x1000
-		cuMemUnmap unmap virtual driver size=2097152 addr=0x400000000000 result=0 dev=-1
-		cuMemRelease release virtual driver size=2097152 addr=0x1000 result=0 dev=1
-		cuMemAddressFree unreserve virtual driver size=4194304 addr=0x400000000000 result=0 dev=-1
-		cuMemCreate create virtual driver size=12345 addr=0x0 result=1 dev=-1
-		cuMemAlloc_v2 alloc device driver size=128 addr=0x200000005400 result=0 dev=0
-		cuMemAllocAsync_ptsz alloc device driver size=129 addr=0x200000004200 result=0 dev=0 stream=0x65
-		cuMemFree_v2 free device driver size=128 addr=0x200000005400 result=0 dev=0
-		cuMemFreeAsync_ptsz free device driver size=129 addr=0x200000004200 result=0 dev=0 stream=0x65
-		cudaFree free device runtime size=4096 addr=0x200000000400 result=0 dev=0
-		cudaFree free device runtime size=1000 addr=0x200000000000 result=0 dev=0
-		cudaFreeAsync free device runtime size=512 addr=0x200000001c00 result=0 dev=0 stream=0x52
-		cudaFree free device runtime size=5120 addr=0x200000001e00 result=0 dev=0
-		cudaFree free device runtime size=4096 addr=0x200000003200 result=0 dev=0
-	`)
+	checkEvents(t, events, testcuda.PlainEvents)
 	checkSeqs(t, events, 0)
 	pid := events[0].PID
 	for i := range events {
@@ -120,34 +66,15 @@ func checkSummary(t *testing.T, got, want Summary) {
 func TestStaticCudartResolution(t *testing.T) {
 	res, dir := record(t, "static_cudart")
 	updateFuzzSeed(t, "static_cudart", dir)
-	if res.exitCode != 11 {
-		t.Errorf("exit code %d, want 11", res.exitCode)
+	if res.ExitCode != 11 {
+		t.Errorf("exit code %d, want 11", res.ExitCode)
 	}
 	// The wrappers must call what cuGetProcAddress handed out (30 calls), not the exported symbols (1).
-	if !strings.Contains(res.stdout, "driver calls: exported 1, through proc address 30\n") {
-		t.Errorf("wrong real functions called:\n%s", res.stdout)
+	if !strings.Contains(res.Stdout, "driver calls: exported 1, through proc address 30\n") {
+		t.Errorf("wrong real functions called:\n%s", res.Stdout)
 	}
 	events, sum := convertDir(t, dir)
-	checkEvents(t, events, `
-		cuMemAlloc_v2 alloc device driver size=1048576 addr=0x200000000000 result=0 dev=0
-		cuMemAlloc_v2 alloc device driver size=2097152 addr=0x200000100000 result=0 dev=0
-		cuMemAlloc_v2 alloc device driver size=3145728 addr=0x200000300000 result=0 dev=0
-		cuMemAlloc_v2 alloc device driver size=4194304 addr=0x200000600000 result=0 dev=0
-		cuMemAlloc_v2 alloc device driver size=5242880 addr=0x200000a00000 result=0 dev=0
-		cuMemFree_v2 free device driver size=5242880 addr=0x200000a00000 result=0 dev=0
-		cuMemFree_v2 free device driver size=4194304 addr=0x200000600000 result=0 dev=0
-		cuMemFree_v2 free device driver size=3145728 addr=0x200000300000 result=0 dev=0
-		cuMemFree_v2 free device driver size=2097152 addr=0x200000100000 result=0 dev=0
-		cuMemFree_v2 free device driver size=1048576 addr=0x200000000000 result=0 dev=0
-		cuMemAllocAsync alloc device driver size=4096 addr=0x200000f00000 result=0 dev=0 stream=0x21
-		cuMemAllocAsync_ptsz alloc device driver size=8192 addr=0x200000f01000 result=0 dev=0 stream=0x22
-		cuMemFreeAsync_ptsz free device driver size=4096 addr=0x200000f00000 result=0 dev=0 stream=0x22
-		cuMemFreeAsync free device driver size=8192 addr=0x200000f01000 result=0 dev=0 stream=0x21
-		cuMemAlloc_v2 alloc device driver size=100 addr=0x200000f03000 result=0 dev=0
-		cuMemFree_v2 free device driver size=100 addr=0x200000f03000 result=0 dev=0
-		cuMemCreate create virtual driver size=4194304 addr=0x1000 result=0 dev=0
-		cuMemRelease release virtual driver size=4194304 addr=0x1000 result=0 dev=0
-	`)
+	checkEvents(t, events, testcuda.StaticCudartEvents)
 	checkSeqs(t, events, 0)
 	checkSummary(t, sum, Summary{Events: 18, Processes: 1, Devices: []int32{0}, PeakLiveBytes: 15 << 20})
 }
@@ -155,27 +82,18 @@ func TestStaticCudartResolution(t *testing.T) {
 // CuPy's way: dlopen libcuda and dlsym the versioned names; symbols stay invisible where they were.
 func TestCupyStyleDlsym(t *testing.T) {
 	res, dir := record(t, "cupy_style")
-	if res.exitCode != 13 {
-		t.Errorf("exit code %d, want 13", res.exitCode)
+	if res.ExitCode != 13 {
+		t.Errorf("exit code %d, want 13", res.ExitCode)
 	}
 	for _, line := range []string{"before dlopen: cudaMalloc absent, cuMemAlloc_v2 absent\n", "RTLD_NEXT malloc: same as default\n",
 		"after dlopen: cuMemAlloc_v2 absent\n", "same pointer twice: yes\n", "missing symbol: null\n",
 		"driver calls: exported 8, through proc address 0\n"} {
-		if !strings.Contains(res.stdout, line) {
-			t.Errorf("stdout lacks %q:\n%s", line, res.stdout)
+		if !strings.Contains(res.Stdout, line) {
+			t.Errorf("stdout lacks %q:\n%s", line, res.Stdout)
 		}
 	}
 	events, sum := convertDir(t, dir)
-	checkEvents(t, events, `
-		cuMemAlloc_v2 alloc device driver size=1000 addr=0x200000000000 result=0 dev=0
-		cuMemAlloc_v2 alloc device driver size=2000 addr=0x200000000400 result=0 dev=0
-		cuMemAlloc_v2 alloc device driver size=3000 addr=0x200000000c00 result=0 dev=0
-		cuMemAllocAsync alloc device driver size=64 addr=0x200000001800 result=0 dev=0 stream=0x31
-		cuMemFreeAsync free device driver size=64 addr=0x200000001800 result=0 dev=0 stream=0x31
-		cuMemFree_v2 free device driver size=1000 addr=0x200000000000 result=0 dev=0
-		cuMemFree_v2 free device driver size=2000 addr=0x200000000400 result=0 dev=0
-		cuMemFree_v2 free device driver size=3000 addr=0x200000000c00 result=0 dev=0
-	`)
+	checkEvents(t, events, testcuda.CupyStyleEvents)
 	checkSeqs(t, events, 0)
 	checkSummary(t, sum, Summary{Events: 8, Processes: 1, Devices: []int32{0}, PeakLiveBytes: 6064})
 }
@@ -185,8 +103,8 @@ func TestCupyStyleDlsym(t *testing.T) {
 func TestSixteenThreads(t *testing.T) {
 	const threads, iterations = 16, 1000
 	res, dir := record(t, "threads")
-	if res.exitCode != 17 || res.stdout != "threads 16, iterations 1000, failures 0\n" {
-		t.Errorf("exit %d, stdout %q", res.exitCode, res.stdout)
+	if res.ExitCode != 17 || res.Stdout != "threads 16, iterations 1000, failures 0\n" {
+		t.Errorf("exit %d, stdout %q", res.ExitCode, res.Stdout)
 	}
 	events, sum := convertDir(t, dir)
 	if len(events) != 2*threads*iterations {
@@ -214,7 +132,7 @@ func TestSixteenThreads(t *testing.T) {
 			th.addr, th.size = 0, 0
 			th.n++
 		default:
-			t.Fatalf("event %d (seq %d, tid %d): %s out of order for its thread", i, e.Seq, e.TID, render(e))
+			t.Fatalf("event %d (seq %d, tid %d): %s out of order for its thread", i, e.Seq, e.TID, testcuda.Render(e))
 		}
 	}
 	if len(perThread) != threads {
@@ -254,8 +172,8 @@ func TestForkAndExec(t *testing.T) {
 	res, dir := record(t, "forkexec")
 	wantOut := "parent: 0x200000000000 0x200000000200 0x200000000400\n" +
 		"exec'd child: 0x200000000000 0x200000006000\nchild exit 23\nparent done\n"
-	if res.exitCode != 19 || res.stdout != wantOut {
-		t.Errorf("exit %d, stdout:\n%s", res.exitCode, res.stdout)
+	if res.ExitCode != 19 || res.Stdout != wantOut {
+		t.Errorf("exit %d, stdout:\n%s", res.ExitCode, res.Stdout)
 	}
 	events, sum := convertDir(t, dir)
 	checkSeqs(t, events, 0)
@@ -266,27 +184,7 @@ func TestForkAndExec(t *testing.T) {
 	if parent == child {
 		t.Fatalf("child events carry the parent's pid %d", parent)
 	}
-	checkEvents(t, events, `
-		cudaMalloc alloc device runtime size=100 addr=0x200000000000 result=0 dev=0
-		cudaMalloc alloc device runtime size=200 addr=0x200000000200 result=0 dev=0
-		cudaMalloc alloc device runtime size=300 addr=0x200000000400 result=0 dev=0
-		cudaMalloc alloc device runtime size=1111 addr=0x200000000600 result=0 dev=0
-		cudaFree free device runtime size=1111 addr=0x200000000600 result=0 dev=0
-		cudaFree free device runtime size=100 addr=0x200000000000 result=0 dev=0
-		cudaMalloc alloc device runtime size=4096 addr=0x200000000000 result=0 dev=0
-		cudaMalloc alloc device runtime size=8192 addr=0x200000001000 result=0 dev=0
-		cudaMalloc alloc device runtime size=12288 addr=0x200000003000 result=0 dev=0
-		cudaMalloc alloc device runtime size=16384 addr=0x200000006000 result=0 dev=0
-		cudaFree free device runtime size=4096 addr=0x200000000000 result=0 dev=0
-		cudaFree free device runtime size=8192 addr=0x200000001000 result=0 dev=0
-		cudaFree free device runtime size=12288 addr=0x200000003000 result=0 dev=0
-		cudaFree free device runtime size=16384 addr=0x200000006000 result=0 dev=0
-		cudaFree free device runtime size=200 addr=0x200000000200 result=0 dev=0
-		cudaFree free device runtime size=300 addr=0x200000000400 result=0 dev=0
-		cudaMalloc alloc device runtime size=400 addr=0x200000000400 result=0 dev=0
-		cudaFree free device runtime size=400 addr=0x200000000400 result=0 dev=0
-		cudaFree free device runtime size=100 addr=0x200000000000 result=0 dev=0
-	`)
+	checkEvents(t, events, testcuda.ForkExecEvents)
 	for i := range events {
 		wantPID := parent
 		if i >= 3 && i < 14 {
@@ -343,8 +241,8 @@ func logHeaders(t *testing.T, dir string) []rawHeader {
 func TestSIGKILLRecovers(t *testing.T) {
 	const n = 10000
 	res, dir := record(t, "killed")
-	if res.signal != syscall.SIGKILL || res.stdout != "ready\n" {
-		t.Fatalf("signal %v, stdout %q; want SIGKILL and ready", res.signal, res.stdout)
+	if res.Signal != syscall.SIGKILL || res.Stdout != "ready\n" {
+		t.Fatalf("signal %v, stdout %q; want SIGKILL and ready", res.Signal, res.Stdout)
 	}
 	events, sum := convertDir(t, dir)
 	if len(events) != 2*n || len(sum.Warnings) != 0 {
@@ -356,45 +254,45 @@ func TestSIGKILLRecovers(t *testing.T) {
 		size := uint64(512 * (i%16 + 1))
 		if a.Function != "cudaMalloc" || a.Size != size || !a.OK() || f.Function != "cudaFree" ||
 			f.Address != a.Address || f.Size != size || !f.OK() {
-			t.Fatalf("pair %d: %s / %s", i, render(a), render(f))
+			t.Fatalf("pair %d: %s / %s", i, testcuda.Render(a), testcuda.Render(f))
 		}
 	}
 }
 
 // An unwritable log directory: one line on stderr, the program's output and exit code unchanged.
 func TestUnwritableLogDir(t *testing.T) {
-	needBuilt(t)
+	env(t)
 	base := runProgram(t, "", "plain")
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, []byte("not a directory"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	got := runProgram(t, filepath.Join(file, "logs"), "plain")
-	if got.stdout != base.stdout || got.exitCode != base.exitCode || got.exitCode != 7 {
-		t.Errorf("exit %d (want %d), stdout differs: %v", got.exitCode, base.exitCode, got.stdout != base.stdout)
+	if got.Stdout != base.Stdout || got.ExitCode != base.ExitCode || got.ExitCode != 7 {
+		t.Errorf("exit %d (want %d), stdout differs: %v", got.ExitCode, base.ExitCode, got.Stdout != base.Stdout)
 	}
 	re := regexp.MustCompile(`^allocscope: cannot write log ` + regexp.QuoteMeta(file) +
 		`/logs/[0-9]+-[0-9]+\.alog: Not a directory; recording stopped\n$`)
-	if !re.MatchString(got.stderr) {
-		t.Errorf("stderr %q, want one line matching %s", got.stderr, re)
+	if !re.MatchString(got.Stderr) {
+		t.Errorf("stderr %q, want one line matching %s", got.Stderr, re)
 	}
 }
 
 // Without ALLOCSCOPE_LOG_DIR the preloaded shim records nothing and changes nothing.
 func TestNoLogDirIsInvisible(t *testing.T) {
-	needBuilt(t)
+	env(t)
 	for _, name := range []string{"plain", "static_cudart", "cupy_style"} {
 		base := runProgram(t, "", name)
 		cmd := runProgramPreloadOnly(t, name)
-		if cmd.stdout != base.stdout || cmd.exitCode != base.exitCode || cmd.stderr != base.stderr {
-			t.Errorf("%s: preloaded without a log dir behaves differently:\n%s\n%s", name, cmd.stdout, cmd.stderr)
+		if cmd.Stdout != base.Stdout || cmd.ExitCode != base.ExitCode || cmd.Stderr != base.Stderr {
+			t.Errorf("%s: preloaded without a log dir behaves differently:\n%s\n%s", name, cmd.Stdout, cmd.Stderr)
 		}
 	}
 }
 
 func runProgramPreloadOnly(t *testing.T, name string) result {
 	t.Helper()
-	t.Setenv("LD_PRELOAD", built.shim)
+	t.Setenv("LD_PRELOAD", env(t).Shim)
 	t.Setenv(EnvLogDir, "")
 	return runProgram(t, "", name)
 }

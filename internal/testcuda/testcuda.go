@@ -1,8 +1,9 @@
 // Package testcuda builds, once per test binary, what tests need to run programs under allocscope's
 // shim without a GPU: the fake CUDA runtime and driver of testdata/fakecuda (libcudart.so,
-// libcuda.so.1), the C test programs of testdata/progs and the shim itself (intercept.BuildShim),
-// all with the system C compiler ($CC, else cc). It also runs those programs and compares the events
-// they produce with expected listings.
+// libcuda.so.1), the C test programs of testdata/progs and the shim itself (from
+// intercept/shim/shim.c, with the flags intercept.BuildShim uses), all with the system C compiler
+// ($CC, else cc). It also runs those programs and compares the events they produce with expected
+// listings. It imports no allocscope package but trace, so intercept's own tests can use it.
 //
 // A test binary that uses it calls Cleanup from its TestMain after m.Run, which removes the build
 // directory.
@@ -20,16 +21,20 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-
-	"github.com/allocscope/allocscope/intercept"
 )
+
+// shimFileName is the file name of the compiled shim.
+const shimFileName = "liballocscope.so"
+
+// envLogDir is the variable that tells the shim where to log (intercept.EnvLogDir).
+const envLogDir = "ALLOCSCOPE_LOG_DIR"
 
 // Env is a directory holding the built fake libraries, test programs and shim.
 type Env struct {
 	// LibDir holds libcuda.so.1 (and the link libcuda.so), libcudart.so and the programs. The
 	// programs find the libraries through their run path ($ORIGIN), so no LD_LIBRARY_PATH is needed.
 	LibDir string
-	// Shim is the shim library compiled from intercept's embedded source.
+	// Shim is the shim library compiled from intercept/shim/shim.c.
 	Shim  string
 	progs map[string]string
 }
@@ -114,7 +119,7 @@ func build() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &Env{LibDir: dir, Shim: filepath.Join(dir, intercept.ShimFileName), progs: map[string]string{}}
+	env := &Env{LibDir: dir, Shim: filepath.Join(dir, shimFileName), progs: map[string]string{}}
 	for _, src := range sources {
 		name := strings.TrimSuffix(filepath.Base(src), ".c")
 		env.progs[name] = filepath.Join(dir, name)
@@ -141,7 +146,10 @@ func (e *Env) compileAll(testdata string) error {
 			}
 		})
 	}
-	run(func() error { return intercept.BuildShim(e.Shim) })
+	run(func() error {
+		src := filepath.Join(testdata, "..", "intercept", "shim", "shim.c")
+		return compile("-shared", "-fPIC", "-O2", "-o", e.Shim, src, "-ldl", "-lpthread")
+	})
 	run(func() error {
 		if err := e.compileLibraries(fake); err != nil {
 			return err
@@ -201,7 +209,7 @@ func (e *Env) Run(t testing.TB, logDir, name string, args ...string) Result {
 	cmd := exec.Command(e.Prog(name), args...)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.LibDir)
 	if logDir != "" {
-		cmd.Env = append(cmd.Env, "LD_PRELOAD="+e.Shim, intercept.EnvLogDir+"="+logDir)
+		cmd.Env = append(cmd.Env, "LD_PRELOAD="+e.Shim, envLogDir+"="+logDir)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
