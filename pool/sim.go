@@ -24,7 +24,7 @@ type SimUpstream struct {
 	granularity uint64
 	addrs       *space               // the whole address space: one segment from SimBase, cut into ranges
 	regions     map[uint64]simRegion // ranges handed out, by base address
-	byAddr      *spanTree            // the same ranges ordered by address (seg = 1 for address space only)
+	byAddr      *spanTree            // the ReserveAddress ranges among them, ordered by address
 	mapped      *spanTree            // mapped page ranges, coalesced within one address reservation (seg = its base)
 	st          SimStats
 }
@@ -189,19 +189,25 @@ func (u *SimUpstream) Unmap(addr, size uint64) error {
 }
 
 // Contains reports whether [addr, addr+size) lies entirely inside one region held now: a
-// reserved region, or mapped pages of one address reservation.
+// reserved region, or mapped pages of one address reservation. It looks through every region
+// (it is meant for checks in tests), so that Reserve and Release need no address order.
 func (u *SimUpstream) Contains(addr, size uint64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	reg, found := u.byAddr.below(span{addr: addr + 1})
-	if !found || addr+size > reg.end() || addr+size < addr {
+	end := addr + size
+	if end < addr {
 		return false
 	}
-	if reg.seg == 0 {
-		return true
+	if reg, found := u.byAddr.below(span{addr: addr + 1}); found && end <= reg.end() {
+		m, ok := u.lastMappedAtOrBelow(addr)
+		return ok && m.end() >= end
 	}
-	m, ok := u.lastMappedAtOrBelow(addr)
-	return ok && m.end() >= addr+size
+	for base, reg := range u.regions {
+		if !reg.addressOnly && base <= addr && end <= base+reg.size {
+			return true
+		}
+	}
+	return false
 }
 
 // Stats returns the counters so far.
@@ -230,11 +236,9 @@ func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
 	u.addrs.take(id, r)
 	addr := u.addrs.node(id).addr
 	u.regions[addr] = simRegion{size: r, node: id, addressOnly: addressOnly}
-	flag := uint64(0)
 	if addressOnly {
-		flag = 1
+		u.byAddr.insert(span{addr: addr, size: r})
 	}
-	u.byAddr.insert(span{addr: addr, size: r, seg: flag})
 	return addr, nil
 }
 
@@ -242,7 +246,9 @@ func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
 func (u *SimUpstream) give(addr uint64, reg simRegion) {
 	u.addrs.release(reg.node, false, 0)
 	delete(u.regions, addr)
-	u.byAddr.delete(span{addr: addr})
+	if reg.addressOnly {
+		u.byAddr.delete(span{addr: addr})
+	}
 }
 
 func (u *SimUpstream) hold(r uint64) {
@@ -257,7 +263,7 @@ func (u *SimUpstream) checkPages(addr, size uint64) (uint64, error) {
 		return 0, fmt.Errorf("range not a non-empty multiple of the %d-byte granularity", u.granularity)
 	}
 	reg, found := u.byAddr.below(span{addr: addr + 1})
-	if !found || reg.seg == 0 || addr+size > reg.end() || addr+size < addr {
+	if !found || addr+size > reg.end() || addr+size < addr {
 		return 0, fmt.Errorf("range outside any address reservation: %w", ErrUnknownAddress)
 	}
 	return reg.addr, nil
