@@ -29,7 +29,11 @@ func hashKey(k Key) uint64 {
 func (t *Table[V]) Len() int { return t.n }
 
 func (t *Table[V]) find(k Key) (uint64, bool) {
-	i := hashKey(k) & t.mask
+	return t.findFrom(k, hashKey(k)&t.mask)
+}
+
+// findFrom probes for k from its home slot i.
+func (t *Table[V]) findFrom(k Key, i uint64) (uint64, bool) {
 	for {
 		s := &t.slots[i]
 		if s.home == 0 {
@@ -47,13 +51,14 @@ func (t *Table[V]) Put(k Key, v V) (old V, replaced bool) {
 	if 4*(t.n+1) > 3*len(t.slots) {
 		t.grow()
 	}
-	i, ok := t.find(k)
+	home := hashKey(k) & t.mask
+	i, ok := t.findFrom(k, home)
 	s := &t.slots[i]
 	if ok {
 		old, s.val = s.val, v
 		return old, true
 	}
-	*s = tableSlot[V]{key: k, home: uint32(hashKey(k)&t.mask) + 1, val: v}
+	s.key, s.home, s.val = k, uint32(home)+1, v
 	t.n++
 	return old, false
 }
@@ -81,16 +86,20 @@ func (t *Table[V]) Delete(k Key) (V, bool) {
 	if !ok {
 		return zero, false
 	}
-	v := t.slots[i].val
+	slots, mask := t.slots, t.mask
+	v := slots[i].val
 	// Backward-shift: move later entries of the probe run into the hole.
-	for j := (i + 1) & t.mask; t.slots[j].home != 0; j = (j + 1) & t.mask {
-		home := uint64(t.slots[j].home - 1)
-		if (j-home)&t.mask >= (j-i)&t.mask {
-			t.slots[i] = t.slots[j]
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		h := slots[j].home
+		if h == 0 {
+			break
+		}
+		if (j-uint64(h-1))&mask >= (j-i)&mask {
+			slots[i] = slots[j]
 			i = j
 		}
 	}
-	t.slots[i] = tableSlot[V]{}
+	slots[i].home = 0
 	t.n--
 	return v, true
 }
