@@ -78,10 +78,16 @@ type Writer struct {
 	n          int // rows in the current batch
 	written    uint64
 	funcIndex  map[string]int16
-	lastFunc   string
-	lastFuncIx int16
+	funcCache  [2]funcCacheEntry // the last two functions looked up (alloc/free pairs alternate)
+	funcVictim int               // index in funcCache of the entry a miss replaces
 	err        error
 	closed     bool
+}
+
+// funcCacheEntry is a function name and its dictionary index.
+type funcCacheEntry struct {
+	name  string
+	index int16
 }
 
 // columnViews are typed views of the buffers of a columnSet.
@@ -170,7 +176,8 @@ func (w *Writer) buildFunctionIndex() error {
 		unique = append(unique, n)
 	}
 	w.cfg.functions = unique
-	w.lastFunc, w.lastFuncIx = "", w.funcIndex[""]
+	w.funcCache[0] = funcCacheEntry{"", w.funcIndex[""]}
+	w.funcCache[1] = w.funcCache[0]
 	return nil
 }
 
@@ -272,14 +279,18 @@ func (w *Writer) functionIndex(e *Event) (int16, error) {
 	if e.Op >= opCount || e.Memory >= memoryCount || e.Layer >= layerCount {
 		return 0, fmt.Errorf("trace writer: event seq %d: invalid %s/%s/%s", e.Seq, e.Op, e.Memory, e.Layer)
 	}
-	if e.Function == w.lastFunc {
-		return w.lastFuncIx, nil
+	if e.Function == w.funcCache[0].name {
+		return w.funcCache[0].index, nil
+	}
+	if e.Function == w.funcCache[1].name {
+		return w.funcCache[1].index, nil
 	}
 	fi, ok := w.funcIndex[e.Function]
 	if !ok {
 		return 0, fmt.Errorf("trace writer: event seq %d: function %q is not in the writer's dictionary (add it with trace.WithFunctions)", e.Seq, e.Function)
 	}
-	w.lastFunc, w.lastFuncIx = e.Function, fi
+	w.funcCache[w.funcVictim] = funcCacheEntry{e.Function, fi}
+	w.funcVictim ^= 1
 	return fi, nil
 }
 
