@@ -1,21 +1,30 @@
 package pool
 
-import "math/bits"
+import (
+	"math/bits"
+	"slices"
+)
 
-// addrIndex maps the address of a live block to its node in a space and the bytes requested for
-// it: an open-addressing hash table with linear probing and backward-shift deletion (no
-// tombstones), kept at most half full. It replaces a Go map on the arena's alloc/free path, where
-// the map's generic probing and 48-byte values cost a third of a free.
-type addrIndex struct {
-	slots []addrSlot
+// addrIndex maps addresses (of live blocks, of regions) to values: an open-addressing hash table
+// with linear probing and backward-shift deletion (no tombstones), kept at most half full. It
+// replaces Go maps on the policies' and the simulated Upstream's alloc/free paths, where the
+// map's generic hashing and probing cost a third of a free.
+type addrIndex[V any] struct {
+	slots []addrSlot[V]
 	mask  uint64
 	shift uint8
 	count int
 }
 
-// addrSlot is one entry; node is the space node + 1, 0 when the slot is empty.
-type addrSlot struct {
+// addrSlot is one entry of an addrIndex.
+type addrSlot[V any] struct {
 	addr uint64
+	val  V
+	used bool
+}
+
+// liveBlock is what an arena keeps per live block: its space node and the bytes requested.
+type liveBlock struct {
 	req  uint64
 	node int32
 }
@@ -23,75 +32,94 @@ type addrSlot struct {
 // addrIndexMinSlots is the table size of a new index.
 const addrIndexMinSlots = 64
 
-func newAddrIndex() *addrIndex {
-	x := &addrIndex{}
+func newAddrIndex[V any]() *addrIndex[V] {
+	x := &addrIndex[V]{}
 	x.resize(addrIndexMinSlots)
 	return x
 }
 
-func (x *addrIndex) resize(n int) {
+func (x *addrIndex[V]) resize(n int) {
 	old := x.slots
-	x.slots = make([]addrSlot, n)
+	x.slots = make([]addrSlot[V], n)
 	x.mask = uint64(n - 1)
 	x.shift = uint8(64 - bits.TrailingZeros64(uint64(n)))
 	x.count = 0
-	for _, s := range old {
-		if s.node != 0 {
-			x.put(s.addr, s.node-1, s.req)
+	for i := range old {
+		if old[i].used {
+			x.put(old[i].addr, old[i].val)
 		}
 	}
 }
 
 // home is addr's preferred slot (Fibonacci hashing: block addresses share their low bits).
-func (x *addrIndex) home(addr uint64) uint64 { return (addr * 0x9e3779b97f4a7c15) >> x.shift }
+func (x *addrIndex[V]) home(addr uint64) uint64 { return (addr * 0x9e3779b97f4a7c15) >> x.shift }
 
-// put records the block at addr, which must not be in the index.
-func (x *addrIndex) put(addr uint64, node int32, req uint64) {
+// put records v at addr, which must not be in the index.
+func (x *addrIndex[V]) put(addr uint64, v V) {
 	if 2*(x.count+1) > len(x.slots) {
 		x.resize(2 * len(x.slots))
 	}
 	i := x.home(addr)
-	for x.slots[i].node != 0 {
+	for x.slots[i].used {
 		i = (i + 1) & x.mask
 	}
-	x.slots[i] = addrSlot{addr: addr, req: req, node: node + 1}
+	x.slots[i] = addrSlot[V]{addr: addr, val: v, used: true}
 	x.count++
 }
 
-// take removes the block at addr and returns its node and requested bytes.
-func (x *addrIndex) take(addr uint64) (node int32, req uint64, ok bool) {
-	i := x.home(addr)
-	for {
-		s := &x.slots[i]
-		if s.node == 0 {
-			return 0, 0, false
+// find returns the slot of addr, or -1.
+func (x *addrIndex[V]) find(addr uint64) int {
+	for i := x.home(addr); x.slots[i].used; i = (i + 1) & x.mask {
+		if x.slots[i].addr == addr {
+			return int(i)
 		}
-		if s.addr == addr {
-			node, req = s.node-1, s.req
-			break
-		}
-		i = (i + 1) & x.mask
 	}
+	return -1
+}
+
+// get returns a pointer to the value at addr, valid until the next put or take, or nil.
+func (x *addrIndex[V]) get(addr uint64) *V {
+	if i := x.find(addr); i >= 0 {
+		return &x.slots[i].val
+	}
+	return nil
+}
+
+// take removes addr and returns its value.
+func (x *addrIndex[V]) take(addr uint64) (v V, ok bool) {
+	i := x.find(addr)
+	if i < 0 {
+		return v, false
+	}
+	v = x.slots[i].val
 	// Backward-shift deletion: move later entries of the probe run into the hole when their home
 	// does not lie cyclically in (hole, j].
-	hole := i
-	for j := (i + 1) & x.mask; x.slots[j].node != 0; j = (j + 1) & x.mask {
+	hole := uint64(i)
+	for j := (hole + 1) & x.mask; x.slots[j].used; j = (j + 1) & x.mask {
 		h := x.home(x.slots[j].addr)
 		if (j-h)&x.mask >= (j-hole)&x.mask {
 			x.slots[hole] = x.slots[j]
 			hole = j
 		}
 	}
-	x.slots[hole] = addrSlot{}
+	x.slots[hole] = addrSlot[V]{}
 	x.count--
-	return node, req, true
+	return v, true
 }
 
-// each calls fn for every block in the index, in no particular order.
-func (x *addrIndex) each(fn func(addr uint64, node int32, req uint64)) {
-	for _, s := range x.slots {
-		if s.node != 0 {
-			fn(s.addr, s.node-1, s.req)
+// each calls fn for every entry in the index, in no particular order.
+func (x *addrIndex[V]) each(fn func(addr uint64, v *V)) {
+	for i := range x.slots {
+		if x.slots[i].used {
+			fn(x.slots[i].addr, &x.slots[i].val)
 		}
 	}
+}
+
+// sortedAddrs returns every address in the index in increasing order.
+func (x *addrIndex[V]) sortedAddrs() []uint64 {
+	out := make([]uint64, 0, x.count)
+	x.each(func(addr uint64, _ *V) { out = append(out, addr) })
+	slices.Sort(out)
+	return out
 }

@@ -9,7 +9,7 @@ import (
 // checks every answer against a map, through several growths and deletions that shift entries.
 func TestAddrIndexMatchesMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 9))
-	x, ref := newAddrIndex(), map[uint64]addrSlot{}
+	x, ref := newAddrIndex[liveBlock](), map[uint64]liveBlock{}
 	var live []uint64
 	for i := range 200000 {
 		if len(live) == 0 || rng.IntN(100) < 55 {
@@ -17,8 +17,8 @@ func TestAddrIndexMatchesMap(t *testing.T) {
 			if _, ok := ref[addr]; ok {
 				continue
 			}
-			x.put(addr, int32(i), uint64(i)*3)
-			ref[addr] = addrSlot{addr: addr, req: uint64(i) * 3, node: int32(i)}
+			x.put(addr, liveBlock{node: int32(i), req: uint64(i) * 3})
+			ref[addr] = liveBlock{node: int32(i), req: uint64(i) * 3}
 			live = append(live, addr)
 			continue
 		}
@@ -26,12 +26,18 @@ func TestAddrIndexMatchesMap(t *testing.T) {
 		addr := live[k]
 		live[k] = live[len(live)-1]
 		live = live[:len(live)-1]
-		node, req, ok := x.take(addr)
-		if want := ref[addr]; !ok || node != want.node || req != want.req {
-			t.Fatalf("take %#x = %d, %d, %v; want %d, %d", addr, node, req, ok, want.node, want.req)
+		if p := x.get(addr); p == nil || *p != ref[addr] {
+			t.Fatalf("get %#x = %v; want %v", addr, p, ref[addr])
+		}
+		got, ok := x.take(addr)
+		if want := ref[addr]; !ok || got != want {
+			t.Fatalf("take %#x = %v, %v; want %v", addr, got, ok, want)
 		}
 		delete(ref, addr)
-		if _, _, ok := x.take(addr); ok {
+		if x.get(addr) != nil {
+			t.Fatalf("get %#x after take found it", addr)
+		}
+		if _, ok := x.take(addr); ok {
 			t.Fatalf("take %#x twice succeeded", addr)
 		}
 	}
@@ -39,10 +45,10 @@ func TestAddrIndexMatchesMap(t *testing.T) {
 		t.Fatalf("count %d, want %d", x.count, len(ref))
 	}
 	n := 0
-	x.each(func(addr uint64, node int32, req uint64) {
+	x.each(func(addr uint64, v *liveBlock) {
 		n++
-		if want := ref[addr]; node != want.node || req != want.req {
-			t.Fatalf("entry %#x = %d, %d; want %d, %d", addr, node, req, want.node, want.req)
+		if want := ref[addr]; *v != want {
+			t.Fatalf("entry %#x = %v; want %v", addr, *v, want)
 		}
 	})
 	if n != len(ref) {

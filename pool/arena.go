@@ -54,8 +54,8 @@ func errUnknown(addr uint64) error { return fmt.Errorf("free %#x: %w", addr, Err
 type arena struct {
 	up        *tracked
 	sp        *space
-	blocks    *addrIndex        // live blocks: address → node and requested bytes
-	owned     map[uint64]uint64 // regions it reserved itself: base → size
+	blocks    *addrIndex[liveBlock] // live blocks: address → node and requested bytes
+	owned     map[uint64]uint64     // regions it reserved itself: base → size
 	align     uint64
 	total     uint64 // bytes of all its space
 	growMin   uint64
@@ -71,7 +71,7 @@ func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit F
 		fit:       fit.orDefault(),
 		up:        up,
 		sp:        newSpace(),
-		blocks:    newAddrIndex(),
+		blocks:    newAddrIndex[liveBlock](),
 		owned:     make(map[uint64]uint64),
 		align:     align,
 		growMin:   roundUp(growMin, align),
@@ -114,7 +114,7 @@ func (a *arena) alloc(size, stream uint64) (addr, blk uint64, err error) {
 	}
 	a.noteBorn(id)
 	addr = a.sp.nodes[id].addr
-	a.blocks.put(addr, id, size)
+	a.blocks.put(addr, liveBlock{req: size, node: id})
 	return addr, blk, nil
 }
 
@@ -159,10 +159,11 @@ func (a *arena) find(blk, stream uint64) (int32, bool) {
 // free returns the block at addr, freed on stream, to the free space and returns the bytes
 // requested for it and its size; ok is false when no block starts at addr.
 func (a *arena) free(addr, stream uint64) (req, blk uint64, ok bool) {
-	id, req, ok := a.blocks.take(addr)
+	b, ok := a.blocks.take(addr)
 	if !ok {
 		return 0, 0, false
 	}
+	id, req := b.node, b.req
 	blk = a.sp.nodes[id].size
 	if a.perStream {
 		a.sp.release(id, true, stream)

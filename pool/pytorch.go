@@ -47,7 +47,7 @@ type torchPool struct {
 	mapper     Mapper
 	pools      [2]*space // [0] large pool, [1] small pool
 	segments   map[uint64]*torchSegment
-	blocks     map[uint64]block
+	blocks     *addrIndex[block]
 	maxSplit   uint64 // math.MaxUint64 when unlimited
 	divisions  uint64
 	expandable bool
@@ -76,7 +76,7 @@ func newPyTorch(cfg Config, up Upstream) (*torchPool, error) {
 	}
 	p := &torchPool{
 		segments:   make(map[uint64]*torchSegment),
-		blocks:     make(map[uint64]block),
+		blocks:     newAddrIndex[block](),
 		maxSplit:   math.MaxUint64,
 		divisions:  pc.RoundupPower2Divisions,
 		expandable: pc.ExpandableSegments,
@@ -177,7 +177,7 @@ func (p *torchPool) Alloc(size, stream uint64) (uint64, error) {
 	}
 	sp.take(id, keep)
 	n = sp.node(id)
-	p.blocks[n.addr] = block{req: size, size: keep, seg: n.seg, stream: stream, node: id, small: small}
+	p.blocks.put(n.addr, block{req: size, size: keep, seg: n.seg, stream: stream, node: id, small: small})
 	p.c.allocated(size, keep)
 	return n.addr, nil
 }
@@ -349,11 +349,10 @@ func (p *torchPool) Free(addr, stream uint64) error {
 	if p.closed {
 		return errClosed("free")
 	}
-	b, ok := p.blocks[addr]
+	b, ok := p.blocks.take(addr)
 	if !ok {
 		return errUnknown(addr)
 	}
-	delete(p.blocks, addr)
 	p.pools[poolIndex(b.small)].release(b.node, true, b.stream)
 	p.c.freed(b.req, b.size)
 	return nil

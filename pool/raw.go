@@ -9,11 +9,11 @@ import (
 type rawPool struct {
 	base
 	align  uint64
-	blocks map[uint64]block
+	blocks *addrIndex[block]
 }
 
 func newRaw(cfg Config, up Upstream) *rawPool {
-	p := &rawPool{align: cfg.alignment(), blocks: make(map[uint64]block)}
+	p := &rawPool{align: cfg.alignment(), blocks: newAddrIndex[block]()}
 	p.init(up)
 	return p
 }
@@ -35,7 +35,7 @@ func (p *rawPool) Alloc(size, stream uint64) (uint64, error) {
 		p.c.failed()
 		return 0, fmt.Errorf("alloc %d bytes: %w", size, err)
 	}
-	p.blocks[addr] = block{req: size, size: blk, seg: addr, stream: stream}
+	p.blocks.put(addr, block{req: size, size: blk, seg: addr, stream: stream})
 	p.c.allocated(size, blk)
 	return addr, nil
 }
@@ -47,14 +47,15 @@ func (p *rawPool) Free(addr, stream uint64) error {
 	if p.closed {
 		return errClosed("free")
 	}
-	b, ok := p.blocks[addr]
-	if !ok {
+	bp := p.blocks.get(addr)
+	if bp == nil {
 		return errUnknown(addr)
 	}
+	b := *bp
 	if err := p.up.release(addr, b.size); err != nil {
 		return fmt.Errorf("free %#x: %w", addr, err)
 	}
-	delete(p.blocks, addr)
+	p.blocks.take(addr)
 	p.c.freed(b.req, b.size)
 	return nil
 }
@@ -68,8 +69,8 @@ func (p *rawPool) Close() error {
 	}
 	p.closed = true
 	var errs []error
-	for _, addr := range sortedKeys(p.blocks) {
-		errs = append(errs, p.up.release(addr, p.blocks[addr].size))
+	for _, addr := range p.blocks.sortedAddrs() {
+		errs = append(errs, p.up.release(addr, p.blocks.get(addr).size))
 	}
 	return errors.Join(errs...)
 }

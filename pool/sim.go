@@ -22,10 +22,10 @@ type SimUpstream struct {
 	mu          sync.Mutex
 	capacity    uint64
 	granularity uint64
-	addrs       *space               // the whole address space: one segment from SimBase, cut into ranges
-	regions     map[uint64]simRegion // ranges handed out, by base address
-	byAddr      *spanTree            // the ReserveAddress ranges among them, ordered by address
-	mapped      *spanTree            // mapped page ranges, coalesced within one address reservation (seg = its base)
+	addrs       *space                // the whole address space: one segment from SimBase, cut into ranges
+	regions     *addrIndex[simRegion] // ranges handed out, by base address
+	byAddr      *spanTree             // the ReserveAddress ranges among them, ordered by address
+	mapped      *spanTree             // mapped page ranges, coalesced within one address reservation (seg = its base)
 	st          SimStats
 }
 
@@ -60,7 +60,7 @@ func NewSimUpstream(capacity, granularity uint64) *SimUpstream {
 		capacity:    capacity,
 		granularity: granularity,
 		addrs:       newSpace(),
-		regions:     make(map[uint64]simRegion),
+		regions:     newAddrIndex[simRegion](),
 		byAddr:      newSpanTree(byAddrOrder),
 		mapped:      newSpanTree(byAddrOrder),
 	}
@@ -95,7 +95,7 @@ func (u *SimUpstream) Release(addr, size uint64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	r, _ := u.rounded(size)
-	reg, ok := u.regions[addr]
+	reg, ok := u.region(addr)
 	if !ok || reg.addressOnly || reg.size != r {
 		return fmt.Errorf("release %d bytes at %#x: no such region: %w", size, addr, ErrUnknownAddress)
 	}
@@ -128,7 +128,7 @@ func (u *SimUpstream) ReleaseAddress(addr, size uint64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	r, _ := u.rounded(size)
-	reg, ok := u.regions[addr]
+	reg, ok := u.region(addr)
 	if !ok || !reg.addressOnly || reg.size != r {
 		return fmt.Errorf("release %d bytes of address space at %#x: no such reservation: %w", size, addr, ErrUnknownAddress)
 	}
@@ -202,12 +202,11 @@ func (u *SimUpstream) Contains(addr, size uint64) bool {
 		m, ok := u.lastMappedAtOrBelow(addr)
 		return ok && m.end() >= end
 	}
-	for base, reg := range u.regions {
-		if !reg.addressOnly && base <= addr && end <= base+reg.size {
-			return true
-		}
-	}
-	return false
+	found := false
+	u.regions.each(func(base uint64, reg *simRegion) {
+		found = found || (!reg.addressOnly && base <= addr && end <= base+reg.size)
+	})
+	return found
 }
 
 // Stats returns the counters so far.
@@ -235,17 +234,25 @@ func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
 	}
 	u.addrs.take(id, r)
 	addr := u.addrs.node(id).addr
-	u.regions[addr] = simRegion{size: r, node: id, addressOnly: addressOnly}
+	u.regions.put(addr, simRegion{size: r, node: id, addressOnly: addressOnly})
 	if addressOnly {
 		u.byAddr.insert(span{addr: addr, size: r})
 	}
 	return addr, nil
 }
 
+// region returns the range handed out at addr.
+func (u *SimUpstream) region(addr uint64) (simRegion, bool) {
+	if r := u.regions.get(addr); r != nil {
+		return *r, true
+	}
+	return simRegion{}, false
+}
+
 // give returns a range handed out to the free address space.
 func (u *SimUpstream) give(addr uint64, reg simRegion) {
 	u.addrs.release(reg.node, false, 0)
-	delete(u.regions, addr)
+	u.regions.take(addr)
 	if reg.addressOnly {
 		u.byAddr.delete(span{addr: addr})
 	}

@@ -26,8 +26,8 @@ const streamOrderedChunk = 2 << 20
 type streamOrderedPool struct {
 	base
 	sp        *space
-	regions   map[uint64]*soRegion
-	blocks    map[uint64]block
+	regions   *addrIndex[soRegion]
+	blocks    *addrIndex[block]
 	align     uint64
 	threshold uint64
 	empty     *spanTree // regions without a live block, by base address (trim takes the highest first)
@@ -42,8 +42,8 @@ type soRegion struct {
 func newStreamOrdered(cfg Config, up Upstream) *streamOrderedPool {
 	p := &streamOrderedPool{
 		sp:      newSpace(),
-		regions: make(map[uint64]*soRegion),
-		blocks:  make(map[uint64]block),
+		regions: newAddrIndex[soRegion](),
+		blocks:  newAddrIndex[block](),
 		empty:   newSpanTree(byAddrOrder),
 		align:   cfg.alignment(),
 	}
@@ -80,13 +80,13 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 	}
 	p.sp.take(id, blk)
 	n := p.sp.node(id)
-	if r := p.regions[n.seg]; r.live == 0 {
+	if r := p.regions.get(n.seg); r.live == 0 {
 		p.empty.delete(span{addr: n.seg})
 		r.live++
 	} else {
 		r.live++
 	}
-	p.blocks[n.addr] = block{req: size, size: blk, seg: n.seg, stream: stream, node: id}
+	p.blocks.put(n.addr, block{req: size, size: blk, seg: n.seg, stream: stream, node: id})
 	p.c.allocated(size, blk)
 	return n.addr, nil
 }
@@ -106,7 +106,7 @@ func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
 		return nilNode, err
 	}
 	id := p.sp.addSegment(addr, n, false, 0, nodeFree)
-	p.regions[addr] = &soRegion{size: n, head: id}
+	p.regions.put(addr, soRegion{size: n, head: id})
 	p.empty.insert(span{addr: addr, size: n})
 	return id, nil
 }
@@ -118,12 +118,11 @@ func (p *streamOrderedPool) Free(addr, stream uint64) error {
 	if p.closed {
 		return errClosed("free")
 	}
-	b, ok := p.blocks[addr]
+	b, ok := p.blocks.take(addr)
 	if !ok {
 		return errUnknown(addr)
 	}
-	delete(p.blocks, addr)
-	if r := p.regions[b.seg]; r.live == 1 {
+	if r := p.regions.get(b.seg); r.live == 1 {
 		r.live = 0
 		p.empty.insert(span{addr: b.seg, size: r.size})
 	} else {
@@ -161,8 +160,8 @@ func (p *streamOrderedPool) trim(keep uint64) error {
 			return nil
 		}
 		p.empty.delete(e)
-		p.sp.dropSegment(p.regions[e.addr].head)
-		delete(p.regions, e.addr)
+		r, _ := p.regions.take(e.addr)
+		p.sp.dropSegment(r.head)
 		if err := p.up.release(e.addr, e.size); err != nil {
 			return err
 		}
@@ -179,8 +178,8 @@ func (p *streamOrderedPool) Close() error {
 	}
 	p.closed = true
 	var errs []error
-	for _, addr := range sortedKeys(p.regions) {
-		errs = append(errs, p.up.release(addr, p.regions[addr].size))
+	for _, addr := range p.regions.sortedAddrs() {
+		errs = append(errs, p.up.release(addr, p.regions.get(addr).size))
 	}
 	return errors.Join(errs...)
 }
