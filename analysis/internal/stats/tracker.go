@@ -64,8 +64,10 @@ func (a *anomaly) result() model.Anomaly {
 // tracker follows the blocks of one layer (framework requests, or native calls).
 type tracker struct {
 	fns          *interner
-	live         Table[liveBlock]
-	freed        []Key // direct-mapped by hash
+	live         Table[int32] // block key → index in blocks
+	blocks       []liveBlock  // live blocks, by index; a slab so the table's slots stay small
+	spare        []int32      // indexes of blocks free for reuse
+	freed        []Key        // direct-mapped by hash
 	overall      *tally
 	groups       []*tally
 	groupIdx     map[groupKey]int32
@@ -82,14 +84,15 @@ type tracker struct {
 	thresholds   []uint64 // sizes above thresholds[i] are large for candidate i
 	largeLive    []uint64
 	largePeak    []uint64
+	ascending    bool // thresholds ascend: a size not above one is not above the later ones
 	split        bool // groups have tallies of their own (see tallyOf)
 }
 
 func newTracker(fns *interner, thresholds []uint64) *tracker {
 	return &tracker{fns: fns, thresholds: thresholds, largeLive: make([]uint64, len(thresholds)),
-		largePeak: make([]uint64, len(thresholds)),
-		overall:   &tally{lifetime: NewSketch(overallSketchCap), freeDur: NewSketch(overallSketchCap)},
-		groupIdx:  make(map[groupKey]int32), lastIdx: -1, sizes: newSizeTable()}
+		largePeak: make([]uint64, len(thresholds)), ascending: slices.IsSorted(thresholds),
+		overall:  &tally{lifetime: NewSketch(overallSketchCap), freeDur: NewSketch(overallSketchCap)},
+		groupIdx: make(map[groupKey]int32), lastIdx: -1, sizes: newSizeTable()}
 }
 
 func (t *tracker) group(pid uint32, device int32, stream uint64) int32 {
@@ -155,12 +158,14 @@ func (t *tracker) alloc(e *trace.Event, g *tally) {
 		return
 	}
 	si := t.sizes.lookup(e.Size)
-	old, replaced := t.live.Put(KeyOf(e), liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size,
+	bi := t.newBlock(liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size,
 		callsite: e.Callsite, group: t.lastIdx, sizeIdx: si, fn: t.fns.id(e.Function)})
+	old, replaced := t.live.Put(KeyOf(e), bi)
 	if replaced {
 		// The address was handed out again without a free in between: the old block's free
 		// was not recorded. Count it as freed now so live bytes stay right.
-		t.release(e, old)
+		t.release(e, t.blocks[old])
+		t.spare = append(t.spare, old)
 	}
 	t.sizes.alloc(si)
 	g.countSize(si)
@@ -168,6 +173,8 @@ func (t *tracker) alloc(e *trace.Event, g *tally) {
 		if e.Size > th {
 			t.largeLive[i] += e.Size
 			t.largePeak[i] = max(t.largePeak[i], t.largeLive[i])
+		} else if t.ascending {
+			break
 		}
 	}
 	g.alloc(e)
@@ -181,12 +188,12 @@ func (t *tracker) alloc(e *trace.Event, g *tally) {
 
 func (t *tracker) free(e *trace.Event) {
 	k := KeyOf(e)
-	var b liveBlock
+	var bi int32
 	var ok bool
 	if e.OK() {
-		b, ok = t.live.Delete(k)
+		bi, ok = t.live.Delete(k)
 	} else {
-		b, ok = t.live.Get(k)
+		bi, ok = t.live.Get(k)
 	}
 	if !ok {
 		t.tallyOf(t.lastIdx).see(e)
@@ -200,17 +207,31 @@ func (t *tracker) free(e *trace.Event) {
 		}
 		return
 	}
+	b := t.blocks[bi]
 	g := t.tallyOf(b.group)
 	g.see(e)
 	if !e.OK() {
 		return
 	}
+	t.spare = append(t.spare, bi)
 	t.remember(k)
 	t.sizes.free(b.sizeIdx)
 	t.dropLarge(b.size)
 	g.free(e, &b)
 	t.overall.free(e, &b)
 	t.timeline.Add(e.TimeNs, t.overall.live)
+}
+
+// newBlock stores b in the slab and returns its index.
+func (t *tracker) newBlock(b liveBlock) int32 {
+	if n := len(t.spare); n > 0 {
+		i := t.spare[n-1]
+		t.spare = t.spare[:n-1]
+		t.blocks[i] = b
+		return i
+	}
+	t.blocks = append(t.blocks, b)
+	return int32(len(t.blocks) - 1)
 }
 
 // release drops a block whose free was never seen.
@@ -255,7 +276,8 @@ func byAge(x, y leak) int {
 // finishLeaks records the blocks still live as leaks, the oldest first.
 func (t *tracker) finishLeaks() {
 	var oldest []leak
-	t.live.All(func(k Key, b liveBlock) {
+	t.live.All(func(k Key, bi int32) {
+		b := t.blocks[bi]
 		t.leaks.count++
 		t.leaks.bytes += b.size
 		oldest = append(oldest, leak{k, b})
@@ -282,6 +304,8 @@ func (t *tracker) dropLarge(size uint64) {
 	for i, th := range t.thresholds {
 		if size > th {
 			t.largeLive[i] -= size
+		} else if t.ascending {
+			break
 		}
 	}
 }
