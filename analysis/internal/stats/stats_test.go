@@ -103,3 +103,44 @@ func TestPeakSnapshotMatchesBruteForce(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineMatchesCountBuckets checks the incremental bucket bookkeeping against the rule it
+// implements: update n (from 0) goes to bucket n / width, width doubling whenever 1000 buckets fill.
+func TestTimelineMatchesCountBuckets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var tl Timeline
+	var ref []timelineBucket
+	width := uint64(1)
+	for n := range uint64(300_000) {
+		p := timelinePoint{int64(n), rng.Uint64N(1 << 20)}
+		tl.Add(p.time, p.value)
+		if n/width >= maxTimelineBuckets {
+			for i := range len(ref) / 2 {
+				a, b := ref[2*i], ref[2*i+1]
+				if b.min.value < a.min.value {
+					a.min = b.min
+				}
+				if b.max.value > a.max.value {
+					a.max = b.max
+				}
+				ref[i] = a
+			}
+			ref, width = ref[:len(ref)/2], 2*width
+		}
+		if idx := n / width; int(idx) == len(ref) {
+			ref = append(ref, timelineBucket{min: p, max: p, set: true})
+		} else if b := &ref[idx]; p.value < b.min.value {
+			b.min = p
+		} else if p.value > b.max.value {
+			b.max = p
+		}
+	}
+	if len(tl.buckets) != len(ref) || tl.width != width {
+		t.Fatalf("%d buckets of width %d, want %d of %d", len(tl.buckets), tl.width, len(ref), width)
+	}
+	for i := range ref {
+		if tl.buckets[i] != ref[i] {
+			t.Fatalf("bucket %d = %+v, want %+v", i, tl.buckets[i], ref[i])
+		}
+	}
+}

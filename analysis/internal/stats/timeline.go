@@ -22,32 +22,38 @@ type Timeline struct {
 	buckets []timelineBucket
 	width   uint64
 	n       uint64
+	fill    uint64 // updates in the last bucket
 }
 
 // Add records the value at time.
 func (t *Timeline) Add(time int64, value uint64) {
+	t.n++
+	p := timelinePoint{time, value}
+	if t.fill == t.width { // the last bucket is full (or there is none): start one
+		t.start(p)
+		return
+	}
+	t.fill++
+	b := &t.buckets[len(t.buckets)-1]
+	if value < b.min.value {
+		b.min = p
+	} else if value > b.max.value {
+		b.max = p
+	}
+}
+
+// start opens a new bucket holding p, merging neighbours first when the buckets are full. It is
+// called only when every bucket is full, and merging full buckets leaves them full.
+func (t *Timeline) start(p timelinePoint) {
 	if t.width == 0 {
 		t.width = 1
 		t.buckets = make([]timelineBucket, 0, maxTimelineBuckets)
 	}
-	idx := t.n / t.width
-	if idx >= maxTimelineBuckets {
+	if len(t.buckets) == maxTimelineBuckets {
 		t.merge()
-		idx = t.n / t.width
 	}
-	t.n++
-	p := timelinePoint{time, value}
-	if int(idx) == len(t.buckets) {
-		t.buckets = append(t.buckets, timelineBucket{min: p, max: p, set: true})
-		return
-	}
-	b := &t.buckets[idx]
-	if value < b.min.value {
-		b.min = p
-	}
-	if value > b.max.value {
-		b.max = p
-	}
+	t.buckets = append(t.buckets, timelineBucket{min: p, max: p, set: true})
+	t.fill = 1
 }
 
 func (t *Timeline) merge() {
