@@ -9,18 +9,26 @@ type interner struct {
 	names []string
 	last  string
 	lastI uint16
+	prev  string // the name before last (allocations and frees usually alternate)
+	prevI uint16
 }
 
 func newInterner() *interner { return &interner{ids: make(map[string]uint16)} }
 
 func (n *interner) id(s string) uint16 {
-	if len(n.names) > 0 && s == n.last {
-		return n.lastI
+	if len(n.names) > 0 {
+		if s == n.last {
+			return n.lastI
+		}
+		if s == n.prev && len(n.names) > 1 {
+			n.last, n.lastI, n.prev, n.prevI = n.prev, n.prevI, n.last, n.lastI
+			return n.lastI
+		}
 	}
 	if len(n.names) <= 8 { // few names: comparing beats hashing
 		for i, name := range n.names {
 			if name == s {
-				n.last, n.lastI = name, uint16(i)
+				n.remember(name, uint16(i))
 				return uint16(i)
 			}
 		}
@@ -36,8 +44,13 @@ func (n *interner) id(s string) uint16 {
 		n.ids[c] = i
 		s = c
 	}
-	n.last, n.lastI = n.names[i], i
+	n.remember(n.names[i], i)
 	return i
+}
+
+func (n *interner) remember(s string, i uint16) {
+	n.prev, n.prevI = n.last, n.lastI
+	n.last, n.lastI = s, i
 }
 
 func (n *interner) name(i uint16) string {

@@ -31,10 +31,11 @@ func NewSketch(capacity int) *Sketch {
 
 // Add records one value.
 func (s *Sketch) Add(v float64) {
-	if s.n == 0 || v < s.min {
+	if s.n == 0 {
+		s.min, s.max = v, v
+	} else if v < s.min {
 		s.min = v
-	}
-	if s.n == 0 || v > s.max {
+	} else if v > s.max {
 		s.max = v
 	}
 	s.n++
