@@ -324,12 +324,31 @@ func (c *converter) load(cu *cursor) error {
 	if len(recs) != s.count {
 		return fmt.Errorf("%s: record %d: file changed while converting", cu.lf.log.name, s.first)
 	}
-	bySeq := func(a, b rawRecord) int { return cmp.Compare(a.Seq, b.Seq) }
-	if !slices.IsSortedFunc(recs, bySeq) {
-		slices.SortStableFunc(recs, bySeq)
-	}
+	sortBySeq(recs)
 	cu.recs = recs
 	return nil
+}
+
+// sortBySeq sorts recs by seq, stably. Segments are nearly sorted (threads interleave by a few
+// records), so an insertion sort does it in one pass; when it has moved more than a few records per
+// record on average, the rest is left to a stable merge sort.
+func sortBySeq(recs []rawRecord) {
+	budget := 8 * len(recs)
+	for i := 1; i < len(recs); i++ {
+		if recs[i].Seq >= recs[i-1].Seq {
+			continue
+		}
+		r := recs[i]
+		j := i
+		for ; j > 0 && recs[j-1].Seq > r.Seq; j-- {
+			recs[j] = recs[j-1]
+		}
+		recs[j] = r
+		if budget -= i - j; budget < 0 {
+			slices.SortStableFunc(recs, func(a, b rawRecord) int { return cmp.Compare(a.Seq, b.Seq) })
+			return
+		}
+	}
 }
 
 // emit converts one record, updates the summary and hands the event to the sink.
