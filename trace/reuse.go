@@ -9,7 +9,9 @@ import (
 
 // reuseAllocator keeps the buffers the Writer frees and hands them out again: every batch
 // allocates the same sizes (compressed column buffers), so after the first batch the Writer
-// allocates nothing. Reused memory is cleared, as Go memory is. release gives everything back
+// allocates nothing. Reused memory is not cleared: the IPC writer asks for buffers of the
+// largest compressed size, writes the compressed bytes and truncates the buffer to them, so it
+// never reads a byte it did not write (clearing cost 10 ns per event). release gives everything back
 // to the underlying allocator. It is safe for concurrent use (compression goroutines).
 type reuseAllocator struct {
 	mem    memory.Allocator
@@ -40,7 +42,6 @@ func (a *reuseAllocator) Allocate(n int) []byte {
 		b = a.free[best]
 		a.free[best] = a.free[len(a.free)-1]
 		a.free = a.free[:len(a.free)-1]
-		clear(b[:n])
 	} else {
 		b = a.mem.Allocate(n)
 	}
