@@ -51,12 +51,13 @@ func (c *Collector) Add(batch []trace.Event) {
 			c.framework.add(e)
 			continue
 		}
-		c.native.add(e)
-		c.nativeCall(e)
+		c.nativeCall(e, c.native.add(e))
 	}
 }
 
-func (c *Collector) nativeCall(e *trace.Event) {
+// nativeCall counts a native event's call; fn is its function's id when the tracker interned it,
+// else -1.
+func (c *Collector) nativeCall(e *trace.Event, fn int32) {
 	if e.Op == trace.OpMap && e.OK() {
 		c.maps++
 		c.segBytes += e.Size
@@ -73,7 +74,10 @@ func (c *Collector) nativeCall(e *trace.Event) {
 		return
 	}
 	c.measured += e.DurationNs
-	fn, bucket := c.fns.id(e.Function), log2Bucket(e.Size)
+	if fn < 0 {
+		fn = int32(c.fns.id(e.Function))
+	}
+	bucket := log2Bucket(e.Size)
 	for int(fn) >= len(c.calls) {
 		c.calls = append(c.calls, [65]*Sketch{})
 		c.freeFns = append(c.freeFns, false)

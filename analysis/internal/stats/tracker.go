@@ -123,18 +123,19 @@ func (t *tracker) ref(e *trace.Event) model.EventRef {
 
 func tracked(m trace.Memory) bool { return m == trace.MemoryDevice || m == trace.MemoryManaged }
 
-// add processes one event of this tracker's layer.
-func (t *tracker) add(e *trace.Event) {
+// add processes one event of this tracker's layer. It returns the interned id of the event's
+// function when it needed it, else -1.
+func (t *tracker) add(e *trace.Event) int32 {
 	t.events++
 	g := t.tallyOf(t.group(e.PID, e.Device, e.Stream)) // before overall.see: group may clone it
 	t.overall.see(e)
 	if !tracked(e.Memory) {
 		g.see(e)
-		return
+		return -1
 	}
 	switch e.Op {
 	case trace.OpAlloc:
-		t.alloc(e, g)
+		return t.alloc(e, g)
 	case trace.OpFree:
 		t.free(e)
 	case trace.OpOOM:
@@ -143,23 +144,26 @@ func (t *tracker) add(e *trace.Event) {
 	default:
 		g.see(e)
 	}
+	return -1
 }
 
-func (t *tracker) alloc(e *trace.Event, g *tally) {
+// alloc processes an allocation; it returns the id of its function when it interned it, else -1.
+func (t *tracker) alloc(e *trace.Event, g *tally) int32 {
 	g.see(e)
 	if !e.OK() {
 		t.failed.add(t.ref(e), e.Size)
-		return
+		return -1
 	}
 	if e.Size == 0 {
 		t.zeroSize.add(t.ref(e), 0)
 	}
 	if e.Address == 0 {
-		return
+		return -1
 	}
 	si := t.sizes.lookup(e.Size)
+	fn := t.fns.id(e.Function)
 	bi := t.newBlock(liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size,
-		callsite: e.Callsite, group: t.lastIdx, sizeIdx: si, fn: t.fns.id(e.Function)})
+		callsite: e.Callsite, group: t.lastIdx, sizeIdx: si, fn: fn})
 	old, replaced := t.live.Put(KeyOf(e), bi)
 	if replaced {
 		// The address was handed out again without a free in between: the old block's free
@@ -184,6 +188,7 @@ func (t *tracker) alloc(e *trace.Event, g *tally) {
 		t.sizes.snapshot()
 	}
 	t.timeline.Add(e.TimeNs, t.overall.live)
+	return int32(fn)
 }
 
 func (t *tracker) free(e *trace.Event) {
