@@ -41,6 +41,9 @@ func (s *Sketch) Add(v float64) {
 	s.n++
 	s.sorted = false
 	if len(s.samples) < s.cap {
+		if len(s.samples) == cap(s.samples) {
+			s.grow()
+		}
 		s.samples = append(s.samples, v)
 		return
 	}
@@ -50,6 +53,13 @@ func (s *Sketch) Add(v float64) {
 	if j, _ := bits.Mul64(s.rng, s.n); j < uint64(s.cap) { // j uniform in [0, n)
 		s.samples[j] = v
 	}
+}
+
+// grow doubles the sample's capacity, up to the sketch's (append grows large slices by only 1.25×,
+// copying them more often).
+func (s *Sketch) grow() {
+	c := min(max(2*cap(s.samples), 64), s.cap)
+	s.samples = slices.Grow(s.samples, c-len(s.samples))
 }
 
 // Count returns the number of values added.
