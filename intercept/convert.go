@@ -41,16 +41,15 @@ type eventSink interface {
 // Memory stays bounded: each log is cut into segments of 8192 slots, a segment is read and sorted
 // only when the merge reaches its smallest seq, and dropped once done, so nearly sorted logs (the shim
 // writes them so) keep about two segments per process in memory.
+//
+// The merge runs on the calling goroutine and hands each event straight to w, whose own goroutines
+// encode and compress full batches meanwhile (an extra goroutine between the two, with a copy of
+// each event, was slower: BenchmarkConvert).
 func Convert(dir string, w *trace.Writer, opts ConvertOptions) (Summary, error) {
 	if w == nil {
 		return Summary{}, errors.New("convert raw logs: nil trace writer")
 	}
-	p := newPipelinedSink(w)
-	sum, err := convert(dir, p, opts)
-	if werr := p.finish(); werr != nil {
-		return sum, fmt.Errorf("write trace: %w", werr)
-	}
-	return sum, err
+	return convert(dir, w, opts)
 }
 
 // Command returns the command line recorded in the raw logs of dir (of the first process), for the trace metadata.
