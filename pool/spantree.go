@@ -96,33 +96,53 @@ func (t *spanTree) newNode(s span) int32 {
 	return int32(len(t.nodes) - 1)
 }
 
-// insert adds s, which must not be in the tree.
+// maxTreeHeight bounds an AVL tree's height (1.44 log2 of 2^31 nodes is under 46).
+const maxTreeHeight = 64
+
+// insert adds s, which must not be in the tree. It walks down once, remembering the path, and
+// rebalances on the way back up until a subtree's height is unchanged.
 func (t *spanTree) insert(s span) {
 	t.mods++
-	t.root, _ = t.insertAt(t.root, &s)
 	t.count++
+	var path [maxTreeHeight]int32
+	var left [maxTreeHeight]bool
+	depth := 0
+	for n := t.root; n != treeNil; depth++ {
+		path[depth] = n
+		left[depth] = t.less(&s, &t.nodes[n].s)
+		if left[depth] {
+			n = t.nodes[n].left
+		} else {
+			n = t.nodes[n].right
+		}
+	}
+	child := t.newNode(s)
+	for i := depth - 1; i >= 0; i-- {
+		n := path[i]
+		if left[i] {
+			t.nodes[n].left = child
+		} else {
+			t.nodes[n].right = child
+		}
+		var changed bool
+		if child, changed = t.rebalance(n); !changed {
+			if i > 0 {
+				t.setChild(path[i-1], left[i-1], child)
+				return
+			}
+			break
+		}
+	}
+	t.root = child
 }
 
-// insertAt inserts s under n and returns the subtree's root and whether its height changed
-// (when it did not, nothing above needs rebalancing).
-func (t *spanTree) insertAt(n int32, s *span) (int32, bool) {
-	if n == treeNil {
-		return t.newNode(*s), true
-	}
-	var changed bool
-	if t.less(s, &t.nodes[n].s) {
-		var l int32
-		l, changed = t.insertAt(t.nodes[n].left, s)
-		t.nodes[n].left = l
+// setChild makes c the left (or right) child of n.
+func (t *spanTree) setChild(n int32, left bool, c int32) {
+	if left {
+		t.nodes[n].left = c
 	} else {
-		var r int32
-		r, changed = t.insertAt(t.nodes[n].right, s)
-		t.nodes[n].right = r
+		t.nodes[n].right = c
 	}
-	if !changed {
-		return n, false
-	}
-	return t.rebalance(n)
 }
 
 // rebalance balances n and reports whether the subtree's height changed.
