@@ -16,10 +16,15 @@ type interner struct {
 func newInterner() *interner { return &interner{ids: make(map[string]uint16)} }
 
 func (n *interner) id(s string) uint16 {
+	if len(n.names) > 0 && s == n.last {
+		return n.lastI
+	}
+	return n.idSlow(s)
+}
+
+// idSlow returns the id of s, which is not the last name looked up.
+func (n *interner) idSlow(s string) uint16 {
 	if len(n.names) > 0 {
-		if s == n.last {
-			return n.lastI
-		}
 		if s == n.prev && len(n.names) > 1 {
 			n.last, n.lastI, n.prev, n.prevI = n.prev, n.prevI, n.last, n.lastI
 			return n.lastI

@@ -36,6 +36,11 @@ func (t *sizeTable) lookup(size uint64) int32 {
 	if c.ok && c.size == size {
 		return c.idx
 	}
+	return t.lookupMiss(size, c)
+}
+
+// lookupMiss returns the index of size, which cache entry c does not hold, and caches it there.
+func (t *sizeTable) lookupMiss(size uint64, c *sizeCacheEntry) int32 {
 	i := t.lookupMap(size)
 	*c = sizeCacheEntry{size: size, idx: i, ok: i >= 0 && t.sizes[i] == size}
 	return i

@@ -95,11 +95,15 @@ func newTracker(fns *interner, thresholds []uint64) *tracker {
 		groupIdx: make(map[groupKey]int32), lastIdx: -1, sizes: newSizeTable()}
 }
 
-func (t *tracker) group(pid uint32, device int32, stream uint64) int32 {
-	k := groupKey{pid, device, stream}
-	if t.lastIdx >= 0 && k == t.lastKey {
-		return t.lastIdx
+func (t *tracker) group(e *trace.Event) int32 {
+	if t.lastIdx < 0 || e.Stream != t.lastKey.stream || e.PID != t.lastKey.pid || e.Device != t.lastKey.device {
+		return t.newGroup(groupKey{e.PID, e.Device, e.Stream})
 	}
+	return t.lastIdx
+}
+
+// newGroup returns the index of the group of k, which is not the last group seen.
+func (t *tracker) newGroup(k groupKey) int32 {
 	i, ok := t.groupIdx[k]
 	if !ok {
 		if len(t.groups) == 1 {
@@ -107,7 +111,7 @@ func (t *tracker) group(pid uint32, device int32, stream uint64) int32 {
 		}
 		i = int32(len(t.groups))
 		g := newTally(groupSketchCap)
-		g.pid, g.device, g.stream = pid, device, stream
+		g.pid, g.device, g.stream = k.pid, k.device, k.stream
 		t.groups = append(t.groups, g)
 		t.groupIdx[k] = i
 	}
@@ -127,7 +131,7 @@ func tracked(m trace.Memory) bool { return m == trace.MemoryDevice || m == trace
 // function when it needed it, else -1.
 func (t *tracker) add(e *trace.Event) int32 {
 	t.events++
-	g := t.tallyOf(t.group(e.PID, e.Device, e.Stream)) // before overall.see: group may clone it
+	g := t.tallyOf(t.group(e)) // before overall.see: group may clone it
 	t.overall.see(e)
 	if !tracked(e.Memory) {
 		g.see(e)
