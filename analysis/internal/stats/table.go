@@ -1,5 +1,7 @@
 package stats
 
+import "math/bits"
+
 // Table maps block keys to values: an open-addressing hash table with linear probing and
 // backward-shift deletion. It hashes a key once per operation, which Go maps with a struct key
 // do not offer for insert-or-replace and lookup-and-delete; the statistics and simulation passes
@@ -8,6 +10,7 @@ type Table[V any] struct {
 	slots []tableSlot[V]
 	n     int
 	mask  uint64
+	shift uint8 // 64 - log2(len(slots))
 }
 
 type tableSlot[V any] struct {
@@ -16,20 +19,20 @@ type tableSlot[V any] struct {
 	val  V
 }
 
+// hashKey hashes k multiplicatively (Fibonacci hashing); a table takes the top bits, which
+// depend on every bit of the key (addresses differ mostly in their middle bits).
 func hashKey(k Key) uint64 {
-	h := k.Addr ^ uint64(k.PID)<<32 ^ uint64(uint32(k.Device))<<56
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	return h ^ h>>33
+	return (k.Addr ^ uint64(k.PID)<<32 ^ uint64(uint32(k.Device))<<56) * 0x9e3779b97f4a7c15
 }
+
+// home returns the slot k hashes to.
+func (t *Table[V]) home(k Key) uint64 { return hashKey(k) >> t.shift }
 
 // Len returns the number of keys.
 func (t *Table[V]) Len() int { return t.n }
 
 func (t *Table[V]) find(k Key) (uint64, bool) {
-	return t.findFrom(k, hashKey(k)&t.mask)
+	return t.findFrom(k, t.home(k))
 }
 
 // findFrom probes for k from its home slot i.
@@ -51,7 +54,7 @@ func (t *Table[V]) Put(k Key, v V) (old V, replaced bool) {
 	if 4*(t.n+1) > 3*len(t.slots) {
 		t.grow()
 	}
-	home := hashKey(k) & t.mask
+	home := t.home(k)
 	i, ok := t.findFrom(k, home)
 	s := &t.slots[i]
 	if ok {
@@ -117,6 +120,7 @@ func (t *Table[V]) grow() {
 	old := t.slots
 	size := max(64, 2*len(old))
 	t.slots, t.mask, t.n = make([]tableSlot[V], size), uint64(size-1), 0
+	t.shift = uint8(64 - bits.Len(uint(size-1)))
 	for i := range old {
 		if old[i].home != 0 {
 			t.Put(old[i].key, old[i].val)
