@@ -31,6 +31,16 @@ type streamOrderedPool struct {
 	align     uint64
 	threshold uint64
 	empty     *spanTree // regions without a live block, by base address (trim takes the highest first)
+	pending   []pendingFree
+	tagged    bool // some free span may be on a stream's own list
+}
+
+// pendingFree is a block freed since the last Alloc or Sync, not yet put on its stream's free
+// list: when a Sync comes first, it goes straight to the shared free memory. Either way the free
+// spans end up as they would have, since merging free neighbours does not depend on the order.
+type pendingFree struct {
+	node   int32
+	stream uint64
 }
 
 type soRegion struct {
@@ -67,6 +77,7 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 		return 0, err
 	}
 	blk := roundUp(max(size, 1), p.align)
+	p.settlePending(true)
 	id, ok := p.sp.bestFit(true, stream, blk)
 	if !ok {
 		id, ok = p.sp.bestFit(false, 0, blk)
@@ -128,7 +139,7 @@ func (p *streamOrderedPool) Free(addr, stream uint64) error {
 	} else {
 		r.live--
 	}
-	p.sp.release(b.node, true, stream)
+	p.pending = append(p.pending, pendingFree{node: b.node, stream: stream})
 	p.c.freed(b.req, b.size)
 	return nil
 }
@@ -140,15 +151,31 @@ func (p *streamOrderedPool) Sync() error {
 	if p.closed {
 		return errClosed("sync")
 	}
+	p.settlePending(false)
 	// Tagged spans sort after untagged ones: take the first tagged span until none is left.
-	for {
+	for p.tagged {
 		s, ok := p.sp.free.lowerBound(span{tagged: true})
 		if !ok || !s.tagged {
 			break
 		}
 		p.sp.setOwner(s.node, false, 0)
 	}
+	p.tagged = false
 	return p.trim(p.threshold)
+}
+
+// settlePending puts the blocks freed since the last call on their streams' free lists
+// (toStreams) or into the free memory every stream shares.
+func (p *streamOrderedPool) settlePending(toStreams bool) {
+	for _, f := range p.pending {
+		if toStreams {
+			p.sp.release(f.node, true, f.stream)
+		} else {
+			p.sp.release(f.node, false, 0)
+		}
+	}
+	p.tagged = p.tagged || (toStreams && len(p.pending) > 0)
+	p.pending = p.pending[:0]
 }
 
 // trim releases regions without live blocks, highest address first, while more than keep bytes
