@@ -353,7 +353,7 @@ func sortBySeq(recs []rawRecord) {
 // emit converts one record, updates the summary and hands the event to the sink.
 func (c *converter) emit(lf *logFile, rec *rawRecord) error {
 	e := &c.event
-	*e = rec.event(&lf.log.header)
+	rec.fillEvent(e, &lf.log.header)
 	if c.sum.Events > 0 && e.Seq == c.lastSeq {
 		c.dups++
 	}

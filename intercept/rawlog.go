@@ -286,15 +286,20 @@ func (l *rawLog) locate(first, n int64) (io.ReaderAt, int64, int64) {
 
 // event converts a record of the process described by h into a trace event.
 func (rec *rawRecord) event(h *rawHeader) trace.Event {
+	var e trace.Event
+	rec.fillEvent(&e, h)
+	return e
+}
+
+// fillEvent is event writing into e, field by field (no temporary event and bulk copy: the merge
+// does this for every record).
+func (rec *rawRecord) fillEvent(e *trace.Event, h *rawHeader) {
 	fi := &functionTable[rec.Function]
-	e := trace.Event{
-		Seq: rec.Seq, TimeNs: rec.TimeNs, DurationNs: rec.DurationNs, PID: h.PID, TID: rec.TID,
-		Device: int32(rec.Device), Op: fi.Op, Memory: fi.Memory, Layer: fi.Layer, Function: fi.Name,
-		Size: rec.Size, Address: rec.Address, Stream: rec.Stream, Result: int32(rec.Result),
-		Callsite: rec.Callsite,
-	}
+	e.Seq, e.TimeNs, e.DurationNs, e.PID, e.TID = rec.Seq, rec.TimeNs, rec.DurationNs, h.PID, rec.TID
+	e.Device, e.Op, e.Memory, e.Layer, e.Function = int32(rec.Device), fi.Op, fi.Memory, fi.Layer, fi.Name
+	e.Size, e.Address, e.Handle, e.Stream = rec.Size, rec.Address, 0, rec.Stream
+	e.Result, e.Callsite = int32(rec.Result), rec.Callsite
 	if fi.Op == trace.OpMap {
 		e.Handle, e.Stream = rec.Stream, 0
 	}
-	return e
 }
