@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/allocscope/allocscope/trace"
 )
@@ -96,7 +98,7 @@ func logHeadersB(b *testing.B, dir string) []rawHeader {
 
 // BenchmarkConvert converts a synthetic raw log of 1 Mi nearly sorted events (4 threads' worth of
 // interleaving) into an Arrow trace written to io.Discard, and into a sink that drops events (the
-// merge alone).
+// merge alone). Besides events/s it reports cpu-ns/event and cores (see reportConvertRates).
 //
 //	go test -run '^$' -bench Convert ./intercept/
 func BenchmarkConvert(b *testing.B) {
@@ -104,6 +106,7 @@ func BenchmarkConvert(b *testing.B) {
 	dir := b.TempDir()
 	writeSyntheticLog(b, filepath.Join(dir, "1-1.alog"), 1, events, 4)
 	b.Run("arrow", func(b *testing.B) {
+		cpu0 := processCPU(b)
 		for i := 0; i < b.N; i++ {
 			w, err := trace.NewWriter(io.Discard, trace.Info{Source: "allocscope"})
 			if err != nil {
@@ -116,16 +119,36 @@ func BenchmarkConvert(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		reportConvertRates(b, events, processCPU(b)-cpu0)
 	})
 	b.Run("merge", func(b *testing.B) {
+		cpu0 := processCPU(b)
 		for i := 0; i < b.N; i++ {
 			if _, err := convert(dir, discard{}, ConvertOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		reportConvertRates(b, events, processCPU(b)-cpu0)
 	})
+}
+
+// reportConvertRates reports events/s (wall), the CPU time per event of the whole process and the
+// cores it kept busy on average: on a shared machine events/s follows the load of others, cpu-ns/event
+// does not.
+func reportConvertRates(b *testing.B, events int, cpu time.Duration) {
+	n := float64(events) * float64(b.N)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/event")
+	b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
+}
+
+// processCPU returns the user and system CPU time the process has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type discard struct{}
