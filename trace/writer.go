@@ -75,13 +75,24 @@ type Writer struct {
 	results  chan error    // from the encoder goroutine, one per job
 	inFlight bool          // a job was sent and its result not yet received
 
-	n          int // rows in the current batch
-	written    uint64
-	funcIndex  map[string]int16
-	funcCache  [2]funcCacheEntry // the last two functions looked up (alloc/free pairs alternate)
-	funcVictim int               // index in funcCache of the entry a miss replaces
-	err        error
-	closed     bool
+	n         int // rows in the current batch
+	written   uint64
+	funcIndex map[string]int16
+	funcCache [funcCacheSize]funcCacheEntry // recently looked-up functions, at funcCacheSlot(name)
+	err       error
+	closed    bool
+}
+
+// funcCacheSize is the number of entries of a Writer's function cache, a power of two.
+const funcCacheSize = 16
+
+// funcCacheSlot is where name goes in the function cache: a cheap hash of its length and two of
+// its bytes, which keeps the few entry points a program calls apart without hashing whole names.
+func funcCacheSlot(name string) int {
+	if name == "" {
+		return 0
+	}
+	return (len(name) + 7*int(name[len(name)-1]) + 3*int(name[len(name)/2])) & (funcCacheSize - 1)
 }
 
 // funcCacheEntry is a function name and its dictionary index.
@@ -176,8 +187,9 @@ func (w *Writer) buildFunctionIndex() error {
 		unique = append(unique, n)
 	}
 	w.cfg.functions = unique
-	w.funcCache[0] = funcCacheEntry{"", w.funcIndex[""]}
-	w.funcCache[1] = w.funcCache[0]
+	for i := range w.funcCache {
+		w.funcCache[i] = funcCacheEntry{"", w.funcIndex[""]}
+	}
 	return nil
 }
 
@@ -279,18 +291,15 @@ func (w *Writer) functionIndex(e *Event) (int16, error) {
 	if e.Op >= opCount || e.Memory >= memoryCount || e.Layer >= layerCount {
 		return 0, fmt.Errorf("trace writer: event seq %d: invalid %s/%s/%s", e.Seq, e.Op, e.Memory, e.Layer)
 	}
-	if e.Function == w.funcCache[0].name {
-		return w.funcCache[0].index, nil
-	}
-	if e.Function == w.funcCache[1].name {
-		return w.funcCache[1].index, nil
+	slot := &w.funcCache[funcCacheSlot(e.Function)]
+	if e.Function == slot.name {
+		return slot.index, nil
 	}
 	fi, ok := w.funcIndex[e.Function]
 	if !ok {
 		return 0, fmt.Errorf("trace writer: event seq %d: function %q is not in the writer's dictionary (add it with trace.WithFunctions)", e.Seq, e.Function)
 	}
-	w.funcCache[w.funcVictim] = funcCacheEntry{e.Function, fi}
-	w.funcVictim ^= 1
+	*slot = funcCacheEntry{e.Function, fi}
 	return fi, nil
 }
 
