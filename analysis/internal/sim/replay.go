@@ -45,8 +45,9 @@ func (s Stream) request(e *trace.Event) int {
 // syncCalls remembers which functions synchronize with the device: cudaMalloc/cudaFree-like
 // calls that are not stream-ordered (no "Async" in the name).
 type syncCalls struct {
-	last   string
-	lastOK bool
+	names [2]string // the last two function names seen (allocs and frees alternate)
+	oks   [2]bool
+	next  int
 }
 
 // synchronizes reports whether e is a native allocation or free that synchronizes with the device.
@@ -55,10 +56,15 @@ func (c *syncCalls) synchronizes(e *trace.Event) bool {
 		e.Memory != trace.MemoryDevice {
 		return false
 	}
-	if e.Function != c.last {
-		c.last, c.lastOK = strings.Clone(e.Function), !strings.Contains(e.Function, "Async")
+	for i := range c.names {
+		if c.names[i] == e.Function && c.names[i] != "" {
+			return c.oks[i]
+		}
 	}
-	return c.lastOK
+	ok := !strings.Contains(e.Function, "Async")
+	c.names[c.next], c.oks[c.next] = strings.Clone(e.Function), ok
+	c.next ^= 1
+	return ok
 }
 
 // Policy is one allocator configuration to simulate.
