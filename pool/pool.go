@@ -75,19 +75,19 @@ type Syncer interface {
 
 // Stats are an allocator's counters. Bytes are exact.
 type Stats struct {
-	Allocs            uint64 // successful Alloc calls
-	Frees             uint64 // successful Free calls
-	Failures          uint64 // Alloc calls that returned an error
-	LiveBytes         uint64 // bytes requested by blocks now live
-	PeakLiveBytes     uint64 // maximum of LiveBytes
-	BlockBytes        uint64 // bytes of the blocks now live, after rounding
-	PeakBlockBytes    uint64 // maximum of BlockBytes
-	ReservedBytes     uint64 // bytes now held from the Upstream
-	PeakReservedBytes uint64 // maximum of ReservedBytes
-	UpstreamReserves  uint64 // Upstream.Reserve (or Mapper.Map) calls that succeeded
-	UpstreamReleases  uint64 // Upstream.Release (or Mapper.Unmap) calls
-	UpstreamFailures  uint64 // Upstream.Reserve (or Mapper.Map) calls that failed
-	Fallbacks         uint64 // requests served outside their planned class or arena (growth beyond the plan)
+	Allocs            uint64 `json:"allocs"`              // successful Alloc calls
+	Frees             uint64 `json:"frees"`               // successful Free calls
+	Failures          uint64 `json:"failures"`            // Alloc calls that returned an error
+	LiveBytes         uint64 `json:"live_bytes"`          // bytes requested by blocks now live
+	PeakLiveBytes     uint64 `json:"peak_live_bytes"`     // maximum of LiveBytes
+	BlockBytes        uint64 `json:"block_bytes"`         // bytes of the blocks now live, after rounding
+	PeakBlockBytes    uint64 `json:"peak_block_bytes"`    // maximum of BlockBytes
+	ReservedBytes     uint64 `json:"reserved_bytes"`      // bytes now held from the Upstream
+	PeakReservedBytes uint64 `json:"peak_reserved_bytes"` // maximum of ReservedBytes
+	UpstreamReserves  uint64 `json:"upstream_reserves"`   // Upstream.Reserve (or Mapper.Map) calls that succeeded
+	UpstreamReleases  uint64 `json:"upstream_releases"`   // Upstream.Release (or Mapper.Unmap) calls
+	UpstreamFailures  uint64 `json:"upstream_failures"`   // Upstream.Reserve (or Mapper.Map) calls that failed
+	Fallbacks         uint64 `json:"fallbacks"`           // requests served outside their planned class or arena (growth beyond the plan)
 }
 
 // LiveBlocks returns the number of blocks now live.
