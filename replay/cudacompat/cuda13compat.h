@@ -1,8 +1,9 @@
 /*
  * allocscope's CUDA-13 compatibility header for gorgonia.org/cu v0.9.6.
  *
- * Put this directory first on the include path (-I replay/cudacompat, before the CUDA toolkit's
- * include directory). It includes the real cuda.h, then undoes the CUDA 13 renames that break
+ * `make replay-cuda` copies it to .cuda/compat/cuda.h (git-ignored, so that no file named cuda.h is
+ * tracked) and puts that directory first on the include path, before the CUDA toolkit's include
+ * directory. It includes the real cuda.h (#include_next), then undoes the CUDA 13 renames that break
  * gorgonia.org/cu: CUDA 13 #defines these names to new entry points with different parameters
  * (cuCtxCreate -> cuCtxCreate_v4 with CUctxCreateParams*, cuMemAdvise/cuMemPrefetchAsync -> _v2
  * with CUmemLocation, the cuGraph*Dependencies/Edges calls -> _v2 with edge data). Here each
@@ -10,8 +11,8 @@
  *
  * Written for allocscope; contains no NVIDIA code.
  */
-#ifndef ALLOCSCOPE_CUDACOMPAT_CUDA_H
-#define ALLOCSCOPE_CUDACOMPAT_CUDA_H
+#ifndef ALLOCSCOPE_CUDA13COMPAT_H
+#define ALLOCSCOPE_CUDA13COMPAT_H
 
 #include_next <cuda.h>
 
@@ -55,4 +56,4 @@ CUresult CUDAAPI cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *fr
 
 #endif /* CUDA_VERSION >= 13000 */
 
-#endif /* ALLOCSCOPE_CUDACOMPAT_CUDA_H */
+#endif /* ALLOCSCOPE_CUDA13COMPAT_H */
