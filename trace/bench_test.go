@@ -95,25 +95,7 @@ func BenchmarkRead(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	read := 0
-	for read < b.N {
-		r, err := Open(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for read < b.N {
-			batch, err := r.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-			read += len(batch)
-		}
-		r.Close()
-	}
-	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "events/s")
+	readEvents(b, path)
 }
 
 // BenchmarkImportSnapshot measures the PyTorch snapshot importer on the real kvcache
@@ -159,13 +141,18 @@ func BenchmarkImportRMM(b *testing.B) {
 	}
 	f.Close()
 	b.ResetTimer()
-	n := 0
-	for n < b.N {
+	readEvents(b, path)
+}
+
+// readEvents opens path as often as needed to read b.N events and reports events/s.
+func readEvents(b *testing.B, path string) {
+	read := 0
+	for read < b.N {
 		r, err := Open(path)
 		if err != nil {
 			b.Fatal(err)
 		}
-		for n < b.N {
+		for read < b.N {
 			batch, err := r.Next()
 			if err == io.EOF {
 				break
@@ -173,9 +160,9 @@ func BenchmarkImportRMM(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n += len(batch)
+			read += len(batch)
 		}
 		r.Close()
 	}
-	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "events/s")
 }
