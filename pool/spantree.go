@@ -155,72 +155,101 @@ func (t *spanTree) rebalance(n int32) (int32, bool) {
 // delete removes the span equal to s (same owner, size and address); it reports whether one was there.
 func (t *spanTree) delete(s span) bool {
 	t.mods++
-	before := t.count
-	t.root, _ = t.deleteAt(t.root, &s)
-	return t.count < before
+	var path treePath
+	n := t.find(&s, &path)
+	if n == treeNil {
+		return false
+	}
+	t.deleteNode(n, &path)
+	return true
 }
 
-// deleteAt deletes s under n and returns the subtree's root and whether its height changed.
-func (t *spanTree) deleteAt(n int32, s *span) (int32, bool) {
-	if n == treeNil {
-		return treeNil, false
+// treePath is the way down from the root to a node: the nodes passed and which child was taken.
+type treePath struct {
+	nodes [maxTreeHeight]int32
+	left  [maxTreeHeight]bool
+	depth int
+}
+
+func (p *treePath) push(n int32, left bool) {
+	p.nodes[p.depth], p.left[p.depth] = n, left
+	p.depth++
+}
+
+// find returns the node holding s (treeNil for none), recording in path the nodes above it.
+func (t *spanTree) find(s *span, path *treePath) int32 {
+	n := t.root
+	for n != treeNil {
+		nd := &t.nodes[n]
+		if t.less(s, &nd.s) {
+			path.push(n, true)
+			n = nd.left
+		} else if t.less(&nd.s, s) {
+			path.push(n, false)
+			n = nd.right
+		} else {
+			break
+		}
 	}
-	nd := &t.nodes[n]
-	var changed bool
+	return n
+}
+
+// deleteNode removes node n, reached from the root by path, and rebalances on the way back up
+// until a subtree's height is unchanged.
+func (t *spanTree) deleteNode(n int32, path *treePath) {
+	t.count--
+	left, right := t.nodes[n].left, t.nodes[n].right
+	t.nodes[n].left, t.free = t.free, n
+	child, changed := left, true
 	switch {
-	case t.less(s, &nd.s):
-		var l int32
-		l, changed = t.deleteAt(nd.left, s)
-		t.nodes[n].left = l
-	case t.less(&nd.s, s):
-		var r int32
-		r, changed = t.deleteAt(nd.right, s)
-		t.nodes[n].right = r
+	case left == treeNil:
+		child = right
+	case right == treeNil:
 	default:
-		t.count--
-		left, right := nd.left, nd.right
-		t.nodes[n].left, t.free = t.free, n
-		if left == treeNil {
-			return right, true
-		}
-		if right == treeNil {
-			return left, true
-		}
 		// Replace n by its successor, the minimum of the right subtree.
 		var m int32
 		right, m = t.detachMin(right)
 		t.nodes[m].left, t.nodes[m].right = left, right
 		t.nodes[m].height = t.nodes[n].height
-		return t.rebalance(m)
+		child, changed = t.rebalance(m)
 	}
-	if !changed {
-		return n, false
+	for i := path.depth - 1; i >= 0; i-- {
+		p := path.nodes[i]
+		t.setChild(p, path.left[i], child)
+		if !changed {
+			return
+		}
+		child, changed = t.rebalance(p)
 	}
-	return t.rebalance(n)
+	t.root = child
 }
 
 // rekey replaces old, which must be in the tree, by s. When s falls between old's neighbours in
 // the order it takes old's place in its node (no rebalancing); otherwise it is a delete and an
 // insert. Either way the tree then holds the same set of spans.
 func (t *spanTree) rekey(old, s span) {
-	var pred, succ int32 = treeNil, treeNil
-	n := t.root
-	for n != treeNil {
-		nd := &t.nodes[n]
-		if t.less(&old, &nd.s) {
-			succ, n = n, nd.left
-		} else if t.less(&nd.s, &old) {
-			pred, n = n, nd.right
-		} else {
-			break
+	var path treePath
+	n := t.find(&old, &path)
+	pred, succ := treeNil, treeNil
+	for i := path.depth - 1; i >= 0 && (pred == treeNil || succ == treeNil); i-- {
+		if path.left[i] {
+			if succ == treeNil {
+				succ = path.nodes[i]
+			}
+		} else if pred == treeNil {
+			pred = path.nodes[i]
 		}
 	}
-	if n != treeNil && t.fits(n, pred, succ, &s) {
-		t.nodes[n].s = s
-		t.mods++
+	t.mods++
+	if n == treeNil {
+		t.insert(s)
 		return
 	}
-	t.delete(old)
+	if t.fits(n, pred, succ, &s) {
+		t.nodes[n].s = s
+		return
+	}
+	t.deleteNode(n, &path)
 	t.insert(s)
 }
 
@@ -244,12 +273,20 @@ func (t *spanTree) fits(n, pred, succ int32, s *span) bool {
 
 // detachMin removes the minimum node of subtree n and returns the new subtree and that node.
 func (t *spanTree) detachMin(n int32) (rest, min int32) {
-	if t.nodes[n].left == treeNil {
-		return t.nodes[n].right, n
+	var path [maxTreeHeight]int32
+	depth := 0
+	for t.nodes[n].left != treeNil {
+		path[depth] = n
+		depth++
+		n = t.nodes[n].left
 	}
-	l, m := t.detachMin(t.nodes[n].left)
-	t.nodes[n].left = l
-	return t.balance(n), m
+	min, rest = n, t.nodes[n].right
+	for i := depth - 1; i >= 0; i-- {
+		p := path[i]
+		t.nodes[p].left = rest
+		rest = t.balance(p)
+	}
+	return rest, min
 }
 
 // lowerBoundNode returns the node of the smallest span not below key and the node of its
