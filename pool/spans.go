@@ -47,8 +47,9 @@ type spaceNode struct {
 // into it from above, so a segment's first node keeps its index for the segment's life.
 type space struct {
 	nodes     []spaceNode
-	fit       fitHint // where the last bestFit found its node in the free tree
-	recycled  int32   // unused node slots, linked through next
+	fit       fitHint  // where the last bestFit found its node in the free tree
+	fitPath   treePath // the way down to fit.tnode
+	recycled  int32    // unused node slots, linked through next
 	free      *spanTree
 	unmapped  *spanTree
 	freeBytes uint64
@@ -129,12 +130,14 @@ func (sp *space) dropSegment(head int32) {
 // bestFit returns the free node of the given owner that is the smallest with at least size
 // bytes (lowest address among equals).
 func (sp *space) bestFit(tagged bool, stream, size uint64) (int32, bool) {
-	n, pred := sp.free.lowerBoundNode(&span{tagged: tagged, stream: stream, size: size})
+	n, pred := sp.free.lowerBoundPath(&span{tagged: tagged, stream: stream, size: size}, &sp.fitPath)
 	if n == treeNil {
+		sp.fit.id = nilNode
 		return nilNode, false
 	}
 	s := &sp.free.nodes[n].s
 	if s.tagged != tagged || s.stream != stream {
+		sp.fit.id = nilNode
 		return nilNode, false
 	}
 	sp.fit = fitHint{id: s.node, tnode: n, pred: pred, mods: sp.free.mods}
@@ -169,7 +172,11 @@ func (sp *space) splitDetached(id int32, size uint64) int32 {
 // take makes free node id a used block of size bytes, splitting the rest off as a free node.
 func (sp *space) take(id int32, size uint64) {
 	if sp.nodes[id].size <= size {
-		sp.detach(id)
+		if f := sp.fit; f.id == id && sp.free.deleteAt(f.tnode, &sp.fitPath, f.mods) {
+			sp.freeBytes -= sp.nodes[id].size
+		} else {
+			sp.detach(id)
+		}
 		sp.nodes[id].state = nodeUsed
 		return
 	}

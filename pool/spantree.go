@@ -304,6 +304,36 @@ func (t *spanTree) lowerBoundNode(key *span) (n, pred int32) {
 	return n, pred
 }
 
+// lowerBoundPath is lowerBoundNode that also records in path the way down to n (its depth is
+// left 0 when n is treeNil).
+func (t *spanTree) lowerBoundPath(key *span, path *treePath) (n, pred int32) {
+	n, pred = treeNil, treeNil
+	path.depth = 0
+	depth := 0
+	for c := t.root; c != treeNil; depth++ {
+		nd := &t.nodes[c]
+		if t.less(&nd.s, key) {
+			path.nodes[depth], path.left[depth] = c, false
+			pred, c = c, nd.right
+		} else {
+			path.nodes[depth], path.left[depth] = c, true
+			n, c, path.depth = c, nd.left, depth
+		}
+	}
+	return n, pred
+}
+
+// deleteAt removes node n, found with path by lowerBoundPath when the tree had mods changes, if
+// the tree is unchanged since. It reports whether it did.
+func (t *spanTree) deleteAt(n int32, path *treePath, mods uint64) bool {
+	if t.mods != mods {
+		return false
+	}
+	t.mods++
+	t.deleteNode(n, path)
+	return true
+}
+
 // replaceBelow puts s in node n, found with pred by lowerBoundNode when the tree had mods
 // changes, if the tree is unchanged since and s, below n's span, is still above pred's. It
 // reports whether it did.
