@@ -179,8 +179,9 @@ func Run(src Source, s Stream, policies []Policy, capacity uint64, est Durations
 }
 
 // forEachBatch reads src to the end and hands every batch to workers 0..n-1 at once, each on its
-// own goroutine, waiting for all of them before reading the next batch (a batch is only valid
-// until the next call of Next).
+// own goroutine, waiting for all of them before handing out the next batch. While the workers run
+// it reads the next batch: a batch is only valid until the next call of Next, so the workers get
+// a copy of it.
 func forEachBatch(src Source, n int, work func(i int, b []trace.Event), progress func(int)) error {
 	chans := make([]chan []trace.Event, n)
 	var wg, done sync.WaitGroup
@@ -201,13 +202,22 @@ func forEachBatch(src Source, n int, work func(i int, b []trace.Event), progress
 		}
 		done.Wait()
 	}()
-	for {
-		b, err := src.Next()
+	var bufs [2][]trace.Event
+	b, err := src.Next()
+	for cur := 0; ; cur ^= 1 {
 		if len(b) > 0 {
+			bufs[cur] = append(bufs[cur][:0], b...)
 			wg.Add(n)
 			for _, c := range chans {
-				c <- b
+				c <- bufs[cur]
 			}
+		}
+		var next []trace.Event
+		var nextErr error
+		if err == nil {
+			next, nextErr = src.Next()
+		}
+		if len(b) > 0 {
 			wg.Wait()
 			if progress != nil {
 				progress(len(b))
@@ -219,5 +229,6 @@ func forEachBatch(src Source, n int, work func(i int, b []trace.Event), progress
 		if err != nil {
 			return err
 		}
+		b, err = next, nextErr
 	}
 }
