@@ -181,7 +181,7 @@ func (p *streamOrderedPool) settlePending(toStreams bool) {
 // trim releases regions without live blocks, highest address first, while more than keep bytes
 // are reserved.
 func (p *streamOrderedPool) trim(keep uint64) error {
-	for p.c.s.ReservedBytes > keep {
+	for p.c.s.ReservedBytes > keep && p.empty.count > 0 {
 		e, ok := p.empty.below(span{addr: math.MaxUint64})
 		if !ok {
 			return nil
