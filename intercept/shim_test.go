@@ -4,6 +4,7 @@ import (
 	"github.com/allocscope/allocscope/internal/testcuda"
 
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -331,5 +332,31 @@ func TestConvertWritesTrace(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("trace read back differs: %d events, want %d", len(got), len(want))
+	}
+}
+
+// A log that cannot grow (the file-size limit stands in for a full disk: the chunk allocation fails
+// with EFBIG instead of ENOSPC, through the same path) stops recording with one line on stderr, and the
+// program's output and exit code stay the same.
+func TestLogCannotGrow(t *testing.T) {
+	e := env(t)
+	base := runProgram(t, "", "plain")
+	logDir := filepath.Join(t.TempDir(), "logs")
+	if err := PrepareLogDir(logDir); err != nil {
+		t.Fatal(err)
+	}
+	// ulimit -f 16: 16 blocks at most; trap "" XFSZ: the write fails instead of killing the program.
+	cmd := exec.Command("sh", "-c", `ulimit -f 16; trap "" XFSZ; exec "$0"`, e.Prog("plain"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.LibDir, "LD_PRELOAD="+e.Shim, EnvLogDir+"="+logDir)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 7 || stdout.String() != base.Stdout {
+		t.Errorf("exit %v (want 7), stdout same as without the shim: %v", err, stdout.String() == base.Stdout)
+	}
+	re := regexp.MustCompile(`^allocscope: cannot write log ` + regexp.QuoteMeta(logDir) +
+		`/[0-9]+-[0-9]+\.(alog|ring): File too large; recording stopped\n$`)
+	if !re.MatchString(stderr.String()) {
+		t.Errorf("stderr %q, want one line matching %s", stderr.String(), re)
 	}
 }
