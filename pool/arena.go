@@ -17,6 +17,19 @@ type base struct {
 
 func (b *base) init(up Upstream) { b.up = tracked{up: up, c: &b.c} }
 
+// admit is every policy's first step of Alloc, with the lock held: it refuses a closed allocator and
+// an impossible request (counted as a failure).
+func (b *base) admit(size uint64) error {
+	if b.closed {
+		return errClosed("alloc")
+	}
+	if err := checkRequest(size); err != nil {
+		b.c.failed()
+		return err
+	}
+	return nil
+}
+
 // Stats returns the allocator's counters so far.
 func (b *base) Stats() Stats {
 	b.mu.Lock()

@@ -34,11 +34,7 @@ func (p *bestFitPool) Alloc(size, stream uint64) (uint64, error) {
 }
 
 func (p *bestFitPool) alloc(size, stream uint64) (uint64, error) {
-	if p.closed {
-		return 0, errClosed("alloc")
-	}
-	if err := checkRequest(size); err != nil {
-		p.c.failed()
+	if err := p.admit(size); err != nil {
 		return 0, err
 	}
 	addr, blk, err := p.arena.alloc(size, stream)

@@ -148,11 +148,7 @@ func allocationSize(size uint64) uint64 {
 func (p *torchPool) Alloc(size, stream uint64) (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return 0, errClosed("alloc")
-	}
-	if err := checkRequest(size); err != nil {
-		p.c.failed()
+	if err := p.admit(size); err != nil {
 		return 0, err
 	}
 	rs := p.roundSize(size)

@@ -22,11 +22,7 @@ func newRaw(cfg Config, up Upstream) *rawPool {
 func (p *rawPool) Alloc(size, stream uint64) (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return 0, errClosed("alloc")
-	}
-	if err := checkRequest(size); err != nil {
-		p.c.failed()
+	if err := p.admit(size); err != nil {
 		return 0, err
 	}
 	blk := roundUp(max(size, 1), p.align)

@@ -158,11 +158,7 @@ func (p *sizeClassPool) Alloc(size, stream uint64) (uint64, error) {
 }
 
 func (p *sizeClassPool) alloc(size, stream uint64) (uint64, error) {
-	if p.closed {
-		return 0, errClosed("alloc")
-	}
-	if err := checkRequest(size); err != nil {
-		p.c.failed()
+	if err := p.admit(size); err != nil {
 		return 0, err
 	}
 	ci := p.classFor(max(size, 1))
