@@ -17,6 +17,18 @@ type base struct {
 
 func (b *base) init(up Upstream) { b.up = tracked{up: up, c: &b.c} }
 
+// closeOnce is every policy's Close: under the lock, the first call marks the allocator closed and
+// runs release (which gives the regions back); later calls do nothing.
+func (b *base) closeOnce(release func() error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	return release()
+}
+
 // admit is every policy's first step of Alloc, with the lock held: it refuses a closed allocator and
 // an impossible request (counted as a failure).
 func (b *base) admit(size uint64) error {

@@ -68,11 +68,7 @@ func (p *bestFitPool) free(addr, stream uint64) error {
 
 // Close releases every region.
 func (p *bestFitPool) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	return p.arena.close()
+	return p.closeOnce(func() error {
+		return p.arena.close()
+	})
 }

@@ -356,20 +356,16 @@ func (p *torchPool) Free(addr, stream uint64) error {
 
 // Close returns every segment (and every mapped page) to the Upstream.
 func (p *torchPool) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	var errs []error
-	for _, addr := range sortedKeys(p.segments) {
-		seg := p.segments[addr]
-		if seg.expandable {
-			errs = append(errs, p.closeExpandable(addr, seg))
-			continue
+	return p.closeOnce(func() error {
+		var errs []error
+		for _, addr := range sortedKeys(p.segments) {
+			seg := p.segments[addr]
+			if seg.expandable {
+				errs = append(errs, p.closeExpandable(addr, seg))
+				continue
+			}
+			errs = append(errs, p.up.release(addr, seg.size))
 		}
-		errs = append(errs, p.up.release(addr, seg.size))
-	}
-	return errors.Join(errs...)
+		return errors.Join(errs...)
+	})
 }

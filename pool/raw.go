@@ -58,15 +58,11 @@ func (p *rawPool) Free(addr, stream uint64) error {
 
 // Close releases the regions of all blocks still live, in address order.
 func (p *rawPool) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	var errs []error
-	for _, addr := range p.blocks.sortedAddrs() {
-		errs = append(errs, p.up.release(addr, p.blocks.get(addr).size))
-	}
-	return errors.Join(errs...)
+	return p.closeOnce(func() error {
+		var errs []error
+		for _, addr := range p.blocks.sortedAddrs() {
+			errs = append(errs, p.up.release(addr, p.blocks.get(addr).size))
+		}
+		return errors.Join(errs...)
+	})
 }

@@ -286,16 +286,12 @@ func (p *sizeClassPool) slabFor(addr uint64) *slab {
 
 // Close releases the planned region, every grown slab and the arena's regions.
 func (p *sizeClassPool) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	var errs []error
-	for _, r := range p.regions {
-		errs = append(errs, p.up.release(r.addr, r.size))
-	}
-	errs = append(errs, p.arena.close())
-	return errors.Join(errs...)
+	return p.closeOnce(func() error {
+		var errs []error
+		for _, r := range p.regions {
+			errs = append(errs, p.up.release(r.addr, r.size))
+		}
+		errs = append(errs, p.arena.close())
+		return errors.Join(errs...)
+	})
 }

@@ -194,15 +194,11 @@ func (p *streamOrderedPool) trim(keep uint64) error {
 
 // Close releases every region.
 func (p *streamOrderedPool) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	var errs []error
-	for _, addr := range p.regions.sortedAddrs() {
-		errs = append(errs, p.up.release(addr, p.regions.get(addr).size))
-	}
-	return errors.Join(errs...)
+	return p.closeOnce(func() error {
+		var errs []error
+		for _, addr := range p.regions.sortedAddrs() {
+			errs = append(errs, p.up.release(addr, p.regions.get(addr).size))
+		}
+		return errors.Join(errs...)
+	})
 }
