@@ -146,3 +146,48 @@ func TestArenaShrunkToSingleRegion(t *testing.T) {
 		t.Errorf("recommended simulation = %+v", rec)
 	}
 }
+
+// TestVirtualMemoryRequests: a program that gets its memory through the virtual-memory API
+// (reserve address space, create physical memory, map it) is analyzed by its cuMemCreate and
+// cuMemRelease calls; reservations and mappings are not requests.
+func TestVirtualMemoryRequests(t *testing.T) {
+	const mib = 1 << 20
+	b := &builder{}
+	vmm := func(op trace.Op, fn string, addr, size, handle uint64, dur int64) {
+		b.add(trace.Event{Op: op, Memory: trace.MemoryVirtual, Layer: trace.LayerDriver, Function: fn,
+			Address: addr, Size: size, Handle: handle, DurationNs: dur})
+	}
+	vmm(trace.OpReserve, "cuMemAddressReserve", 0x7f0000000000, 64*mib, 0, 100)
+	vmm(trace.OpCreate, "cuMemCreate", 0x11, 2*mib, 0, 3000)
+	vmm(trace.OpMap, "cuMemMap", 0x7f0000000000, 2*mib, 0x11, 200)
+	vmm(trace.OpCreate, "cuMemCreate", 0x12, 20*mib, 0, 9000)
+	vmm(trace.OpMap, "cuMemMap", 0x7f0000200000, 20*mib, 0x12, 200)
+	vmm(trace.OpUnmap, "cuMemUnmap", 0x7f0000000000, 2*mib, 0, 300)
+	vmm(trace.OpRelease, "cuMemRelease", 0x11, 2*mib, 0, 4000)
+	vmm(trace.OpCreate, "cuMemCreate", 0x13, 2*mib, 0, 3000)
+	tr := analyzeEvents(t, b.events)
+	s := tr.Requests
+	if s.Allocs != 3 || s.AllocBytes != 24*mib || s.Frees != 1 || s.FreedBytes != 2*mib ||
+		s.PeakLiveBytes != 22*mib || s.PeakLiveBlocks != 2 || s.EndLiveBytes != 22*mib {
+		t.Errorf("requests = %+v, want 3 allocs of 24 MiB, 1 free of 2 MiB, peak 22 MiB in 2 blocks", s)
+	}
+	if s.CallNs != 19800 { // every memory call counts, reservations and mappings too
+		t.Errorf("time in calls %d ns, want 19800", s.CallNs)
+	}
+	if l := tr.Anomalies.Leaks; l.Count != 2 || l.Bytes != 22*mib {
+		t.Errorf("leaks = %d blocks %d bytes, want 2 blocks of 22 MiB", l.Count, l.Bytes)
+	}
+	raw := 0
+	for _, sim := range tr.Simulations {
+		if sim.Name == "raw" {
+			raw++
+			if sim.PeakReservedBytes != 22*mib || sim.UpstreamReserves != 3 || sim.UpstreamReleases != 1 {
+				t.Errorf("raw simulation: peak reserved %d, reserves %d, releases %d; want 22 MiB, 3, 1",
+					sim.PeakReservedBytes, sim.UpstreamReserves, sim.UpstreamReleases)
+			}
+		}
+	}
+	if raw != 1 {
+		t.Errorf("%d raw simulations, want 1", raw)
+	}
+}

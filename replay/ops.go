@@ -65,7 +65,7 @@ type ExtractStats struct {
 	ImplicitFrees    uint64 `json:"implicit_frees"`      // allocations at a still-live address: a free was inserted before them
 	SkippedHost      uint64 `json:"skipped_host"`        // page-locked host memory events: skipped
 	SkippedManaged   uint64 `json:"skipped_managed"`     // managed memory events: skipped
-	SkippedVirtual   uint64 `json:"skipped_virtual"`     // virtual-memory management events: skipped
+	SkippedVirtual   uint64 `json:"skipped_virtual"`     // address reservations and mappings (cuMemAddressReserve, cuMemMap, ...): skipped
 	SkippedOther     uint64 `json:"skipped_other"`       // events of the layer not replayed, OpFreeRequested, OpOOM
 	OOMEvents        uint64 `json:"oom_events"`          // OpOOM events (a framework ran out of memory)
 	LiveAtEnd        uint64 `json:"live_at_end"`         // blocks never freed in the trace (freed by replay after the last op)
@@ -115,7 +115,7 @@ type extractor struct {
 	devices   map[int32]struct{}
 	pids      map[uint32]struct{}
 	liveBytes uint64
-	requests  uint64 // OpAlloc and OpFree events seen, replayed or not
+	requests  uint64 // allocation and free requests seen (trace.Event.Request), replayed or not
 	stats     ExtractStats
 }
 
@@ -131,7 +131,9 @@ func newExtractor(layer string) *extractor {
 
 // Extract reads src to the end and returns its request stream: the framework-layer allocations
 // and frees when the trace has any, otherwise the runtime and driver device allocations and frees.
-// Host, managed and virtual-memory events are skipped and counted; so are failed calls, frees of
+// Device memory includes the physical memory of the virtual-memory API (cuMemCreate/cuMemRelease,
+// see trace.Event.Request). Host and managed memory, address reservations and mappings are skipped
+// and counted; so are failed calls, frees of
 // addresses that are not live, and the framework's OpFreeRequested (its memory is reusable only at
 // the OpFree that follows). Errors from src are returned wrapped; the warnings are non-fatal.
 func Extract(src Source) (*Trace, error) {
@@ -149,7 +151,7 @@ func Extract(src Source) (*Trace, error) {
 				host++
 			case e.Memory == trace.MemoryManaged:
 				managed++
-			case e.Memory == trace.MemoryVirtual:
+			case e.Memory == trace.MemoryVirtual && e.Request() == trace.RequestNone:
 				virtual++
 			default:
 				dev.add(e)
@@ -186,14 +188,14 @@ func Extract(src Source) (*Trace, error) {
 
 // add appends the op that e asks for, or counts why it is skipped.
 func (x *extractor) add(e *trace.Event) {
-	switch e.Op {
-	case trace.OpAlloc:
+	switch {
+	case e.Request() == trace.RequestAlloc:
 		x.requests++
 		x.alloc(e)
-	case trace.OpFree:
+	case e.Request() == trace.RequestFree:
 		x.requests++
 		x.free(e)
-	case trace.OpOOM:
+	case e.Op == trace.OpOOM:
 		x.stats.OOMEvents++
 		x.stats.SkippedOther++
 	default:
@@ -313,7 +315,7 @@ func extractWarnings(s *ExtractStats) []string {
 	add(s.ImplicitFrees, "%d allocations at an address that was still live: the missing free was inserted")
 	add(s.SkippedHost, "%d host (page-locked) memory events: skipped")
 	add(s.SkippedManaged, "%d managed memory events: skipped")
-	add(s.SkippedVirtual, "%d virtual-memory (cuMemCreate/cuMemMap) events: skipped")
+	add(s.SkippedVirtual, "%d virtual address events (cuMemAddressReserve, cuMemMap and their inverses): skipped")
 	add(s.OOMEvents, "%d out-of-memory events recorded by the framework")
 	if s.Devices > 1 {
 		w = append(w, fmt.Sprintf("trace allocates on %d devices: all replayed on one device", s.Devices))

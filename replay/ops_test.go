@@ -47,7 +47,9 @@ func TestExtractSkipsAndCounts(t *testing.T) {
 	b.add(trace.Event{Op: trace.OpAlloc, Memory: trace.MemoryHost, Address: 0x9000, Size: 10})
 	b.add(trace.Event{Op: trace.OpAlloc, Memory: trace.MemoryManaged, Address: 0xa000, Size: 10})
 	b.add(trace.Event{Op: trace.OpMap, Memory: trace.MemoryVirtual, Address: 0xb000, Size: 10})
-	b.add(trace.Event{Op: trace.OpCreate, Memory: trace.MemoryVirtual, Address: 5, Size: 10})
+	// cuMemCreate/cuMemRelease are requests (physical memory by handle).
+	b.add(trace.Event{Op: trace.OpCreate, Memory: trace.MemoryVirtual, Address: 5, Size: 10, PID: 1, Function: "cuMemCreate"})
+	b.add(trace.Event{Op: trace.OpRelease, Memory: trace.MemoryVirtual, Address: 5, PID: 1, Function: "cuMemRelease"})
 	b.add(trace.Event{Op: trace.OpAlloc, Address: 0, Size: 1 << 40, Result: 2, PID: 1}) // failed alloc
 	b.add(trace.Event{Op: trace.OpFree, Address: 0x100, Result: 1, PID: 1})             // failed free
 	b.free(0xdead, 0)                                                                   // unknown
@@ -57,15 +59,15 @@ func TestExtractSkipsAndCounts(t *testing.T) {
 	b.add(trace.Event{Op: trace.OpAlloc, Address: 0x100, Size: 8, PID: 2, Device: 1})   // other process, other device
 	b.free(0x100, 0)
 	tr := b.extract(t)
-	want := ExtractStats{Events: 13, Layer: LayerDevice, Allocs: 3, Frees: 1, UnknownFrees: 1, FailedAllocs: 1,
+	want := ExtractStats{Events: 14, Layer: LayerDevice, Allocs: 4, Frees: 2, UnknownFrees: 1, FailedAllocs: 1,
 		FailedFrees: 1, ZeroSizeAllocs: 1, NullFrees: 1, ImplicitFrees: 1, SkippedHost: 1, SkippedManaged: 1,
-		SkippedVirtual: 2, LiveAtEnd: 1, LiveBytesAtEnd: 8, PeakLiveBytes: 64, PeakLiveBlocks: 2, Streams: 2,
-		Devices: 2, Processes: 2, LargestAllocSize: 64, RequestedBytes: 104}
+		SkippedVirtual: 1, LiveAtEnd: 1, LiveBytesAtEnd: 8, PeakLiveBytes: 74, PeakLiveBlocks: 2, Streams: 2,
+		Devices: 2, Processes: 2, LargestAllocSize: 64, RequestedBytes: 114}
 	if tr.Stats != want {
 		t.Errorf("stats = %+v\nwant    %+v", tr.Stats, want)
 	}
-	if tr.Ops() != 5 { // 3 allocs, 1 free, 1 inserted free
-		t.Errorf("ops = %d, want 5", tr.Ops())
+	if tr.Ops() != 7 { // 4 allocs, 2 frees, 1 inserted free
+		t.Errorf("ops = %d, want 7", tr.Ops())
 	}
 	wantWarnings := []string{
 		"1 frees of addresses that were not live: reported, not replayed",
@@ -76,7 +78,7 @@ func TestExtractSkipsAndCounts(t *testing.T) {
 		"1 allocations at an address that was still live: the missing free was inserted",
 		"1 host (page-locked) memory events: skipped",
 		"1 managed memory events: skipped",
-		"2 virtual-memory (cuMemCreate/cuMemMap) events: skipped",
+		"1 virtual address events (cuMemAddressReserve, cuMemMap and their inverses): skipped",
 		"trace allocates on 2 devices: all replayed on one device",
 		"trace has 2 processes: replayed as one request stream in seq order",
 	}

@@ -27,16 +27,13 @@ func (s Stream) request(e *trace.Event) int {
 	if (e.Layer == trace.LayerFramework) != s.Framework || !e.OK() || e.Address == 0 {
 		return 0
 	}
-	if e.Memory != trace.MemoryDevice && e.Memory != trace.MemoryManaged {
-		return 0
-	}
-	switch e.Op {
-	case trace.OpAlloc:
+	switch e.Request() {
+	case trace.RequestAlloc:
 		if e.Size == 0 || e.Size > stats.MaxSize {
 			return 0
 		}
 		return 1
-	case trace.OpFree:
+	case trace.RequestFree:
 		return -1
 	}
 	return 0

@@ -43,7 +43,7 @@ func (c *Collector) Add(batch []trace.Event) {
 	for i := range batch {
 		e := &batch[i]
 		c.events++
-		if e.Op == trace.OpAlloc && e.Size > MaxSize && e.OK() {
+		if e.Request() == trace.RequestAlloc && e.Size > MaxSize && e.OK() {
 			c.absurd++
 			continue
 		}
@@ -63,7 +63,8 @@ func (c *Collector) nativeCall(e *trace.Event, fn int32) {
 		c.segBytes += e.Size
 		return
 	}
-	if !tracked(e.Memory) || (e.Op != trace.OpAlloc && e.Op != trace.OpFree) {
+	req := e.Request()
+	if req == trace.RequestNone {
 		return
 	}
 	if e.Op == trace.OpAlloc && e.OK() {
@@ -82,7 +83,7 @@ func (c *Collector) nativeCall(e *trace.Event, fn int32) {
 		c.calls = append(c.calls, [65]*Sketch{})
 		c.freeFns = append(c.freeFns, false)
 	}
-	if e.Op == trace.OpFree {
+	if req == trace.RequestFree {
 		c.freeFns[fn] = true
 	}
 	s := c.calls[fn][bucket]

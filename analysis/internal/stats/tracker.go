@@ -133,20 +133,16 @@ func (t *tracker) add(e *trace.Event) int32 {
 	t.events++
 	g := t.tallyOf(t.group(e)) // before overall.see: group may clone it
 	t.overall.see(e)
-	if !tracked(e.Memory) {
-		g.see(e)
+	switch e.Request() {
+	case trace.RequestAlloc:
+		return t.alloc(e, g)
+	case trace.RequestFree:
+		t.free(e)
 		return -1
 	}
-	switch e.Op {
-	case trace.OpAlloc:
-		return t.alloc(e, g)
-	case trace.OpFree:
-		t.free(e)
-	case trace.OpOOM:
-		g.see(e)
+	g.see(e)
+	if e.Op == trace.OpOOM && tracked(e.Memory) {
 		t.failed.add(t.ref(e), e.Size)
-	default:
-		g.see(e)
 	}
 	return -1
 }
