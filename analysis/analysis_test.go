@@ -3,6 +3,7 @@ package analysis
 import (
 	"testing"
 
+	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -189,5 +190,36 @@ func TestVirtualMemoryRequests(t *testing.T) {
 	}
 	if raw != 1 {
 		t.Errorf("%d raw simulations, want 1", raw)
+	}
+}
+
+// TestPerStreamRecommendation: with requests on two streams the recommended pool keeps freed
+// blocks per stream, and its slots are counted that way: the block freed on stream 7 cannot serve
+// the request on stream 9, so the class needs two slots although one block is live at a time.
+func TestPerStreamRecommendation(t *testing.T) {
+	b := &builder{}
+	on := func(op trace.Op, addr, size, stream uint64) {
+		b.add(trace.Event{Op: op, Address: addr, Size: size, Stream: stream, DurationNs: 1000})
+	}
+	on(trace.OpAlloc, 0x1000, 1000, 7)
+	on(trace.OpFree, 0x1000, 0, 7)
+	on(trace.OpAlloc, 0x2000, 1000, 9)
+	on(trace.OpFree, 0x2000, 0, 9)
+	on(trace.OpAlloc, 0x1000, 1000, 7)
+	on(trace.OpFree, 0x1000, 0, 7)
+	tr := analyzeEvents(t, b.events)
+	sc := tr.Config.SizeClass
+	if !sc.PerStream || len(sc.Classes) != 1 || sc.Classes[0] != (pool.Class{Size: 1024, Slots: 2}) {
+		t.Errorf("per stream %v, classes %+v; want per stream, one class of 1024 B with 2 slots", sc.PerStream, sc.Classes)
+	}
+	rec := tr.Simulations[0]
+	if rec.Name != "recommended" || rec.Fallbacks != 0 || rec.PeakReservedBytes != 2048 ||
+		rec.Settings != "1 classes ≤ 1 MiB, arena 0 B, per stream" {
+		t.Errorf("recommended simulation = %+v; want no fallbacks, 2048 B reserved", rec)
+	}
+	// One stream: per-stream lists change nothing and stay off.
+	one := analyzeEvents(t, handmade())
+	if one.Config.SizeClass.PerStream {
+		t.Error("single-stream trace: per_stream recommended")
 	}
 }

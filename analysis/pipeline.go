@@ -120,9 +120,11 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 	warns *[]string) (*recommendation, error) {
 	plans := make([]sizeclass.Plan, len(sizeclass.Thresholds))
 	cands := make([]sim.Candidate, len(plans))
+	perStream := requestStreams(st) > 1
 	for i, th := range sizeclass.Thresholds {
 		plans[i] = sizeclass.Choose(sizeTallies(st.Sizes), th, opts.K)
-		cands[i] = sim.Candidate{Threshold: th, Classes: plans[i].Classes, LargePeakLiveBytes: st.LargePeakLiveBytes[i]}
+		cands[i] = sim.Candidate{Threshold: th, Classes: plans[i].Classes, LargePeakLiveBytes: st.LargePeakLiveBytes[i],
+			PerStream: perStream}
 	}
 	var sizings []sim.Sizing
 	err := open.pass(nil, func(src Source) (err error) {
@@ -140,7 +142,7 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 	if err != nil {
 		return nil, err
 	}
-	rec := recommend(name, st, plans[best], sizings[best], fit)
+	rec := recommend(name, st, plans[best], sizings[best], fit, perStream)
 	for i, sz := range sizings {
 		rec.splits = append(rec.splits, model.Split{Threshold: plans[i].Threshold, K: plans[i].K,
 			ClassBytes: sz.ClassBytes(), ArenaBytes: sz.ArenaPeakReservedBytes,

@@ -32,10 +32,12 @@ type recommendation struct {
 }
 
 // recommend builds the size-class pool of plan and sizing, its arena placing blocks by fit
-// (written to pool.json only when it is not the default).
-func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Sizing, fit pool.Fit) *recommendation {
+// (written to pool.json only when it is not the default), keeping freed blocks per stream when
+// perStream is set (see requestStreams).
+func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Sizing, fit pool.Fit,
+	perStream bool) *recommendation {
 	sc := &pool.SizeClassConfig{LargeThreshold: plan.Threshold,
-		ArenaBytes: alignUp(sizing.ArenaPeakReservedBytes, pool.DefaultAlignment)}
+		ArenaBytes: alignUp(sizing.ArenaPeakReservedBytes, pool.DefaultAlignment), PerStream: perStream}
 	if fit != pool.FitBest {
 		sc.ArenaFit = fit
 	}
@@ -45,6 +47,23 @@ func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Si
 	return &recommendation{trace: name, st: st, plan: plan, sizing: sizing,
 		config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicySizeClass,
 			Alignment: sizeclass.Alignment, SizeClass: sc}}
+}
+
+// requestStreams returns the number of distinct streams the requests were made on.
+//
+// The rule for pool.SizeClassConfig.PerStream follows from it. A pool's Free does not wait for the
+// device as cudaFree does: a block freed on stream A may still be in use by work queued on A.
+// Reusing it for a request on A is safe (A runs in order), reusing it on stream B is not. So the
+// recommended pool keeps freed blocks per stream whenever requests come on more than one stream,
+// as PyTorch's caching allocator does; with one stream the setting changes nothing and stays off.
+func requestStreams(st *stats.Result) int {
+	streams := map[uint64]bool{}
+	for _, g := range st.Groups {
+		if g.Allocs > 0 {
+			streams[g.Stream] = true
+		}
+	}
+	return len(streams)
 }
 
 func (r *recommendation) policy() sim.Policy {
@@ -57,6 +76,9 @@ func (r *recommendation) settings() string {
 		render.Bytes(sc.ArenaBytes))
 	if sc.ArenaFit != "" {
 		s += " " + string(sc.ArenaFit)
+	}
+	if sc.PerStream {
+		s += ", per stream"
 	}
 	return s
 }

@@ -42,11 +42,44 @@ type slotCounter struct {
 	classes   []uint64
 	threshold uint64
 	live      []uint64
-	maxLive   []uint64
+	maxLive   []uint64 // slots each class needs: most blocks live at once, or with perStream the slots made
 	blocks    stats.Table[slotBlock]
 	large     uint64
 	bigPeak   uint64
 	events    uint64
+	perStream *streamSlots // nil unless the pool keeps freed slots per stream
+}
+
+// streamSlots counts, per class and stream, the free slots a per-stream pool keeps for that
+// stream: a slot freed on stream S serves only S again, so a request on a stream with none takes
+// a never-used slot (one more slot for the class).
+type streamSlots struct {
+	index map[uint64]int // stream handle → column
+	owned [][]uint64     // [class][column] free slots kept for the stream
+}
+
+// take reports whether a request of class cl on stream finds a free slot kept for its stream
+// (and takes it).
+func (p *streamSlots) take(cl int32, stream uint64) bool {
+	col, ok := p.index[stream]
+	if !ok || p.owned[cl][col] == 0 {
+		return false
+	}
+	p.owned[cl][col]--
+	return true
+}
+
+// give keeps a slot of class cl, freed on stream, for that stream.
+func (p *streamSlots) give(cl int32, stream uint64) {
+	col, ok := p.index[stream]
+	if !ok {
+		col = len(p.index)
+		p.index[stream] = col
+		for i := range p.owned {
+			p.owned[i] = append(p.owned[i], 0)
+		}
+	}
+	p.owned[cl][col]++
 }
 
 func (c *slotCounter) batch(events []trace.Event) {
@@ -57,7 +90,7 @@ func (c *slotCounter) batch(events []trace.Event) {
 		case 1:
 			k := stats.KeyOf(e)
 			if old, ok := c.blocks.Delete(k); ok {
-				c.drop(old)
+				c.drop(old, e.Stream)
 			}
 			cl := int32(sizeclass.ClassOf(c.classes, e.Size))
 			if e.Size > c.threshold || cl < 0 {
@@ -68,21 +101,29 @@ func (c *slotCounter) batch(events []trace.Event) {
 			}
 			c.blocks.Put(k, slotBlock{class: cl})
 			c.live[cl]++
-			c.maxLive[cl] = max(c.maxLive[cl], c.live[cl])
+			if c.perStream == nil {
+				c.maxLive[cl] = max(c.maxLive[cl], c.live[cl])
+			} else if !c.perStream.take(cl, e.Stream) {
+				c.maxLive[cl]++
+			}
 		case -1:
 			if b, ok := c.blocks.Delete(stats.KeyOf(e)); ok {
-				c.drop(b)
+				c.drop(b, e.Stream)
 			}
 		}
 	}
 }
 
-func (c *slotCounter) drop(b slotBlock) {
-	if b.class >= 0 {
-		c.live[b.class]--
+// drop ends the life of block b, freed on stream.
+func (c *slotCounter) drop(b slotBlock, stream uint64) {
+	if b.class < 0 {
+		c.large -= b.size
 		return
 	}
-	c.large -= b.size
+	c.live[b.class]--
+	if c.perStream != nil {
+		c.perStream.give(b.class, stream)
+	}
 }
 
 // Candidate is one way to split the requests between classes and the arena.
@@ -90,6 +131,7 @@ type Candidate struct {
 	Threshold          uint64   // requests above it go to the arena
 	Classes            []uint64 // class sizes, ascending, all at or below Threshold
 	LargePeakLiveBytes uint64   // peak live bytes of the requests above Threshold
+	PerStream          bool     // the pool keeps freed slots per stream (pool.SizeClassConfig.PerStream)
 }
 
 // Size replays src through every candidate at once: it counts the slots each class needs and
@@ -102,6 +144,9 @@ func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing
 	for i, cand := range cands {
 		c := &slotCounter{stream: s, classes: cand.Classes, threshold: cand.Threshold,
 			live: make([]uint64, len(cand.Classes)), maxLive: make([]uint64, len(cand.Classes))}
+		if cand.PerStream {
+			c.perStream = &streamSlots{index: map[uint64]int{}, owned: make([][]uint64, len(cand.Classes))}
+		}
 		arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: alignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
 		r := newReplayer(Policy{Name: "arena", Config: arena}, s, 0, nil)
