@@ -31,15 +31,19 @@ func hostRAM() uint64 {
 //     page-rounded size freed on the same stream, else maps a new one. Nothing is unmapped until
 //     ResetAsyncPool, or until a mapping would exceed the capacity: then, as CUDA's pool does
 //     before it fails, every free mapping is unmapped and the allocation tried once more.
+//   - ReserveAddress/Map/Unmap/ReleaseAddress (pool.Mapper, for expandable segments; see
+//     host_mapper.go): address space mapped PROT_NONE, whose pages Map makes read/write.
 //   - MemGetInfo: capacity minus the bytes mapped now, from its own counters.
 //
-// Mapped bytes never exceed the capacity: beyond it Reserve and AllocAsync fail with
+// Mapped bytes never exceed the capacity: beyond it Reserve, Map and AllocAsync fail with
 // pool.ErrOutOfMemory.
 type HostBackend struct {
 	capacity    uint64
 	pageSize    uint64
 	mapped      uint64 // bytes mapped now, all uses
-	maps        *spans // every live mapping, by address
+	maps        *spans // every live mapping of Reserve and AllocAsync, by address
+	vas         *spans // address reservations (ReserveAddress), with their host bytes
+	pages       *spans // mapped ranges inside them (Map), merged within one reservation
 	asyncFree   map[Stream]map[uint64][]uint64
 	asyncSize   map[uint64]uint64 // AllocAsync mapping → its mapped size
 	asyncHeld   uint64            // bytes the async pool holds (in use and free)
@@ -57,6 +61,8 @@ func NewHostBackend(capacity uint64) *HostBackend {
 		capacity:    capacity,
 		pageSize:    uint64(unix.Getpagesize()),
 		maps:        newSpans(),
+		vas:         newSpans(),
+		pages:       newSpans(),
 		asyncFree:   make(map[Stream]map[uint64][]uint64),
 		asyncSize:   make(map[uint64]uint64),
 		liveStreams: make(map[Stream]bool),
@@ -89,11 +95,14 @@ func (h *HostBackend) mmap(size uint64) (uint64, uint64, error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("host backend: mmap %d bytes: %w (%w)", length, err, pool.ErrOutOfMemory)
 	}
-	addr := uint64(uintptr(unsafe.Pointer(&data[0])))
+	addr := addrOf(data)
 	h.maps.insert(span{addr: addr, size: length, data: data})
 	h.mapped += length
 	return addr, length, nil
 }
+
+// addrOf returns the address of a mapping's first byte.
+func addrOf(data []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&data[0]))) }
 
 // munmap unmaps the mapping that starts at addr.
 func (h *HostBackend) munmap(addr uint64) error {
@@ -235,10 +244,14 @@ func (h *HostBackend) MemGetInfo() (free, total uint64, err error) {
 	return h.capacity - h.mapped, h.capacity, nil
 }
 
-// block returns the host bytes of [addr, addr+size), which must lie inside one mapping.
+// block returns the host bytes of [addr, addr+size), which must lie inside one mapping or inside
+// mapped pages of one address reservation.
 func (h *HostBackend) block(addr, size uint64) ([]byte, error) {
 	m, ok := h.maps.containing(addr, size)
 	if !ok {
+		if b, ok := h.mappedBlock(addr, size); ok {
+			return b, nil
+		}
 		return nil, fmt.Errorf("host backend: [%#x, %#x) is not inside a mapping", addr, addr+size)
 	}
 	off := addr - m.addr
@@ -282,7 +295,7 @@ func (h *HostBackend) Check(addr, size uint64, pattern byte) error {
 	return nil
 }
 
-// Close unmaps everything still mapped.
+// Close unmaps everything still mapped, address reservations included.
 func (h *HostBackend) Close() error {
 	var addrs []uint64
 	h.maps.each(func(m span) bool { addrs = append(addrs, m.addr); return true })
@@ -291,5 +304,5 @@ func (h *HostBackend) Close() error {
 			return err
 		}
 	}
-	return nil
+	return h.closeAddressSpace()
 }

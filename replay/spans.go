@@ -79,3 +79,35 @@ func (s *spans) each(f func(span) bool) { s.tree.Ascend(btree.ItemIteratorG[span
 
 // clear removes all spans.
 func (s *spans) clear() { s.tree.Clear(false) }
+
+// insertMerged adds x, merged with the spans of the set that touch it and lie inside [lo, hi)
+// (one address reservation), so that ranges added piece by piece form one span. Spans merged this
+// way carry no data.
+func (s *spans) insertMerged(x span, lo, hi uint64) {
+	if prev, ok := s.floor(x.addr); ok && prev.end() == x.addr && prev.addr >= lo {
+		s.remove(prev.addr)
+		x.addr, x.size = prev.addr, prev.size+x.size
+	}
+	if next, ok := s.get(x.end()); ok && next.end() <= hi {
+		s.remove(next.addr)
+		x.size += next.size
+	}
+	s.insert(span{addr: x.addr, size: x.size})
+}
+
+// cut removes [addr, addr+size) from the one span that holds all of it, keeping the parts of that
+// span before and after the range. It reports false, and changes nothing, when no span holds it.
+func (s *spans) cut(addr, size uint64) bool {
+	m, ok := s.containing(addr, size)
+	if !ok || size == 0 {
+		return false
+	}
+	s.remove(m.addr)
+	if addr > m.addr {
+		s.insert(span{addr: m.addr, size: addr - m.addr})
+	}
+	if end := addr + size; end < m.end() {
+		s.insert(span{addr: end, size: m.end() - end})
+	}
+	return true
+}
