@@ -77,6 +77,11 @@ type ExtractStats struct {
 	Processes        int    `json:"processes"`           // distinct process ids among replayed events
 	LargestAllocSize uint64 `json:"largest_alloc_bytes"` // largest single request
 	RequestedBytes   uint64 `json:"requested_bytes"`     // sum of all requests
+	// RecordedCalls and RecordedCallNs are the replayed requests whose trace event has a duration
+	// and the sum of those durations: what the program's own allocation calls cost it, device
+	// waits inside cudaFree included (0 for framework traces, which record no durations).
+	RecordedCalls  uint64 `json:"recorded_calls"`
+	RecordedCallNs int64  `json:"recorded_call_ns"`
 }
 
 // Trace is the request stream of a trace in compact form, ready to be replayed any number of times.
@@ -222,6 +227,7 @@ func (x *extractor) alloc(e *trace.Event) {
 	x.live[key] = slot
 	x.ops = append(x.ops, op{size: e.Size, slot: slot, stream: stream})
 	x.stats.Allocs++
+	x.noteDuration(e)
 	x.stats.RequestedBytes += e.Size
 	x.stats.LargestAllocSize = max(x.stats.LargestAllocSize, e.Size)
 	x.liveBytes += e.Size
@@ -248,6 +254,15 @@ func (x *extractor) free(e *trace.Event) {
 	}
 	x.release(key, slot, x.stream(e))
 	x.stats.Frees++
+	x.noteDuration(e)
+}
+
+// noteDuration adds the recorded duration of a replayed request, when it has one.
+func (x *extractor) noteDuration(e *trace.Event) {
+	if e.DurationNs > 0 {
+		x.stats.RecordedCalls++
+		x.stats.RecordedCallNs += e.DurationNs
+	}
 }
 
 // markSync records that the program synchronized after the last op so far.
