@@ -105,15 +105,13 @@ func (r *runner) begin(ps *passState) error {
 		ps.d = asyncDriver{b: r.b, streams: ps.streams}
 		return nil
 	}
-	ps.up = &countingUpstream{up: r.b}
-	if ps.live != nil {
-		ps.up.regions = newSpans()
-	}
+	var up pool.Upstream
+	ps.up, up = newCounting(r.b, ps.live != nil)
 	cfg := r.cfg
 	if ps.acc.Mode == ModeRaw {
 		cfg = rawConfig(r.cfg)
 	}
-	a, err := r.opt.NewAllocator(cfg, ps.up)
+	a, err := r.opt.NewAllocator(cfg, up)
 	if err != nil {
 		return fmt.Errorf("build %s allocator: %w", cfg.Policy, err)
 	}

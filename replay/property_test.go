@@ -60,6 +60,7 @@ func propertyConfigs() map[string]pool.Config {
 		"sizeclass-per-stream": sc(true),
 		"bestfit":              {Version: 1, Policy: pool.PolicyBestFit, BestFit: &pool.BestFitConfig{InitialBytes: 2 << 20, GrowBytes: 2 << 20}},
 		"pytorch":              {Version: 1, Policy: pool.PolicyPyTorch},
+		"pytorch-expandable":   expandableConfig(0),
 		"stream-ordered":       {Version: 1, Policy: pool.PolicyStreamOrdered},
 	}
 }

@@ -1,0 +1,185 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/allocscope/allocscope/pool"
+)
+
+// expandableConfig is PolicyPyTorch with expandable_segments and the given capacity (0 = none).
+func expandableConfig(capacity uint64) pool.Config {
+	return pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyPyTorch,
+		PyTorch: &pool.PyTorchConfig{ExpandableSegments: true, CapacityBytes: capacity}}
+}
+
+// expandableTrace has a small block (one 2 MiB page of the small pool) and large blocks of 30 MiB
+// (two 20 MiB pages of the large pool), 1 MiB + 1 and 50 MiB on one stream, then a 10 MiB block
+// on a second stream (its own segment).
+func expandableTrace() *traceBuilder {
+	b := &traceBuilder{}
+	return b.alloc(0x1000, 1000, 0).
+		alloc(0x100000, 30<<20, 0).
+		free(0x100000, 0).
+		alloc(0x200000, 1<<20+1, 0).
+		alloc(0x300000, 50<<20, 0).
+		free(0x1000, 0).
+		alloc(0x400000, 10<<20, 3).
+		free(0x200000, 0).
+		free(0x400000, 3)
+}
+
+// predict runs cfg's allocator over tr on a simulated address space, as analyze does, and returns
+// its Stats and PeakStats: what the replay must reproduce exactly.
+func predict(t *testing.T, tr *Trace, cfg pool.Config) (pool.Stats, pool.Stats) {
+	t.Helper()
+	a, err := pool.New(cfg, pool.NewSimUpstream(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make([]uint64, tr.slots)
+	for _, o := range tr.ops {
+		if o.isAlloc() {
+			if addrs[o.slot], err = a.Alloc(o.size, tr.streams[o.streamIndex()]); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := a.Free(addrs[o.slot], tr.streams[o.streamIndex()]); err != nil {
+			t.Fatal(err)
+		} else {
+			addrs[o.slot] = 0
+		}
+	}
+	for _, addr := range addrs {
+		if addr != 0 {
+			if err := a.Free(addr, tr.streams[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return a.Stats(), a.PeakStats()
+}
+
+func TestRunExpandableSegmentsOnHost(t *testing.T) {
+	tr := expandableTrace().extract(t)
+	cfg := expandableConfig(0)
+	stats, peak := predict(t, tr, cfg)
+	// Small pool: one 2 MiB page. Large pool, stream 0: 30 MiB maps two 20 MiB pages; the 1 MiB + 1
+	// block fits in the freed 30 MiB; 50 MiB takes the 40 - 1 MiB free behind it and one more
+	// page (60 MiB). Stream 3: 10 MiB maps one page. Peak 2 + 60 + 20 MiB, four Map calls.
+	if stats.PeakReservedBytes != 82<<20 || stats.UpstreamReserves != 4 {
+		t.Fatalf("prediction: peak reserved %d, maps %d; want %d, 4", stats.PeakReservedBytes, stats.UpstreamReserves, 82<<20)
+	}
+	cfg.Prediction = &pool.Prediction{PeakReservedBytes: stats.PeakReservedBytes}
+	h := NewHostBackend(1 << 30)
+	defer h.Close()
+	rep, err := Run(tr, h, cfg, Options{Modes: []Mode{ModePool, ModeRaw}, Repeat: 2, Verify: true, Touch: true, MaxOverhead: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Passed {
+		t.Fatalf("failed checks %+v\nerrors %q", rep.Failed(), rep.Mode(ModePool).Errors)
+	}
+	pl := rep.Mode(ModePool)
+	if *pl.PoolStats != stats || *pl.PoolPeakStats != peak {
+		t.Errorf("pool stats  %+v\nprediction %+v\npeak stats %+v\nprediction %+v", *pl.PoolStats, stats, *pl.PoolPeakStats, peak)
+	}
+	// The engine's own account: 4 maps and, at Close, 3 unmaps (one per mapped run) per pass,
+	// a timed and a checked pass per repetition (the checked passes' calls are summed).
+	got := [...]uint64{pl.PeakReservedBytes, pl.PeakMemInfoBytes, pl.UpstreamReserves, pl.UpstreamReleases,
+		pl.VerifyChecks, pl.OutsideReserved, pl.Overlaps, pl.Touched, pl.TouchFailures, pl.LeakedBytes}
+	want := [...]uint64{82 << 20, 82 << 20, 8, 6, 10, 0, 0, 10, 0, 0}
+	if got != want {
+		t.Errorf("pool: got %v, want %v", got, want)
+	}
+	if h.vas.len() != 0 || h.pages.len() != 0 || rep.Memory.LeakedBytes != 0 {
+		t.Errorf("after the replay: %d reservations, %d mapped ranges, %d bytes leaked", h.vas.len(), h.pages.len(), rep.Memory.LeakedBytes)
+	}
+}
+
+// TestRunExpandableSegmentsUnmapsUnderCapacity caps the device at 64 MiB. Stream 0 maps a 2 MiB
+// small page and two 20 MiB large pages for 30 MiB, then frees the block; stream 3's 30 MiB would
+// take reserved memory to 82 MiB, so PyTorch's release-cached-and-retry unmaps stream 0's free
+// 40 MiB first. The replay must follow the prediction exactly: peak 42 MiB, three maps, one unmap
+// before Close and two at Close.
+func TestRunExpandableSegmentsUnmapsUnderCapacity(t *testing.T) {
+	b := &traceBuilder{}
+	tr := b.alloc(0x1000, 1000, 0).alloc(0x100000, 30<<20, 0).free(0x100000, 0).
+		alloc(0x200000, 30<<20, 3).free(0x200000, 3).free(0x1000, 0).extract(t)
+	cfg := expandableConfig(64 << 20)
+	stats, peak := predict(t, tr, cfg)
+	if stats.PeakReservedBytes != 42<<20 || stats.UpstreamReserves != 3 || stats.UpstreamReleases != 1 || stats.Failures != 0 {
+		t.Fatalf("prediction %+v: want peak reserved %d, 3 maps, 1 unmap, no failure", stats, 42<<20)
+	}
+	cfg.Prediction = &pool.Prediction{PeakReservedBytes: stats.PeakReservedBytes}
+	h := NewHostBackend(1 << 30)
+	defer h.Close()
+	rep, err := Run(tr, h, cfg, Options{Modes: []Mode{ModePool}, Verify: true, Touch: true, MaxOverhead: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Passed {
+		t.Fatalf("failed checks %+v\nerrors %q", rep.Failed(), rep.Mode(ModePool).Errors)
+	}
+	pl := rep.Mode(ModePool)
+	if *pl.PoolStats != stats || *pl.PoolPeakStats != peak {
+		t.Errorf("pool stats  %+v\nprediction %+v\npeak stats %+v\nprediction %+v", *pl.PoolStats, stats, *pl.PoolPeakStats, peak)
+	}
+	if got := [...]uint64{pl.PeakReservedBytes, pl.UpstreamReserves, pl.UpstreamReleases, pl.VerifyChecks, pl.OutsideReserved}; got != [...]uint64{42 << 20, 3, 3, 3, 0} {
+		t.Errorf("peak reserved, maps, unmaps, verified, outside = %v; want [%d 3 3 3 0]", got, 42<<20)
+	}
+}
+
+func TestRunExpandableSegmentsNeedsMapper(t *testing.T) {
+	clock := &vclock{}
+	_, err := Run(expandableTrace().extract(t), newSimBackend(clock, 1<<30), expandableConfig(0),
+		Options{Modes: []Mode{ModePool}, Clock: clock.read})
+	prefix, want := "mode pool, repetition 1: build pytorch allocator: ", "expandable_segments needs an upstream that maps pages"
+	if err == nil || !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v, want %q ... %q", err, prefix, want)
+	}
+}
+
+// TestCountingMapperVerify checks the engine's account of mapped pages under --verify: maps merge
+// within one reservation, unmaps cut them, and calls on memory not mapped so are reported.
+func TestCountingMapperVerify(t *testing.T) {
+	h := NewHostBackend(16 * page)
+	defer h.Close()
+	c, up := newCounting(h, true)
+	m := up.(pool.Mapper)
+	a, err := m.ReserveAddress(8 * page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(m.Map(a, 2*page), m.Map(a+2*page, 2*page), m.Unmap(a+page, page)); err != nil {
+		t.Fatal(err)
+	}
+	if c.reserved != 3*page || c.peak != 4*page || c.reserves != 2 || c.releases != 1 || c.releaseError != nil {
+		t.Errorf("reserved %d, peak %d, maps %d, unmaps %d, error %v; want %d, %d, 2, 1, nil",
+			c.reserved, c.peak, c.reserves, c.releases, c.releaseError, 3*page, 4*page)
+	}
+	if _, ok := c.regions.containing(a+2*page, 2*page); !ok {
+		t.Errorf("a block across the two Map calls is not inside a mapped region")
+	}
+	if _, ok := c.regions.containing(a, 2*page); ok {
+		t.Errorf("a block across the unmapped page is inside a mapped region")
+	}
+	if err := m.ReleaseAddress(a, 8*page); err == nil || c.releaseError == nil ||
+		!strings.Contains(c.releaseError.Error(), "still mapped") {
+		t.Errorf("ReleaseAddress with pages mapped: err %v, recorded %v", err, c.releaseError)
+	}
+	c.releaseError = nil
+	if err := m.Unmap(a+page, page); err == nil || c.releaseError == nil ||
+		c.releaseError.Error() != fmtRange("unmap of [%#x, +%d) that was not mapped", a+page, page) {
+		t.Errorf("Unmap of an unmapped page: err %v, recorded %v", err, c.releaseError)
+	}
+	if err := errors.Join(m.Unmap(a, page), m.Unmap(a+2*page, 2*page), m.ReleaseAddress(a, 8*page)); err != nil {
+		t.Fatal(err)
+	}
+	if c.reserved != 0 || c.regions.len() != 0 || c.releases != 3 {
+		t.Errorf("at the end: reserved %d, regions %d, unmaps %d; want 0, 0, 3", c.reserved, c.regions.len(), c.releases)
+	}
+}
+
+func fmtRange(format string, addr, size uint64) string { return fmt.Sprintf(format, addr, size) }
