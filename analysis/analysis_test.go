@@ -217,9 +217,17 @@ func TestPerStreamRecommendation(t *testing.T) {
 		rec.Settings != "1 classes ≤ 1 MiB, arena 0 B, per stream" {
 		t.Errorf("recommended simulation = %+v; want no fallbacks, 2048 B reserved", rec)
 	}
-	// One stream: per-stream lists change nothing and stay off.
-	one := analyzeEvents(t, handmade())
-	if one.Config.SizeClass.PerStream {
+	// One stream: per-stream lists change nothing and stay off. So they do with the legacy
+	// default stream (cudaMalloc) and one stream of stream-ordered requests.
+	if analyzeEvents(t, handmade()).Config.SizeClass.PerStream {
 		t.Error("single-stream trace: per_stream recommended")
+	}
+	b = &builder{}
+	on(trace.OpAlloc, 0x1000, 1000, 0)
+	on(trace.OpFree, 0x1000, 0, 0)
+	on(trace.OpAlloc, 0x2000, 1000, 9)
+	on(trace.OpFree, 0x2000, 0, 9)
+	if analyzeEvents(t, b.events).Config.SizeClass.PerStream {
+		t.Error("legacy stream and one other: per_stream recommended")
 	}
 }

@@ -120,7 +120,7 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 	warns *[]string) (*recommendation, error) {
 	plans := make([]sizeclass.Plan, len(sizeclass.Thresholds))
 	cands := make([]sim.Candidate, len(plans))
-	perStream := requestStreams(st) > 1
+	perStream := orderedStreams(st) > 1
 	for i, th := range sizeclass.Thresholds {
 		plans[i] = sizeclass.Choose(sizeTallies(st.Sizes), th, opts.K)
 		cands[i] = sim.Candidate{Threshold: th, Classes: plans[i].Classes, LargePeakLiveBytes: st.LargePeakLiveBytes[i],

@@ -33,7 +33,7 @@ type recommendation struct {
 
 // recommend builds the size-class pool of plan and sizing, its arena placing blocks by fit
 // (written to pool.json only when it is not the default), keeping freed blocks per stream when
-// perStream is set (see requestStreams).
+// perStream is set (see orderedStreams).
 func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Sizing, fit pool.Fit,
 	perStream bool) *recommendation {
 	sc := &pool.SizeClassConfig{LargeThreshold: plan.Threshold,
@@ -49,17 +49,23 @@ func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Si
 			Alignment: sizeclass.Alignment, SizeClass: sc}}
 }
 
-// requestStreams returns the number of distinct streams the requests were made on.
+// orderedStreams returns the number of distinct streams on which requests were stream-ordered:
+// every stream of a framework's requests (PyTorch and RMM free blocks per stream), and the
+// streams other than the legacy default stream (handle 0) of native requests, which only
+// stream-ordered calls (cudaMallocAsync, cuMemAllocAsync, ...) carry.
 //
 // The rule for pool.SizeClassConfig.PerStream follows from it. A pool's Free does not wait for the
-// device as cudaFree does: a block freed on stream A may still be in use by work queued on A.
-// Reusing it for a request on A is safe (A runs in order), reusing it on stream B is not. So the
-// recommended pool keeps freed blocks per stream whenever requests come on more than one stream,
-// as PyTorch's caching allocator does; with one stream the setting changes nothing and stays off.
-func requestStreams(st *stats.Result) int {
+// device: a block freed on stream A may still be in use by work queued on A. Reusing it on A is
+// safe (A runs in order), on another stream B it is not. So the recommended pool keeps freed
+// blocks per stream when stream-ordered requests come on more than one stream, as PyTorch's
+// caching allocator does. cudaMalloc/cudaFree requests all belong to the legacy default stream,
+// whose work is ordered with every blocking stream's; with them and one other stream, or one
+// stream, the setting stays off (it would only cost memory: a block freed on one stream could
+// never serve the other).
+func orderedStreams(st *stats.Result) int {
 	streams := map[uint64]bool{}
 	for _, g := range st.Groups {
-		if g.Allocs > 0 {
+		if g.Allocs > 0 && (g.Stream != 0 || st.RequestLayer == "framework") {
 			streams[g.Stream] = true
 		}
 	}
