@@ -186,3 +186,33 @@ func TestTextReportGolden(t *testing.T) {
 		t.Errorf("text report differs from %s (go test ./internal/cli/replay -run Golden -update):\n%s", golden, got.String())
 	}
 }
+
+// TestReplayHostExpandableSegments replays the small trace with PyTorch's expandable segments on
+// the host backend (a pool.Mapper): each of the trace's two streams maps one 2 MiB small-pool page,
+// so the pool's peak reserved memory is the predicted 4 MiB, from two Map calls.
+func TestReplayHostExpandableSegments(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "pool.json")
+	cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyPyTorch,
+		PyTorch:    &pool.PyTorchConfig{ExpandableSegments: true},
+		Prediction: &pool.Prediction{PeakReservedBytes: 4 << 20, PeakLiveBytes: 6000}}
+	if err := cfg.Save(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runMain(writeTrace(t, dir), "--config", cfgPath, "--backend", "host", "--repeat", "2",
+		"--verify", "--touch", "--max-overhead", "1000", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var rep replay.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	pl := rep.Mode(replay.ModePool)
+	want := pool.Stats{Allocs: 4, Frees: 4, PeakLiveBytes: 6000, PeakBlockBytes: 1024 + 3072 + 2048,
+		ReservedBytes: 4 << 20, PeakReservedBytes: 4 << 20, UpstreamReserves: 2}
+	if !rep.Passed || pl.PeakReservedBytes != 4<<20 || *pl.PoolStats != want || pl.VerifyChecks != 8 || pl.OutsideReserved != 0 {
+		t.Errorf("passed %v (failed %+v), peak reserved %d, verified %d, outside %d\npool stats %+v\nwant       %+v",
+			rep.Passed, rep.Failed(), pl.PeakReservedBytes, pl.VerifyChecks, pl.OutsideReserved, *pl.PoolStats, want)
+	}
+}
