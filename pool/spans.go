@@ -47,19 +47,18 @@ type spaceNode struct {
 // into it from above, so a segment's first node keeps its index for the segment's life.
 type space struct {
 	nodes     []spaceNode
-	fit       fitHint  // where the last bestFit found its node in the free tree
-	fitPath   treePath // the way down to fit.tnode
-	recycled  int32    // unused node slots, linked through next
+	fit       fitHint // where the last bestFit found its node in the free tree
+	recycled  int32   // unused node slots, linked through next
 	free      *spanTree
 	unmapped  *spanTree
 	freeBytes uint64
 }
 
-// fitHint is the free-tree node bestFit found for space node id, with its predecessor and the
-// tree's change count then: take splits that node without searching the tree again.
+// fitHint is where bestFit found space node id in the free tree: take splits that node without
+// searching the tree again.
 type fitHint struct {
-	id, tnode, pred int32
-	mods            uint64
+	id int32
+	at treeHint
 }
 
 func newSpace() *space {
@@ -130,17 +129,12 @@ func (sp *space) dropSegment(head int32) {
 // bestFit returns the free node of the given owner that is the smallest with at least size
 // bytes (lowest address among equals).
 func (sp *space) bestFit(tagged bool, stream, size uint64) (int32, bool) {
-	n, pred := sp.free.lowerBoundPath(&span{tagged: tagged, stream: stream, size: size}, &sp.fitPath)
-	if n == treeNil {
+	s, ok := sp.free.lowerBoundHint(&span{tagged: tagged, stream: stream, size: size}, &sp.fit.at)
+	if !ok {
 		sp.fit.id = nilNode
 		return nilNode, false
 	}
-	s := &sp.free.nodes[n].s
-	if s.tagged != tagged || s.stream != stream {
-		sp.fit.id = nilNode
-		return nilNode, false
-	}
-	sp.fit = fitHint{id: s.node, tnode: n, pred: pred, mods: sp.free.mods}
+	sp.fit.id = s.node
 	return s.node, true
 }
 
@@ -172,7 +166,7 @@ func (sp *space) splitDetached(id int32, size uint64) int32 {
 // take makes free node id a used block of size bytes, splitting the rest off as a free node.
 func (sp *space) take(id int32, size uint64) {
 	if sp.nodes[id].size <= size {
-		if f := sp.fit; f.id == id && sp.free.deleteAt(f.tnode, &sp.fitPath, f.mods) {
+		if sp.fit.id == id && sp.free.deleteHint(&sp.fit.at) {
 			sp.freeBytes -= sp.nodes[id].size
 		} else {
 			sp.detach(id)
@@ -192,7 +186,7 @@ func (sp *space) take(id int32, size uint64) {
 	}
 	sp.nodes[id].next = r
 	sp.nodes[id].state = nodeUsed
-	if f := sp.fit; f.id != id || !sp.free.replaceBelow(f.tnode, f.pred, f.mods, &sp.nodes[r].span) {
+	if sp.fit.id != id || !sp.free.replaceHint(&sp.fit.at, &sp.nodes[r].span) {
 		sp.free.rekey(n.span, sp.nodes[r].span)
 	}
 	sp.freeBytes -= size
@@ -275,21 +269,15 @@ func (sp *space) absorbNext(id int32) {
 }
 
 // ascendFree calls fn on the free spans of the given owner in (size, address) order, starting at
-// the first one of at least size bytes, until fn returns false.
+// the first one of at least size bytes, until fn returns false. fn must not change the space.
 func (sp *space) ascendFree(tagged bool, stream, size uint64, fn func(span) bool) {
-	s, ok := sp.free.lowerBound(span{tagged: tagged, stream: stream, size: size})
-	for ok && s.tagged == tagged && s.stream == stream && fn(s) {
-		s, ok = sp.free.above(s)
-	}
+	sp.free.ascend(span{tagged: tagged, stream: stream, size: size}, fn)
 }
 
 // descendFreeBelow calls fn on the free spans of the given owner below size bytes, largest
-// first, until fn returns false.
+// first, until fn returns false. fn must not change the space.
 func (sp *space) descendFreeBelow(tagged bool, stream, size uint64, fn func(span) bool) {
-	s, ok := sp.free.below(span{tagged: tagged, stream: stream, size: size})
-	for ok && s.tagged == tagged && s.stream == stream && fn(s) {
-		s, ok = sp.free.below(s)
-	}
+	sp.free.descendBelow(span{tagged: tagged, stream: stream, size: size}, fn)
 }
 
 // freeSpans returns every free span in (owner, size, address) order.

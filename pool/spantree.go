@@ -1,404 +1,652 @@
 package pool
 
-// spanTree is an AVL tree of spans: O(log n) insert, delete, lower bound and predecessor in the
-// worst case. It is written for spans alone (comparisons inline, nodes in one slice linked by
-// index, freed nodes reused) because it sits on every arena allocation and free, where a generic
-// B-tree with a comparison callback cost three times as much (see BenchmarkTraceThroughput).
+import "slices"
+
+// spanTree is an ordered set of spans: O(log n) insert, delete, lower bound and neighbour walks
+// in the worst case. Spans are ordered by owner (untagged first, then tagged by stream), then
+// size (bySize), then address. Each owner has its own B+tree, so that a key is two words: (size,
+// address) by size, (address, 0) by address. All owners' nodes share one slice, linked by index;
+// leaves hold sorted keys and are chained per owner for walks to a neighbour; the spans live in
+// items, the leaves hold their indexes.
 type spanTree struct {
-	nodes  []avlNode // nodes[0] is the nil sentinel (height 0)
-	root   int32
-	free   int32 // head of the list of unused nodes, linked through left
-	count  int
-	bySize bool   // order (owner, size, addr); else (owner, addr)
-	mods   uint64 // changes so far: a node index and predecessor found before stay valid while it holds
+	bySize    bool
+	nodes     []bnode
+	freeNodes []int32
+	items     []span
+	freeItems []int32
+	owners    []treeOwner        // in first-seen order (owner 0 is untagged stream 0)
+	sorted    []int32            // owner indexes by (tagged, stream)
+	byOwner   map[ownerKey]int32 // owner → index, for all but the cached one
+	lastKey   ownerKey           // the owner found last
+	lastIdx   int32
+	count     int
+	mods      uint64 // changes so far: a hint taken before stays valid while it holds
 }
 
-type avlNode struct {
-	s           span
-	left, right int32
-	height      int32
+// bkey is a span's place within its owner's tree.
+type bkey struct{ hi, lo uint64 }
+
+func (a bkey) less(b bkey) bool { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo) }
+
+// bOrder is the most keys of a leaf and children of an inner node; all but the root hold at
+// least bMinFill.
+const (
+	bOrder   = 16
+	bMinFill = bOrder / 2
+	maxDepth = 32 // inner levels: fanout ≥ 8 bounds them by 11 for 2^31 spans
+)
+
+// bnode is a leaf (keys and item indexes) or an inner node (children in vals; keys[i], i ≥ 1,
+// separates child i-1 from child i: above every key left of it, at most every key right of it).
+type bnode struct {
+	keys       [bOrder]bkey
+	vals       [bOrder]int32
+	n          int32
+	leaf       bool
+	prev, next int32 // leaf chain of the owner, treeNil at its ends
 }
 
-// nilNode marks the absence of a node in a space's links (treeNil is the tree's own nil).
-const nilNode int32 = -1
+// treeNil marks the absence of a tree node; nilNode the absence of a space node.
+const (
+	treeNil int32 = -1
+	nilNode int32 = -1
+)
 
-const treeNil int32 = 0
-
-func newSpanTree(bySize bool) *spanTree {
-	return &spanTree{nodes: make([]avlNode, 1, 64), root: treeNil, free: treeNil, bySize: bySize}
+type ownerKey struct {
+	tagged bool
+	stream uint64
 }
 
-// less orders spans by owner (untagged first, then by stream), then size (when bySize), then address.
-func (t *spanTree) less(a, b *span) bool {
+func (a ownerKey) less(b ownerKey) bool {
 	if a.tagged != b.tagged {
 		return !a.tagged
 	}
-	if a.stream != b.stream {
-		return a.stream < b.stream
+	return a.stream < b.stream
+}
+
+// treeOwner is the B+tree of one owner's spans.
+type treeOwner struct {
+	ownerKey
+	root   int32 // treeNil when empty
+	height int32 // levels, the leaves being level 1
+}
+
+func newSpanTree(bySize bool) *spanTree {
+	t := &spanTree{bySize: bySize, byOwner: map[ownerKey]int32{}}
+	t.owners = []treeOwner{{root: treeNil}}
+	t.sorted = []int32{0}
+	t.byOwner[ownerKey{}] = 0
+	return t
+}
+
+func (t *spanTree) key(s *span) bkey {
+	if t.bySize {
+		return bkey{s.size, s.addr}
 	}
-	if t.bySize && a.size != b.size {
-		return a.size < b.size
+	return bkey{s.addr, 0}
+}
+
+// owner returns the index of s's owner; with create, it adds one unknown so far (else -1).
+func (t *spanTree) owner(tagged bool, stream uint64, create bool) int32 {
+	k := ownerKey{tagged, stream}
+	if k == t.lastKey {
+		return t.lastIdx
 	}
-	return a.addr < b.addr
-}
-
-func (t *spanTree) height(n int32) int32 { return t.nodes[n].height }
-
-func (t *spanTree) fix(n int32) {
-	nd := &t.nodes[n]
-	nd.height = 1 + max(t.height(nd.left), t.height(nd.right))
-}
-
-func (t *spanTree) rotateRight(n int32) int32 {
-	l := t.nodes[n].left
-	t.nodes[n].left = t.nodes[l].right
-	t.nodes[l].right = n
-	t.fix(n)
-	t.fix(l)
-	return l
-}
-
-func (t *spanTree) rotateLeft(n int32) int32 {
-	r := t.nodes[n].right
-	t.nodes[n].right = t.nodes[r].left
-	t.nodes[r].left = n
-	t.fix(n)
-	t.fix(r)
-	return r
-}
-
-// balance restores the AVL property at n and returns the subtree's new root.
-func (t *spanTree) balance(n int32) int32 {
-	t.fix(n)
-	nd := &t.nodes[n]
-	switch bf := t.height(nd.left) - t.height(nd.right); {
-	case bf > 1:
-		if l := nd.left; t.height(t.nodes[l].left) < t.height(t.nodes[l].right) {
-			nd.left = t.rotateLeft(l)
+	if !tagged && stream == 0 {
+		return 0
+	}
+	i, ok := t.byOwner[k]
+	if !ok {
+		if !create {
+			return -1
 		}
-		return t.rotateRight(n)
-	case bf < -1:
-		if r := nd.right; t.height(t.nodes[r].right) < t.height(t.nodes[r].left) {
-			nd.right = t.rotateRight(r)
+		i = int32(len(t.owners))
+		t.owners = append(t.owners, treeOwner{ownerKey: k, root: treeNil})
+		t.byOwner[k] = i
+		t.sorted = append(t.sorted, i)
+		slices.SortFunc(t.sorted, func(a, b int32) int {
+			if t.owners[a].less(t.owners[b].ownerKey) {
+				return -1
+			}
+			return 1
+		})
+	}
+	t.lastKey, t.lastIdx = k, i
+	return i
+}
+
+func (t *spanTree) newNode(leaf bool) int32 {
+	nd := bnode{leaf: leaf, prev: treeNil, next: treeNil}
+	if k := len(t.freeNodes); k > 0 {
+		i := t.freeNodes[k-1]
+		t.freeNodes = t.freeNodes[:k-1]
+		t.nodes[i] = nd
+		return i
+	}
+	t.nodes = append(t.nodes, nd)
+	return int32(len(t.nodes) - 1)
+}
+
+func (t *spanTree) newItem(s span) int32 {
+	if k := len(t.freeItems); k > 0 {
+		i := t.freeItems[k-1]
+		t.freeItems = t.freeItems[:k-1]
+		t.items[i] = s
+		return i
+	}
+	t.items = append(t.items, s)
+	return int32(len(t.items) - 1)
+}
+
+// treePath is the way down from an owner's root to a leaf: the inner nodes passed and which
+// child was taken in each.
+type treePath struct {
+	nodes [maxDepth]int32
+	idx   [maxDepth]int32
+	depth int
+}
+
+// childFor returns the child of inner node n whose range holds k: the number of separators ≤ k.
+func (t *spanTree) childFor(n int32, k bkey) int32 {
+	nd := &t.nodes[n]
+	i := int32(1)
+	for i < nd.n && !k.less(nd.keys[i]) {
+		i++
+	}
+	return i - 1
+}
+
+// leafPos returns the number of keys of leaf n below k (strict: not above k).
+func (t *spanTree) leafPos(n int32, k bkey, strict bool) int32 {
+	nd := &t.nodes[n]
+	i := int32(0)
+	if strict {
+		for i < nd.n && !k.less(nd.keys[i]) {
+			i++
 		}
-		return t.rotateLeft(n)
+		return i
+	}
+	for i < nd.n && nd.keys[i].less(k) {
+		i++
+	}
+	return i
+}
+
+// descend walks from owner o's root to the leaf whose range holds k, recording the path.
+func (t *spanTree) descend(o int32, k bkey, path *treePath) int32 {
+	path.depth = 0
+	n := t.owners[o].root
+	for !t.nodes[n].leaf {
+		i := t.childFor(n, k)
+		path.nodes[path.depth], path.idx[path.depth] = n, i
+		path.depth++
+		n = t.nodes[n].vals[i]
 	}
 	return n
 }
 
-func (t *spanTree) newNode(s span) int32 {
-	if n := t.free; n != treeNil {
-		t.free = t.nodes[n].left
-		t.nodes[n] = avlNode{s: s, height: 1}
-		return n
+// cursor is a position in an owner's leaf chain; pos == n of the last leaf is the end.
+type cursor struct{ leaf, pos int32 }
+
+// seek returns the first position in owner o whose key is not below k (strict: above k).
+func (t *spanTree) seek(o int32, k bkey, strict bool, path *treePath) cursor {
+	if t.owners[o].root == treeNil {
+		return cursor{treeNil, 0}
 	}
-	t.nodes = append(t.nodes, avlNode{s: s, height: 1})
-	return int32(len(t.nodes) - 1)
+	leaf := t.descend(o, k, path)
+	c := cursor{leaf, t.leafPos(leaf, k, strict)}
+	if nd := &t.nodes[leaf]; c.pos == nd.n && nd.next != treeNil {
+		c = cursor{nd.next, 0}
+		path.depth = -1 // the path leads to the leaf before
+	}
+	return c
 }
 
-// maxTreeHeight bounds an AVL tree's height (1.44 log2 of 2^31 nodes is under 46).
-const maxTreeHeight = 64
+func (t *spanTree) valid(c cursor) bool { return c.leaf != treeNil && c.pos < t.nodes[c.leaf].n }
 
-// insert adds s, which must not be in the tree. It walks down once, remembering the path, and
-// rebalances on the way back up until a subtree's height is unchanged.
+func (t *spanTree) at(c cursor) *span { return &t.items[t.nodes[c.leaf].vals[c.pos]] }
+
+func (t *spanTree) next(c cursor) cursor {
+	if c.pos+1 < t.nodes[c.leaf].n {
+		return cursor{c.leaf, c.pos + 1}
+	}
+	if nx := t.nodes[c.leaf].next; nx != treeNil {
+		return cursor{nx, 0}
+	}
+	return cursor{c.leaf, c.pos + 1}
+}
+
+// prev returns the position before c; leaf treeNil when c is the first.
+func (t *spanTree) prev(c cursor) cursor {
+	if c.leaf == treeNil {
+		return c
+	}
+	if c.pos > 0 {
+		return cursor{c.leaf, c.pos - 1}
+	}
+	if p := t.nodes[c.leaf].prev; p != treeNil {
+		return cursor{p, t.nodes[p].n - 1}
+	}
+	return cursor{treeNil, 0}
+}
+
+// first and last return owner o's first and last positions (leaf treeNil when it is empty).
+func (t *spanTree) first(o int32) cursor {
+	n := t.owners[o].root
+	if n == treeNil {
+		return cursor{treeNil, 0}
+	}
+	for !t.nodes[n].leaf {
+		n = t.nodes[n].vals[0]
+	}
+	return cursor{n, 0}
+}
+
+func (t *spanTree) last(o int32) cursor {
+	n := t.owners[o].root
+	if n == treeNil {
+		return cursor{treeNil, 0}
+	}
+	for !t.nodes[n].leaf {
+		n = t.nodes[n].vals[t.nodes[n].n-1]
+	}
+	return cursor{n, t.nodes[n].n - 1}
+}
+
+// insert adds s, which must not be in the tree.
 func (t *spanTree) insert(s span) {
+	o := t.owner(s.tagged, s.stream, true)
 	t.mods++
 	t.count++
-	var path [maxTreeHeight]int32
-	var left [maxTreeHeight]bool
-	depth := 0
-	for n := t.root; n != treeNil; depth++ {
-		path[depth] = n
-		left[depth] = t.less(&s, &t.nodes[n].s)
-		if left[depth] {
-			n = t.nodes[n].left
-		} else {
-			n = t.nodes[n].right
-		}
+	item := t.newItem(s)
+	k := t.key(&s)
+	ow := &t.owners[o]
+	if ow.root == treeNil {
+		leaf := t.newNode(true)
+		t.nodes[leaf].keys[0], t.nodes[leaf].vals[0], t.nodes[leaf].n = k, item, 1
+		ow.root, ow.height = leaf, 1
+		return
 	}
-	child := t.newNode(s)
-	for i := depth - 1; i >= 0; i-- {
-		n := path[i]
-		if left[i] {
-			t.nodes[n].left = child
-		} else {
-			t.nodes[n].right = child
-		}
-		var changed bool
-		if child, changed = t.rebalance(n); !changed {
-			if i > 0 {
-				t.setChild(path[i-1], left[i-1], child)
-				return
-			}
-			break
-		}
-	}
-	t.root = child
+	var path treePath
+	leaf := t.descend(o, k, &path)
+	t.insertAt(o, &path, leaf, t.leafPos(leaf, k, false), k, item)
 }
 
-// setChild makes c the left (or right) child of n.
-func (t *spanTree) setChild(n int32, left bool, c int32) {
-	if left {
-		t.nodes[n].left = c
-	} else {
-		t.nodes[n].right = c
+// insertAt puts (k, v) at position pos of leaf, reached by path, splitting full nodes upwards.
+func (t *spanTree) insertAt(o int32, path *treePath, leaf, pos int32, k bkey, v int32) {
+	nd := &t.nodes[leaf]
+	if nd.n < bOrder {
+		copy(nd.keys[pos+1:nd.n+1], nd.keys[pos:nd.n])
+		copy(nd.vals[pos+1:nd.n+1], nd.vals[pos:nd.n])
+		nd.keys[pos], nd.vals[pos] = k, v
+		nd.n++
+		return
 	}
+	right := t.split(leaf, pos, k, v)
+	sep := t.nodes[right].keys[0]
+	for d := path.depth - 1; d >= 0; d-- {
+		p, i := path.nodes[d], path.idx[d]+1
+		if pn := &t.nodes[p]; pn.n < bOrder {
+			copy(pn.keys[i+1:pn.n+1], pn.keys[i:pn.n])
+			copy(pn.vals[i+1:pn.n+1], pn.vals[i:pn.n])
+			pn.keys[i], pn.vals[i] = sep, right
+			pn.n++
+			return
+		}
+		right = t.split(p, i, sep, right)
+		sep = t.nodes[right].keys[0]
+	}
+	root := t.newNode(false)
+	rn := &t.nodes[root]
+	rn.vals[0], rn.vals[1], rn.keys[1], rn.n = t.owners[o].root, right, sep, 2
+	t.owners[o].root = root
+	t.owners[o].height++
 }
 
-// rebalance balances n and reports whether the subtree's height changed.
-func (t *spanTree) rebalance(n int32) (int32, bool) {
-	old := t.nodes[n].height
-	n = t.balance(n)
-	return n, t.nodes[n].height != old
+// split divides full node n, with (k, v) added at position pos, into n and a new right node,
+// returned. A leaf's right node starts with its first key; an inner one's keys[0] is the
+// separator to put in the parent.
+func (t *spanTree) split(n, pos int32, k bkey, v int32) int32 {
+	var keys [bOrder + 1]bkey
+	var vals [bOrder + 1]int32
+	nd := &t.nodes[n]
+	copy(keys[:pos], nd.keys[:pos])
+	copy(vals[:pos], nd.vals[:pos])
+	keys[pos], vals[pos] = k, v
+	copy(keys[pos+1:], nd.keys[pos:])
+	copy(vals[pos+1:], nd.vals[pos:])
+	right := t.newNode(nd.leaf)
+	nd = &t.nodes[n]
+	rn := &t.nodes[right]
+	const h = (bOrder + 1) / 2
+	copy(nd.keys[:h], keys[:h])
+	copy(nd.vals[:h], vals[:h])
+	nd.n = h
+	copy(rn.keys[:], keys[h:])
+	copy(rn.vals[:], vals[h:])
+	rn.n = bOrder + 1 - h
+	if nd.leaf {
+		rn.prev, rn.next = n, nd.next
+		if nd.next != treeNil {
+			t.nodes[nd.next].prev = right
+		}
+		nd.next = right
+	}
+	return right
+}
+
+// find returns the position of key k in owner o (leaf treeNil when absent) and the path to it.
+func (t *spanTree) find(o int32, k bkey, path *treePath) cursor {
+	if o < 0 || t.owners[o].root == treeNil {
+		return cursor{treeNil, 0}
+	}
+	leaf := t.descend(o, k, path)
+	pos := t.leafPos(leaf, k, false)
+	if pos == t.nodes[leaf].n || t.nodes[leaf].keys[pos] != k {
+		return cursor{treeNil, 0}
+	}
+	return cursor{leaf, pos}
 }
 
 // delete removes the span equal to s (same owner, size and address); it reports whether one was there.
 func (t *spanTree) delete(s span) bool {
-	t.mods++
 	var path treePath
-	n := t.find(&s, &path)
-	if n == treeNil {
+	o := t.owner(s.tagged, s.stream, false)
+	c := t.find(o, t.key(&s), &path)
+	if c.leaf == treeNil {
 		return false
 	}
-	t.deleteNode(n, &path)
+	t.deleteAt(o, &path, c)
 	return true
 }
 
-// treePath is the way down from the root to a node: the nodes passed and which child was taken.
-type treePath struct {
-	nodes [maxTreeHeight]int32
-	left  [maxTreeHeight]bool
-	depth int
-}
-
-func (p *treePath) push(n int32, left bool) {
-	p.nodes[p.depth], p.left[p.depth] = n, left
-	p.depth++
-}
-
-// find returns the node holding s (treeNil for none), recording in path the nodes above it.
-func (t *spanTree) find(s *span, path *treePath) int32 {
-	n := t.root
-	for n != treeNil {
-		nd := &t.nodes[n]
-		if t.less(s, &nd.s) {
-			path.push(n, true)
-			n = nd.left
-		} else if t.less(&nd.s, s) {
-			path.push(n, false)
-			n = nd.right
-		} else {
-			break
-		}
-	}
-	return n
-}
-
-// deleteNode removes node n, reached from the root by path, and rebalances on the way back up
-// until a subtree's height is unchanged.
-func (t *spanTree) deleteNode(n int32, path *treePath) {
+// deleteAt removes the entry at c of owner o, reached by path, merging or refilling nodes that
+// fall below bMinFill on the way up.
+func (t *spanTree) deleteAt(o int32, path *treePath, c cursor) {
+	t.mods++
 	t.count--
-	left, right := t.nodes[n].left, t.nodes[n].right
-	t.nodes[n].left, t.free = t.free, n
-	child, changed := left, true
-	switch {
-	case left == treeNil:
-		child = right
-	case right == treeNil:
-	default:
-		// Replace n by its successor, the minimum of the right subtree.
-		var m int32
-		right, m = t.detachMin(right)
-		t.nodes[m].left, t.nodes[m].right = left, right
-		t.nodes[m].height = t.nodes[n].height
-		child, changed = t.rebalance(m)
-	}
-	for i := path.depth - 1; i >= 0; i-- {
-		p := path.nodes[i]
-		t.setChild(p, path.left[i], child)
-		if !changed {
+	nd := &t.nodes[c.leaf]
+	t.freeItems = append(t.freeItems, nd.vals[c.pos])
+	copy(nd.keys[c.pos:nd.n-1], nd.keys[c.pos+1:nd.n])
+	copy(nd.vals[c.pos:nd.n-1], nd.vals[c.pos+1:nd.n])
+	nd.n--
+	n := c.leaf
+	for d := path.depth - 1; d >= 0 && t.nodes[n].n < bMinFill; d-- {
+		if !t.refill(path.nodes[d], path.idx[d]) {
 			return
 		}
-		child, changed = t.rebalance(p)
+		n = path.nodes[d]
 	}
-	t.root = child
+	ow := &t.owners[o]
+	if root := &t.nodes[ow.root]; root.n == 0 {
+		t.freeNodes = append(t.freeNodes, ow.root)
+		ow.root, ow.height = treeNil, 0
+	} else if !root.leaf && root.n == 1 {
+		t.freeNodes = append(t.freeNodes, ow.root)
+		ow.root = root.vals[0]
+		ow.height--
+	}
 }
 
-// rekey replaces old, which must be in the tree, by s. When s falls between old's neighbours in
-// the order it takes old's place in its node (no rebalancing); otherwise it is a delete and an
-// insert. Either way the tree then holds the same set of spans.
-func (t *spanTree) rekey(old, s span) {
-	var path treePath
-	n := t.find(&old, &path)
-	pred, succ := treeNil, treeNil
-	for i := path.depth - 1; i >= 0 && (pred == treeNil || succ == treeNil); i-- {
-		if path.left[i] {
-			if succ == treeNil {
-				succ = path.nodes[i]
+// refill brings child i of inner node p back to bMinFill entries, from a sibling that can spare
+// one or by merging with it. It reports whether p lost a child.
+func (t *spanTree) refill(p, i int32) bool {
+	pn := &t.nodes[p]
+	l, r, sep := i-1, i, i // the siblings l and r and the separator between them
+	if i == 0 {
+		l, r, sep = 0, 1, 1
+	}
+	ln, rn := &t.nodes[pn.vals[l]], &t.nodes[pn.vals[r]]
+	switch {
+	case ln.n+rn.n <= bOrder:
+		t.merge(p, sep)
+		return true
+	case i == r:
+		t.rotateRight(pn, ln, rn, sep)
+	default:
+		t.rotateLeft(pn, ln, rn, sep)
+	}
+	return false
+}
+
+// merge appends child sep of p to child sep-1 and removes it from p.
+func (t *spanTree) merge(p, sep int32) {
+	pn := &t.nodes[p]
+	li, ri := pn.vals[sep-1], pn.vals[sep]
+	ln, rn := &t.nodes[li], &t.nodes[ri]
+	if ln.leaf {
+		copy(ln.keys[ln.n:], rn.keys[:rn.n])
+		ln.next = rn.next
+		if rn.next != treeNil {
+			t.nodes[rn.next].prev = li
+		}
+	} else {
+		ln.keys[ln.n] = pn.keys[sep]
+		copy(ln.keys[ln.n+1:], rn.keys[1:rn.n])
+	}
+	copy(ln.vals[ln.n:], rn.vals[:rn.n])
+	ln.n += rn.n
+	t.freeNodes = append(t.freeNodes, ri)
+	copy(pn.keys[sep:pn.n-1], pn.keys[sep+1:pn.n])
+	copy(pn.vals[sep:pn.n-1], pn.vals[sep+1:pn.n])
+	pn.n--
+}
+
+// rotateRight moves ln's last entry to the front of its right sibling rn (separator sep of pn).
+func (t *spanTree) rotateRight(pn, ln, rn *bnode, sep int32) {
+	copy(rn.keys[1:rn.n+1], rn.keys[:rn.n])
+	copy(rn.vals[1:rn.n+1], rn.vals[:rn.n])
+	rn.vals[0] = ln.vals[ln.n-1]
+	if rn.leaf {
+		rn.keys[0] = ln.keys[ln.n-1]
+		pn.keys[sep] = rn.keys[0]
+	} else {
+		rn.keys[1] = pn.keys[sep]
+		pn.keys[sep] = ln.keys[ln.n-1]
+	}
+	rn.n++
+	ln.n--
+}
+
+// rotateLeft moves rn's first entry to the end of its left sibling ln (separator sep of pn).
+func (t *spanTree) rotateLeft(pn, ln, rn *bnode, sep int32) {
+	ln.vals[ln.n] = rn.vals[0]
+	if ln.leaf {
+		ln.keys[ln.n] = rn.keys[0]
+		pn.keys[sep] = rn.keys[1]
+	} else {
+		ln.keys[ln.n] = pn.keys[sep]
+		pn.keys[sep] = rn.keys[1]
+	}
+	ln.n++
+	copy(rn.keys[:rn.n-1], rn.keys[1:rn.n])
+	copy(rn.vals[:rn.n-1], rn.vals[1:rn.n])
+	rn.n--
+}
+
+// fits reports whether key k may take the place of the entry at c: it lies strictly between
+// the entries before and after it.
+func (t *spanTree) fits(c cursor, k bkey) bool {
+	if p := t.prev(c); p.leaf != treeNil && !t.nodes[p.leaf].keys[p.pos].less(k) {
+		return false
+	}
+	nx := t.next(c)
+	return !t.valid(nx) || k.less(t.nodes[nx.leaf].keys[nx.pos])
+}
+
+// replace puts s (key k, same owner) at c, reached by path, where fits allows it. The separators
+// on either side of the leaf bound its keys: a first key becomes the one on its left, and a last
+// key moves the one on its right up to the next leaf's first key (a delete may have left it lower).
+func (t *spanTree) replace(path *treePath, c cursor, k bkey, s *span) {
+	t.mods++
+	nd := &t.nodes[c.leaf]
+	nd.keys[c.pos] = k
+	t.items[nd.vals[c.pos]] = *s
+	if c.pos == 0 {
+		for d := path.depth - 1; d >= 0; d-- {
+			if i := path.idx[d]; i > 0 {
+				t.nodes[path.nodes[d]].keys[i] = k
+				break
 			}
-		} else if pred == treeNil {
-			pred = path.nodes[i]
 		}
 	}
-	t.mods++
-	if n == treeNil {
+	if c.pos == nd.n-1 && nd.next != treeNil {
+		for d := path.depth - 1; d >= 0; d-- {
+			if p, i := path.nodes[d], path.idx[d]; i+1 < t.nodes[p].n {
+				t.nodes[p].keys[i+1] = t.nodes[nd.next].keys[0]
+				break
+			}
+		}
+	}
+}
+
+// rekey replaces old, which must be in the tree, by s. When s has old's owner and falls between
+// old's neighbours it takes old's place (no rebalancing); otherwise it is a delete and an insert.
+func (t *spanTree) rekey(old, s span) {
+	var path treePath
+	o := t.owner(old.tagged, old.stream, false)
+	c := t.find(o, t.key(&old), &path)
+	if c.leaf == treeNil {
 		t.insert(s)
 		return
 	}
-	if t.fits(n, pred, succ, &s) {
-		t.nodes[n].s = s
+	if k := t.key(&s); old.ownerKey() == s.ownerKey() && t.fits(c, k) {
+		t.replace(&path, c, k, &s)
 		return
 	}
-	t.deleteNode(n, &path)
+	t.deleteAt(o, &path, c)
 	t.insert(s)
 }
 
-// fits reports whether s may replace node n's span in place: it lies between n's in-order
-// predecessor and successor (pred and succ are the nearest ancestors below and above n).
-func (t *spanTree) fits(n, pred, succ int32, s *span) bool {
-	nd := &t.nodes[n]
-	if t.less(s, &nd.s) {
-		if l := nd.left; l != treeNil {
-			for pred = l; t.nodes[pred].right != treeNil; pred = t.nodes[pred].right {
-			}
-		}
-		return pred == treeNil || t.less(&t.nodes[pred].s, s)
-	}
-	if r := nd.right; r != treeNil {
-		for succ = r; t.nodes[succ].left != treeNil; succ = t.nodes[succ].left {
-		}
-	}
-	return succ == treeNil || t.less(s, &t.nodes[succ].s)
+func (s *span) ownerKey() ownerKey { return ownerKey{s.tagged, s.stream} }
+
+// treeHint is a position found by lowerBoundHint, usable while the tree's mods stay the same.
+type treeHint struct {
+	path  treePath
+	at    cursor
+	owner int32
+	mods  uint64
 }
 
-// detachMin removes the minimum node of subtree n and returns the new subtree and that node.
-func (t *spanTree) detachMin(n int32) (rest, min int32) {
-	var path [maxTreeHeight]int32
-	depth := 0
-	for t.nodes[n].left != treeNil {
-		path[depth] = n
-		depth++
-		n = t.nodes[n].left
+// lowerBoundHint returns the smallest span of key's owner not below key, and records where it is.
+func (t *spanTree) lowerBoundHint(key *span, h *treeHint) (*span, bool) {
+	o := t.owner(key.tagged, key.stream, false)
+	if o < 0 {
+		return nil, false
 	}
-	min, rest = n, t.nodes[n].right
-	for i := depth - 1; i >= 0; i-- {
-		p := path[i]
-		t.nodes[p].left = rest
-		rest = t.balance(p)
+	c := t.seek(o, t.key(key), false, &h.path)
+	if !t.valid(c) {
+		return nil, false
 	}
-	return rest, min
+	if h.path.depth < 0 { // it is the next leaf's first key: find the way to it
+		t.descend(o, t.nodes[c.leaf].keys[0], &h.path)
+	}
+	h.at, h.owner, h.mods = c, o, t.mods
+	return t.at(c), true
 }
 
-// lowerBoundNode returns the node of the smallest span not below key and the node of its
-// in-order predecessor (the greatest span below key), treeNil for none.
-func (t *spanTree) lowerBoundNode(key *span) (n, pred int32) {
-	n, pred = treeNil, treeNil
-	for c := t.root; c != treeNil; {
-		nd := &t.nodes[c]
-		if t.less(&nd.s, key) {
-			pred, c = c, nd.right
-		} else {
-			n, c = c, nd.left
-		}
-	}
-	return n, pred
-}
-
-// lowerBoundPath is lowerBoundNode that also records in path the way down to n (its depth is
-// left 0 when n is treeNil).
-func (t *spanTree) lowerBoundPath(key *span, path *treePath) (n, pred int32) {
-	n, pred = treeNil, treeNil
-	path.depth = 0
-	depth := 0
-	for c := t.root; c != treeNil; depth++ {
-		nd := &t.nodes[c]
-		if t.less(&nd.s, key) {
-			path.nodes[depth], path.left[depth] = c, false
-			pred, c = c, nd.right
-		} else {
-			path.nodes[depth], path.left[depth] = c, true
-			n, c, path.depth = c, nd.left, depth
-		}
-	}
-	return n, pred
-}
-
-// deleteAt removes node n, found with path by lowerBoundPath when the tree had mods changes, if
-// the tree is unchanged since. It reports whether it did.
-func (t *spanTree) deleteAt(n int32, path *treePath, mods uint64) bool {
-	if t.mods != mods {
+// deleteHint removes the span at h if the tree is unchanged since; it reports whether it did.
+func (t *spanTree) deleteHint(h *treeHint) bool {
+	if t.mods != h.mods {
 		return false
 	}
-	t.mods++
-	t.deleteNode(n, path)
+	t.deleteAt(h.owner, &h.path, h.at)
 	return true
 }
 
-// replaceBelow puts s in node n, found with pred by lowerBoundNode when the tree had mods
-// changes, if the tree is unchanged since and s, below n's span, is still above pred's. It
-// reports whether it did.
-func (t *spanTree) replaceBelow(n, pred int32, mods uint64, s *span) bool {
-	if t.mods != mods || (pred != treeNil && !t.less(&t.nodes[pred].s, s)) {
+// replaceHint puts s, of the same owner, in place of the span at h if the tree is unchanged since
+// and s still sits between that span's neighbours. It reports whether it did.
+func (t *spanTree) replaceHint(h *treeHint, s *span) bool {
+	if t.mods != h.mods {
 		return false
 	}
-	t.nodes[n].s = *s
-	t.mods++
+	k := t.key(s)
+	if !t.fits(h.at, k) {
+		return false
+	}
+	t.replace(&h.path, h.at, k, s)
 	return true
 }
 
 // lowerBound returns the smallest span not below key.
-func (t *spanTree) lowerBound(key span) (span, bool) {
-	best, found := span{}, false
-	for n := t.root; n != treeNil; {
-		nd := &t.nodes[n]
-		if t.less(&nd.s, &key) {
-			n = nd.right
-		} else {
-			best, found = nd.s, true
-			n = nd.left
-		}
-	}
-	return best, found
-}
+func (t *spanTree) lowerBound(key span) (span, bool) { return t.bound(key, false) }
 
 // above returns the smallest span greater than key.
-func (t *spanTree) above(key span) (span, bool) {
-	best, found := span{}, false
-	for n := t.root; n != treeNil; {
-		nd := &t.nodes[n]
-		if t.less(&key, &nd.s) {
-			best, found = nd.s, true
-			n = nd.left
-		} else {
-			n = nd.right
+func (t *spanTree) above(key span) (span, bool) { return t.bound(key, true) }
+
+func (t *spanTree) bound(key span, strict bool) (span, bool) {
+	var path treePath
+	ko := key.ownerKey()
+	for _, o := range t.sorted {
+		ow := &t.owners[o]
+		var c cursor
+		switch {
+		case ow.less(ko):
+			continue
+		case ow.ownerKey == ko:
+			c = t.seek(o, t.key(&key), strict, &path)
+		default:
+			c = t.first(o)
+		}
+		if t.valid(c) {
+			return *t.at(c), true
 		}
 	}
-	return best, found
+	return span{}, false
 }
 
 // below returns the greatest span less than key.
 func (t *spanTree) below(key span) (span, bool) {
-	best, found := span{}, false
-	for n := t.root; n != treeNil; {
-		nd := &t.nodes[n]
-		if t.less(&nd.s, &key) {
-			best, found = nd.s, true
-			n = nd.right
-		} else {
-			n = nd.left
+	var path treePath
+	ko := key.ownerKey()
+	for j := len(t.sorted) - 1; j >= 0; j-- {
+		o := t.sorted[j]
+		ow := &t.owners[o]
+		var c cursor
+		switch {
+		case ko.less(ow.ownerKey):
+			continue
+		case ow.ownerKey == ko:
+			c = t.prev(t.seek(o, t.key(&key), false, &path))
+		default:
+			c = t.last(o)
+		}
+		if c.leaf != treeNil {
+			return *t.at(c), true
 		}
 	}
-	return best, found
+	return span{}, false
+}
+
+// ascend calls fn on the spans of the given owner from the first not below key, in order, until
+// fn returns false. fn must not change the tree.
+func (t *spanTree) ascend(key span, fn func(span) bool) {
+	o := t.owner(key.tagged, key.stream, false)
+	if o < 0 {
+		return
+	}
+	var path treePath
+	for c := t.seek(o, t.key(&key), false, &path); t.valid(c) && fn(*t.at(c)); c = t.next(c) {
+	}
+}
+
+// descendBelow calls fn on the spans of the given owner below key, greatest first, until fn
+// returns false. fn must not change the tree.
+func (t *spanTree) descendBelow(key span, fn func(span) bool) {
+	o := t.owner(key.tagged, key.stream, false)
+	if o < 0 {
+		return
+	}
+	var path treePath
+	for c := t.prev(t.seek(o, t.key(&key), false, &path)); c.leaf != treeNil && fn(*t.at(c)); c = t.prev(c) {
+	}
 }
 
 // each calls fn on every span in order.
-func (t *spanTree) each(fn func(span)) { t.eachAt(t.root, fn) }
-
-func (t *spanTree) eachAt(n int32, fn func(span)) {
-	if n == treeNil {
-		return
+func (t *spanTree) each(fn func(span)) {
+	for _, o := range t.sorted {
+		for c := t.first(o); t.valid(c); c = t.next(c) {
+			fn(*t.at(c))
+		}
 	}
-	t.eachAt(t.nodes[n].left, fn)
-	fn(t.nodes[n].s)
-	t.eachAt(t.nodes[n].right, fn)
 }
