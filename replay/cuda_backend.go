@@ -92,9 +92,10 @@ func cuErr(call string, err error) error {
 }
 
 // CUDABackend replays on GPU memory of one device through the CUDA driver API: cuMemAlloc and
-// cuMemFree (gorgonia.org/cu) for the pool's Upstream and the raw mode; cuMemAllocAsync and
-// cuMemFreeAsync from the device's default memory pool, its release threshold set to the maximum
-// (it keeps all freed memory), on streams of its own for the async mode.
+// cuMemFree (gorgonia.org/cu) for the pool's Upstream and the raw mode; cuMemAddressReserve,
+// cuMemCreate and cuMemMap for the pool.Mapper that expandable segments need (cuda_mapper.go);
+// cuMemAllocAsync and cuMemFreeAsync from the device's default memory pool, its release threshold
+// set to the maximum (it keeps all freed memory), on streams of its own for the async mode.
 //
 // NewCUDABackend makes the device's primary context current and locks the calling goroutine to
 // its OS thread; use the backend from that goroutine only, and Close it there.
@@ -105,7 +106,8 @@ type CUDABackend struct {
 	desc       string
 	streams    map[Stream]C.CUstream
 	nextStream Stream
-	buf        []byte // host copy of one sample; its own allocation, as cgo requires
+	buf        []byte     // host copy of one sample; its own allocation, as cgo requires
+	vm         cudaMapper // the pool.Mapper's pages and address space (cuda_mapper.go)
 }
 
 // NewCUDABackend opens device ordinal device.
@@ -128,7 +130,8 @@ func openCUDA(device int) (*CUDABackend, error) {
 	if err != nil {
 		return nil, cuErr("cuDevicePrimaryCtxRetain", err)
 	}
-	b := &CUDABackend{dev: dev, ctx: ctx, streams: make(map[Stream]C.CUstream), buf: make([]byte, sampleBytes)}
+	b := &CUDABackend{dev: dev, ctx: ctx, streams: make(map[Stream]C.CUstream), buf: make([]byte, sampleBytes),
+		vm: newCUDAMapper()}
 	if err := cuErr("cuCtxSetCurrent", cu.SetCurrentContext(ctx)); err != nil {
 		return nil, err
 	}
@@ -268,14 +271,14 @@ func (b *CUDABackend) Check(addr, size uint64, pattern byte) error {
 	return nil
 }
 
-// Close destroys the streams left, trims the pool, releases the primary context and unlocks the
-// goroutine from its thread.
+// Close destroys the streams left, trims the pool, unmaps the Mapper's pages and frees its address
+// space, releases the primary context and unlocks the goroutine from its thread.
 func (b *CUDABackend) Close() error {
 	var errs []error
 	for s := range b.streams {
 		errs = append(errs, b.DestroyStream(s))
 	}
-	errs = append(errs, b.Synchronize(), b.ResetAsyncPool(), cuErr("cuDevicePrimaryCtxRelease", b.dev.ReleasePrimaryCtx()))
+	errs = append(errs, b.Synchronize(), b.ResetAsyncPool(), b.closeAddressSpace(), cuErr("cuDevicePrimaryCtxRelease", b.dev.ReleasePrimaryCtx()))
 	runtime.UnlockOSThread()
 	return errors.Join(errs...)
 }

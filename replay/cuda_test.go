@@ -138,3 +138,154 @@ func TestCUDAPoolStatsEqualHost(t *testing.T) {
 		}
 	}
 }
+
+// TestCUDAMapperMapUnmap maps pages into reserved device address space in two calls, touches a
+// block across them, unmaps a page in the middle of the first call (a sub-range of one Map, which
+// needs a mapping per page), maps it again and unmaps everything in one call.
+func TestCUDAMapperMapUnmap(t *testing.T) {
+	b := openCUDA0(t)
+	g, err := b.pageSize()
+	if err != nil || g == 0 || g&(g-1) != 0 {
+		t.Fatalf("granularity %d, err %v", g, err)
+	}
+	a, err := b.ReserveAddress(8*g + 1) // 9 pages
+	if err != nil || a%g != 0 {
+		t.Fatalf("ReserveAddress = %#x, %v", a, err)
+	}
+	if err := errors.Join(b.Map(a+g, 3*g), b.Map(a+4*g, 2*g)); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.vm.handles) != 5 || b.vm.pages.len() != 1 {
+		t.Errorf("handles %d, mapped ranges %d; want 5, 1", len(b.vm.handles), b.vm.pages.len())
+	}
+	if err := b.Touch(a+g+10, 5*g-20, 0x77); err != nil {
+		t.Fatalf("Touch across two Map calls: %v", err)
+	}
+	if err := b.Unmap(a+2*g, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(b.Check(a+g+10, g-10, 0x77), b.Check(a+3*g, 3*g-10, 0x77)); err != nil {
+		t.Errorf("pages beside the unmapped one: %v", err)
+	}
+	if len(b.vm.handles) != 4 || b.vm.pages.len() != 2 {
+		t.Errorf("after unmapping one page: handles %d, mapped ranges %d; want 4, 2", len(b.vm.handles), b.vm.pages.len())
+	}
+	if err := b.Map(a+2*g, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Touch(a+2*g, g, 0x11); err != nil {
+		t.Errorf("Touch of the page mapped again: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+		is   error
+	}{
+		{"map overlapping", b.Map(a, 2*g), "overlaps mapped", nil},
+		{"map unaligned", b.Map(a+g/2, g), "not a non-empty multiple of the", nil},
+		{"map past the reservation", b.Map(a+8*g, 2*g), "not inside reserved address space", pool.ErrUnknownAddress},
+		{"unmap unmapped", b.Unmap(a+6*g, g), "not mapped", pool.ErrUnknownAddress},
+		{"release mapped", b.ReleaseAddress(a, 8*g+1), "is still mapped", nil},
+		{"release unknown", b.ReleaseAddress(a+g, 8*g), "no such reservation", pool.ErrUnknownAddress},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) || (c.is != nil && !errors.Is(c.err, c.is)) {
+			t.Errorf("%s: err = %v, want one containing %q (matching %v)", c.name, c.err, c.want, c.is)
+		}
+	}
+	if err := b.Unmap(a+g, 5*g); err != nil {
+		t.Fatalf("Unmap of pages mapped by three calls: %v", err)
+	}
+	if err := b.ReleaseAddress(a, 8*g+1); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.vm.handles) != 0 || b.vm.pages.len() != 0 || b.vm.vas.len() != 0 {
+		t.Errorf("left: handles %d, mapped ranges %d, reservations %d", len(b.vm.handles), b.vm.pages.len(), b.vm.vas.len())
+	}
+}
+
+// TestCUDAMapperOutOfMemory maps more than the device has: Map fails with cuMemCreate's
+// CUDA_ERROR_OUT_OF_MEMORY, which matches pool.ErrOutOfMemory, and leaves nothing mapped.
+func TestCUDAMapperOutOfMemory(t *testing.T) {
+	b := openCUDA0(t)
+	g, err := b.pageSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free0, total, _ := b.MemGetInfo()
+	size := (total/g + 1) * g
+	a, err := b.ReserveAddress(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Map(a, size)
+	var ce *CUDAError
+	if !errors.Is(err, pool.ErrOutOfMemory) || !errors.As(err, &ce) || ce.Call != "cuMemCreate" || ce.Name != "CUDA_ERROR_OUT_OF_MEMORY" {
+		t.Errorf("Map beyond the device: err = %v, want cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY matching pool.ErrOutOfMemory", err)
+	}
+	if len(b.vm.handles) != 0 || b.vm.pages.len() != 0 {
+		t.Errorf("after the failed Map: handles %d, mapped ranges %d; want 0, 0", len(b.vm.handles), b.vm.pages.len())
+	}
+	if err := b.ReleaseAddress(a, size); err != nil {
+		t.Fatal(err)
+	}
+	free, _, _ := b.MemGetInfo()
+	t.Logf("free memory %d before, %d after the failed Map (granularity %d)", free0, free, g)
+}
+
+// TestCUDAMapperCloseFreesAll closes a backend that still has pages mapped.
+func TestCUDAMapperCloseFreesAll(t *testing.T) {
+	b, err := NewCUDABackend(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := b.pageSize()
+	a, err := b.ReserveAddress(4 * g)
+	if err == nil {
+		err = b.Map(a, 2*g)
+	}
+	if err := errors.Join(err, b.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.vm.handles) != 0 || b.vm.vas.len() != 0 {
+		t.Errorf("after Close: handles %d, reservations %d", len(b.vm.handles), b.vm.vas.len())
+	}
+}
+
+// TestCUDAExpandableSegmentsFollowPrediction replays the expandable-segments traces of
+// expandable_test.go on the GPU, two repetitions: the pool's counters equal the simulated
+// prediction exactly; the checked passes unmap 3 times each (at Close, or once before it when capped).
+func TestCUDAExpandableSegmentsFollowPrediction(t *testing.T) {
+	b := openCUDA0(t)
+	capped := &traceBuilder{}
+	capped.alloc(0x1000, 1000, 0).alloc(0x100000, 30<<20, 0).free(0x100000, 0).
+		alloc(0x200000, 30<<20, 3).free(0x200000, 3).free(0x1000, 0)
+	for _, c := range []struct {
+		name     string
+		tr       *Trace
+		cfg      pool.Config
+		peak     uint64
+		releases uint64
+	}{
+		{"unbounded", expandableTrace().extract(t), expandableConfig(0), 82 << 20, 6},
+		{"capped", capped.extract(t), expandableConfig(64 << 20), 42 << 20, 6},
+	} {
+		stats, peak := predict(t, c.tr, c.cfg)
+		c.cfg.Prediction = &pool.Prediction{PeakReservedBytes: stats.PeakReservedBytes}
+		rep, err := Run(c.tr, b, c.cfg, Options{Modes: []Mode{ModePool}, Repeat: 2, Verify: true, Touch: true, MaxOverhead: 100})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		pl := rep.Mode(ModePool)
+		if !rep.Passed {
+			t.Errorf("%s: failed checks %+v\nerrors %q", c.name, rep.Failed(), pl.Errors)
+		}
+		if *pl.PoolStats != stats || *pl.PoolPeakStats != peak {
+			t.Errorf("%s: pool stats %+v\nprediction %+v\npeak stats %+v\nprediction %+v", c.name, *pl.PoolStats, stats, *pl.PoolPeakStats, peak)
+		}
+		if pl.PeakReservedBytes != c.peak || pl.UpstreamReleases != c.releases || pl.PeakMemInfoBytes < c.peak {
+			t.Errorf("%s: peak reserved %d, unmaps %d, meminfo peak %d; want %d, %d, >= %d",
+				c.name, pl.PeakReservedBytes, pl.UpstreamReleases, pl.PeakMemInfoBytes, c.peak, c.releases, c.peak)
+		}
+	}
+}

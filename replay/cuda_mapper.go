@@ -1,0 +1,228 @@
+//go:build cuda
+
+package replay
+
+/*
+#cgo LDFLAGS: -lcuda
+#include <cuda.h>
+#include <string.h>
+
+// The virtual memory management API (cuMemAddressReserve, cuMemCreate, cuMemMap, ...), which
+// gorgonia.org/cu does not bind: properties of pinned memory on one device, and read/write access
+// for that device.
+
+static void allocscope_device_prop(CUdevice dev, CUmemAllocationProp *prop) {
+	memset(prop, 0, sizeof(*prop));
+	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop->location.id = (int)dev;
+}
+
+static void allocscope_device_access(CUdevice dev, CUmemAccessDesc *desc) {
+	memset(desc, 0, sizeof(*desc));
+	desc->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	desc->location.id = (int)dev;
+	desc->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/allocscope/allocscope/pool"
+)
+
+// The CUDA backend is a pool.Mapper, so that PyTorch's expandable segments replay on the GPU as
+// PyTorch runs them: ReserveAddress is cuMemAddressReserve, Map backs pages with cuMemCreate
+// (pinned device memory) + cuMemMap + cuMemSetAccess, Unmap is cuMemUnmap + cuMemRelease, and
+// ReleaseAddress is cuMemAddressFree.
+//
+// cuMemUnmap cannot unmap part of one cuMemMap, and the pool unmaps parts of what it mapped in one
+// call (the whole pages inside a free block; see pool/expandable.go). So every page of the
+// allocation granularity (cuMemGetAllocationGranularity, 2 MiB on current GPUs) has a physical
+// allocation and a mapping of its own, and any granularity-aligned range can be unmapped. PyTorch
+// itself makes one handle per segment page (2 MiB small, 20 MiB large); per granule is finer, so a
+// large Map costs more driver calls here than in PyTorch, but it unmaps exactly what it is asked.
+
+var _ pool.Mapper = (*CUDABackend)(nil)
+
+// cudaMapper is the CUDA backend's state for the Mapper.
+type cudaMapper struct {
+	granularity uint64                                    // 0 until first asked
+	vas         *spans                                    // address reservations
+	pages       *spans                                    // mapped ranges, merged within one reservation
+	handles     map[uint64]C.CUmemGenericAllocationHandle // page address → its physical allocation
+}
+
+func newCUDAMapper() cudaMapper {
+	return cudaMapper{vas: newSpans(), pages: newSpans(), handles: make(map[uint64]C.CUmemGenericAllocationHandle)}
+}
+
+// pageSize returns the device's minimum allocation granularity for pinned memory.
+func (b *CUDABackend) pageSize() (uint64, error) {
+	if b.vm.granularity != 0 {
+		return b.vm.granularity, nil
+	}
+	var prop C.CUmemAllocationProp
+	C.allocscope_device_prop(C.CUdevice(b.dev), &prop)
+	var g C.size_t
+	if err := check("cuMemGetAllocationGranularity",
+		C.cuMemGetAllocationGranularity(&g, &prop, C.CU_MEM_ALLOC_GRANULARITY_MINIMUM)); err != nil {
+		return 0, err
+	}
+	b.vm.granularity = uint64(g)
+	return b.vm.granularity, nil
+}
+
+// ReserveAddress reserves size bytes, rounded up to the granularity, of device address space
+// (cuMemAddressReserve) with no memory behind it.
+func (b *CUDABackend) ReserveAddress(size uint64) (uint64, error) {
+	g, err := b.pageSize()
+	if err != nil {
+		return 0, fmt.Errorf("backend cuda: reserve %d bytes of address space: %w", size, err)
+	}
+	length := (size + g - 1) / g * g
+	if size == 0 || length < size {
+		return 0, fmt.Errorf("backend cuda: reserve %d bytes of address space: size out of range", size)
+	}
+	var p C.CUdeviceptr
+	if err := check("cuMemAddressReserve", C.cuMemAddressReserve(&p, C.size_t(length), 0, 0, 0)); err != nil {
+		return 0, fmt.Errorf("backend cuda: reserve %d bytes of address space: %w", length, err)
+	}
+	b.vm.vas.insert(span{addr: uint64(p), size: length})
+	return uint64(p), nil
+}
+
+// ReleaseAddress frees address space from ReserveAddress (cuMemAddressFree); size must be the size
+// it was reserved with and none of it may be mapped.
+func (b *CUDABackend) ReleaseAddress(addr, size uint64) error {
+	r, ok := b.vm.vas.get(addr)
+	if !ok {
+		return fmt.Errorf("backend cuda: release address space at %#x: no such reservation: %w", addr, pool.ErrUnknownAddress)
+	}
+	if g, _ := b.pageSize(); r.size != (size+g-1)/g*g {
+		return fmt.Errorf("backend cuda: release address space at %#x with size %d, reserved with %d", addr, size, r.size)
+	}
+	if m, ok := b.vm.pages.overlapping(r.addr, r.size); ok {
+		return fmt.Errorf("backend cuda: release address space at %#x: [%#x, %#x) is still mapped", addr, m.addr, m.end())
+	}
+	if err := check("cuMemAddressFree", C.cuMemAddressFree(C.CUdeviceptr(addr), C.size_t(r.size))); err != nil {
+		return fmt.Errorf("backend cuda: release address space at %#x: %w", addr, err)
+	}
+	b.vm.vas.remove(addr)
+	return nil
+}
+
+// Map backs [addr, addr+size) of one address reservation with device memory, one physical
+// allocation per page of the granularity, readable and writable by the device. addr and size must
+// be multiples of the granularity and the range must not be mapped yet. A failure (e.g.
+// CUDA_ERROR_OUT_OF_MEMORY, which matches pool.ErrOutOfMemory) leaves nothing of the range mapped.
+func (b *CUDABackend) Map(addr, size uint64) error {
+	r, g, err := b.mapRange("map", addr, size)
+	if err != nil {
+		return err
+	}
+	if m, ok := b.vm.pages.overlapping(addr, size); ok {
+		return fmt.Errorf("backend cuda: map [%#x, %#x): overlaps mapped [%#x, %#x)", addr, addr+size, m.addr, m.end())
+	}
+	var prop C.CUmemAllocationProp
+	C.allocscope_device_prop(C.CUdevice(b.dev), &prop)
+	for page := addr; page < addr+size; page += g {
+		if err := b.mapPage(page, g, &prop); err != nil {
+			return errors.Join(fmt.Errorf("backend cuda: map %d bytes at %#x: %w", size, addr, err), b.unmapPages(addr, page, g))
+		}
+	}
+	var access C.CUmemAccessDesc
+	C.allocscope_device_access(C.CUdevice(b.dev), &access)
+	if err := check("cuMemSetAccess", C.cuMemSetAccess(C.CUdeviceptr(addr), C.size_t(size), &access, 1)); err != nil {
+		return errors.Join(fmt.Errorf("backend cuda: map %d bytes at %#x: %w", size, addr, err), b.unmapPages(addr, addr+size, g))
+	}
+	b.vm.pages.insertMerged(span{addr: addr, size: size}, r.addr, r.end())
+	return nil
+}
+
+// mapPage creates one page of g bytes of device memory and maps it at page.
+func (b *CUDABackend) mapPage(page, g uint64, prop *C.CUmemAllocationProp) error {
+	var h C.CUmemGenericAllocationHandle
+	if err := check("cuMemCreate", C.cuMemCreate(&h, C.size_t(g), prop, 0)); err != nil {
+		return err
+	}
+	if err := check("cuMemMap", C.cuMemMap(C.CUdeviceptr(page), C.size_t(g), 0, h, 0)); err != nil {
+		return errors.Join(err, check("cuMemRelease", C.cuMemRelease(h)))
+	}
+	b.vm.handles[page] = h
+	return nil
+}
+
+// Unmap unmaps [addr, addr+size), which must be mapped, page by page and releases the pages'
+// memory (cuMemUnmap, cuMemRelease); addr and size must be multiples of the granularity.
+func (b *CUDABackend) Unmap(addr, size uint64) error {
+	_, g, err := b.mapRange("unmap", addr, size)
+	if err != nil {
+		return err
+	}
+	if _, ok := b.vm.pages.containing(addr, size); !ok {
+		return fmt.Errorf("backend cuda: unmap [%#x, %#x): not mapped: %w", addr, addr+size, pool.ErrUnknownAddress)
+	}
+	if err := b.unmapPages(addr, addr+size, g); err != nil {
+		return fmt.Errorf("backend cuda: unmap [%#x, %#x): %w", addr, addr+size, err)
+	}
+	b.vm.pages.cut(addr, size)
+	return nil
+}
+
+// unmapPages unmaps and releases the pages of [from, to) that Map created, stopping at the first
+// failure (the pages not unmapped stay recorded).
+func (b *CUDABackend) unmapPages(from, to, g uint64) error {
+	for page := from; page < to; page += g {
+		h, ok := b.vm.handles[page]
+		if !ok {
+			continue
+		}
+		if err := check("cuMemUnmap", C.cuMemUnmap(C.CUdeviceptr(page), C.size_t(g))); err != nil {
+			return err
+		}
+		delete(b.vm.handles, page)
+		if err := check("cuMemRelease", C.cuMemRelease(h)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mapRange checks that [addr, addr+size) is a non-empty, granularity-aligned range inside one
+// address reservation, and returns the reservation and the granularity.
+func (b *CUDABackend) mapRange(call string, addr, size uint64) (span, uint64, error) {
+	g, err := b.pageSize()
+	if err != nil {
+		return span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: %w", call, size, addr, err)
+	}
+	if size == 0 || addr%g != 0 || size%g != 0 {
+		return span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: not a non-empty multiple of the %d-byte granularity", call, size, addr, g)
+	}
+	r, ok := b.vm.vas.containing(addr, size)
+	if !ok || addr+size < addr {
+		return span{}, 0, fmt.Errorf("backend cuda: %s [%#x, %#x): not inside reserved address space: %w", call, addr, addr+size, pool.ErrUnknownAddress)
+	}
+	return r, g, nil
+}
+
+// closeAddressSpace unmaps every mapped page and frees every address reservation.
+func (b *CUDABackend) closeAddressSpace() error {
+	var errs []error
+	for page, h := range b.vm.handles {
+		errs = append(errs, check("cuMemUnmap", C.cuMemUnmap(C.CUdeviceptr(page), C.size_t(b.vm.granularity))),
+			check("cuMemRelease", C.cuMemRelease(h)))
+	}
+	b.vm.vas.each(func(r span) bool {
+		errs = append(errs, check("cuMemAddressFree", C.cuMemAddressFree(C.CUdeviceptr(r.addr), C.size_t(r.size))))
+		return true
+	})
+	b.vm = newCUDAMapper()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("backend cuda: free address space: %w", err)
+	}
+	return nil
+}
