@@ -26,6 +26,7 @@ func (r *runner) report(accs []*modeAcc) *Report {
 		m.Alloc, m.Free = acc.allocLat.summary(), acc.freeLat.summary()
 		m.AllocatorTimeNs = mean(m.AllocatorTimeNsByRepetition)
 		m.ClockedTimeNs = mean(acc.clockedNs)
+		m.SyncTimeNs = mean(acc.syncNs)
 		if m.Errors == nil {
 			m.Errors = []string{}
 		}

@@ -289,3 +289,20 @@ func TestCUDAExpandableSegmentsFollowPrediction(t *testing.T) {
 		}
 	}
 }
+
+// TestCUDAAsyncSynchronizesAtSyncPoints replays smallTrace, whose seven cudaMalloc/cudaFree calls
+// all synchronize, in async mode: cuCtxSynchronize at each of them in every checked pass, its time
+// reported apart from the allocator time.
+func TestCUDAAsyncSynchronizesAtSyncPoints(t *testing.T) {
+	b := openCUDA0(t)
+	rep, err := Run(smallTrace().extract(t), b, bestFitConfig(), Options{Modes: []Mode{ModeAsync}, Repeat: 3, Verify: true, Touch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Mode(ModeAsync)
+	if m.Syncs != 21 || m.SyncTimeNs <= 0 || len(m.AllocatorTimeNsByRepetition) != 3 || !rep.Passed {
+		t.Errorf("syncs %d, sync time %d ns, allocator times %v, passed %v (failed %+v); want 21, > 0, 3 of them, true",
+			m.Syncs, m.SyncTimeNs, m.AllocatorTimeNsByRepetition, rep.Passed, rep.Failed())
+	}
+	t.Logf("async: allocator time %d ns, sync time %d ns per repetition", m.AllocatorTimeNs, m.SyncTimeNs)
+}

@@ -219,3 +219,58 @@ func TestTimedPassReadsTheClockPerChunk(t *testing.T) {
 		t.Errorf("allocator time %d, clocked %d; want both %d", m.AllocatorTimeNs, m.ClockedTimeNs, want)
 	}
 }
+
+// TestRunAsyncSynchronizesAtSyncPoints replays smallTrace, whose seven cudaMalloc/cudaFree calls
+// all synchronize, in async mode on the simulated backend, where Synchronize costs 5000 ns: the
+// backend synchronizes at each of them in both passes, the time is reported apart and stays out of
+// the allocator time and the latencies (100 ns per alloc, 50 per free).
+func TestRunAsyncSynchronizesAtSyncPoints(t *testing.T) {
+	clock := &vclock{}
+	b := newSimBackend(clock, 1<<30)
+	opt := Options{Modes: []Mode{ModeAsync, ModeRaw}, Repeat: 2, Clock: clock.read, NewAllocator: testAllocators(clock, 1<<20, 1),
+		MaxOverhead: 100}
+	rep, err := Run(smallTrace().extract(t), b, pool.Config{}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	async, raw := rep.Mode(ModeAsync), rep.Mode(ModeRaw)
+	type figures struct {
+		Syncs       uint64
+		SyncTimeNs  int64
+		TimeNs      int64
+		Alloc, Free Latency
+	}
+	got := figures{async.Syncs, async.SyncTimeNs, async.AllocatorTimeNs, async.Alloc, async.Free}
+	want := figures{14, 7 * 5000, 4*100 + 3*50, Latency{8, 100, 100, 100, 100}, Latency{6, 50, 50, 50, 50}}
+	if got != want || async.ClockedTimeNs != 550 {
+		t.Errorf("async: got  %+v, clocked %d\nwant %+v, clocked 550", got, async.ClockedTimeNs, want)
+	}
+	if raw.Syncs != 0 || raw.SyncTimeNs != 0 {
+		t.Errorf("raw: syncs %d, sync time %d; want 0, 0", raw.Syncs, raw.SyncTimeNs)
+	}
+	// The warm-up's Synchronize, then per async pass (2 timed, 2 checked) 7 at the sync points
+	// and 1 before the pool is read.
+	if b.syncs != 1+4*(7+1) || !rep.Passed {
+		t.Errorf("Synchronize calls %d, passed %v; want %d, true (failed %+v)", b.syncs, rep.Passed, 1+4*8, rep.Failed())
+	}
+}
+
+// TestRunAsyncWithoutSyncPoints replays stream-ordered calls, which do not synchronize: async mode
+// never synchronizes inside the trace.
+func TestRunAsyncWithoutSyncPoints(t *testing.T) {
+	clock := &vclock{}
+	b := newSimBackend(clock, 1<<30)
+	tb := &traceBuilder{}
+	for _, e := range smallTrace().events {
+		e.Function += "Async"
+		tb.add(e)
+	}
+	rep, err := Run(tb.extract(t), b, pool.Config{}, Options{Modes: []Mode{ModeAsync}, Clock: clock.read})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := rep.Mode(ModeAsync); m.Syncs != 0 || m.SyncTimeNs != 0 || m.AllocatorTimeNs != 550 || b.syncs != 1+2 {
+		t.Errorf("syncs %d, sync time %d, allocator time %d, Synchronize calls %d; want 0, 0, 550, 3",
+			m.Syncs, m.SyncTimeNs, m.AllocatorTimeNs, b.syncs)
+	}
+}

@@ -65,6 +65,7 @@ type simBackend struct {
 	clock                      *vclock
 	reserveNs, releaseNs       int64
 	asyncAllocNs, asyncFreeNs  int64
+	syncNs                     int64 // cost of Synchronize
 	capacity, used             uint64
 	next                       uint64
 	regions                    map[uint64]uint64 // Reserve'd address → size
@@ -76,10 +77,11 @@ type simBackend struct {
 	patterns                   map[uint64]byte
 	leakOnRelease              uint64 // bytes of each Release that are never given back
 	reserveCalls, releaseCalls int
+	syncs                      int // Synchronize calls
 }
 
 func newSimBackend(clock *vclock, capacity uint64) *simBackend {
-	return &simBackend{clock: clock, reserveNs: 1000, releaseNs: 800, asyncAllocNs: 100, asyncFreeNs: 50,
+	return &simBackend{clock: clock, reserveNs: 1000, releaseNs: 800, asyncAllocNs: 100, asyncFreeNs: 50, syncNs: 5000,
 		capacity: capacity, next: 1 << 32, regions: map[uint64]uint64{}, asyncBlocks: map[uint64]uint64{},
 		asyncFree: map[Stream]map[uint64][]uint64{}, patterns: map[uint64]byte{}}
 }
@@ -165,7 +167,11 @@ func (s *simBackend) FreeAsync(addr uint64, st Stream) error {
 	return nil
 }
 
-func (s *simBackend) Synchronize() error { return nil }
+func (s *simBackend) Synchronize() error {
+	s.clock.now += s.syncNs
+	s.syncs++
+	return nil
+}
 
 func (s *simBackend) AsyncPoolReserved() (uint64, uint64, error) {
 	return s.asyncHeld, s.asyncHigh, nil

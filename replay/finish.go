@@ -14,6 +14,7 @@ func (r *runner) finish(ps *passState) error {
 	acc := ps.acc
 	if ps.timed {
 		acc.AllocatorTimeNsByRepetition = append(acc.AllocatorTimeNsByRepetition, ps.elapsed)
+		acc.syncNs = append(acc.syncNs, ps.syncNs)
 	} else {
 		acc.Allocs += ps.allocs
 		acc.Frees += ps.frees

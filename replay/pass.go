@@ -21,6 +21,8 @@ type modeAcc struct {
 	clockedNs []int64
 	// accounting lists where the pool's own Stats disagree with the engine's account.
 	accounting []string
+	// syncNs is each timed pass's time in Backend.Synchronize at the trace's sync points (async).
+	syncNs []int64
 }
 
 func newModeAcc(m Mode) *modeAcc {
@@ -41,6 +43,7 @@ type passState struct {
 	d          driver
 	alloc      pool.Allocator    // raw and pool
 	syncer     pool.Syncer       // the allocator, when it acts on device synchronization
+	devSync    bool              // async: synchronize the backend where the program did
 	up         *countingUpstream // raw and pool
 	streams    []Stream          // async
 	live       *spans            // --verify: live blocks
@@ -49,6 +52,7 @@ type passState struct {
 	memStart   uint64 // backend free memory at the start
 	sampled    uint64 // own-accounting peak at the last MemGetInfo sample
 	elapsed    int64  // time inside the allocator: the whole loop (timed), the calls' latencies summed (checked)
+	syncNs     int64  // time in Backend.Synchronize at the trace's sync points (async), not in elapsed
 	allocs     uint64
 	frees      uint64
 	failures   uint64
@@ -102,7 +106,7 @@ func (r *runner) begin(ps *passState) error {
 			}
 			ps.streams = append(ps.streams, s)
 		}
-		ps.d = asyncDriver{b: r.b, streams: ps.streams}
+		ps.d, ps.devSync = asyncDriver{b: r.b, streams: ps.streams}, true
 		return nil
 	}
 	var up pool.Upstream
@@ -151,8 +155,8 @@ func (r *runner) replayOps(ps *passState) {
 		} else {
 			ps.acc.SkippedFrees++
 		}
-		if ps.syncer != nil && o.syncs() {
-			r.sync(ps, i)
+		if o.syncs() {
+			r.syncPoint(ps, i)
 		}
 		if sinceProgress++; sinceProgress == progressEvery {
 			r.opt.Progress(progressEvery)
@@ -164,14 +168,17 @@ func (r *runner) replayOps(ps *passState) {
 
 // timeOps runs every request with no clock reading per call: the clock is read around each chunk
 // of progressEvery requests (the progress report falls between two chunks, outside the time), and
-// nothing but the calls, the address table and the counts runs inside.
+// nothing but the calls, the address table and the counts runs inside. In async mode the clock is
+// also read around each device synchronization at the trace's sync points, whose time is taken
+// out of the chunk's: it is the program's waiting, not the allocator's.
 func (r *runner) timeOps(ps *passState) {
 	clock, ops := r.opt.Clock, r.t.ops
 	for start := 0; start < len(ops); start += progressEvery {
 		end := min(start+progressEvery, len(ops))
+		synced := ps.syncNs
 		t0 := clock()
 		r.timeChunk(ps, start, ops[start:end])
-		ps.elapsed += clock() - t0
+		ps.elapsed += clock() - t0 - (ps.syncNs - synced)
 		r.opt.Progress(int64(end - start))
 	}
 }
@@ -197,12 +204,26 @@ func (r *runner) timeChunk(ps *passState, start int, ops []op) {
 			}
 			addrs[o.slot] = 0
 		}
-		if ps.syncer != nil && o.syncs() {
-			if err := ps.syncer.Sync(); err != nil {
-				ps.acc.TimedFreeErrors++
-				ps.acc.problem("timed repetition %d, request %d: sync: %v", ps.rep+1, start+j, err)
-			}
+		if o.syncs() && (ps.syncer != nil || ps.devSync) {
+			r.timedSync(ps, start+j)
 		}
+	}
+}
+
+// timedSync acts on a sync point in a timed pass: the allocator's Sync (its time is allocator
+// time), or in async mode the device synchronization, whose time timeOps takes out.
+func (r *runner) timedSync(ps *passState, i int) {
+	var err error
+	if ps.syncer != nil {
+		err = ps.syncer.Sync()
+	} else {
+		t0 := r.opt.Clock()
+		err = r.b.Synchronize()
+		ps.syncNs += r.opt.Clock() - t0
+	}
+	if err != nil {
+		ps.acc.TimedFreeErrors++
+		ps.acc.problem("timed repetition %d, request %d: sync: %v", ps.rep+1, i, err)
 	}
 }
 
@@ -215,12 +236,25 @@ func (r *runner) timedAllocFailed(ps *passState, i int, o op, addr uint64, err e
 	ps.acc.problem("timed repetition %d, request %d: alloc %d bytes: %v", ps.rep+1, i, o.size, err)
 }
 
-// sync tells a stream-ordered allocator that the program synchronized with the device. Its time
-// counts as allocator time, not as an alloc or free latency.
-func (r *runner) sync(ps *passState, i int) {
-	t0 := r.opt.Clock()
-	err := ps.syncer.Sync()
-	ps.elapsed += r.opt.Clock() - t0
+// syncPoint follows the program where it synchronized with the device, in a checked pass. A
+// stream-ordered allocator is told (pool.Syncer.Sync): its time counts as allocator time, not as
+// an alloc or free latency. In async mode the backend synchronizes, so that the stream-ordered
+// pool reuses memory as it did in the program: that time is the program's own waiting and is kept
+// out of the allocator time and the latencies.
+func (r *runner) syncPoint(ps *passState, i int) {
+	var err error
+	switch {
+	case ps.syncer != nil:
+		t0 := r.opt.Clock()
+		err = ps.syncer.Sync()
+		ps.elapsed += r.opt.Clock() - t0
+	case ps.devSync:
+		t0 := r.opt.Clock()
+		err = r.b.Synchronize()
+		ps.syncNs += r.opt.Clock() - t0
+	default:
+		return
+	}
 	ps.acc.Syncs++
 	if err != nil {
 		ps.acc.FreeErrors++

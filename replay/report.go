@@ -64,8 +64,15 @@ type ModeResult struct {
 	TimedFailures   uint64 `json:"timed_failures"`    // failed allocations in the timed passes
 	TimedFreeErrors uint64 `json:"timed_free_errors"` // refused frees (and failed syncs) in the timed passes
 	Fallbacks       uint64 `json:"fallbacks"`         // pool: requests served outside the plan
-	Syncs           uint64 `json:"syncs"`             // pool.Syncer.Sync calls at the trace\'s synchronizing calls
-	PeakLiveBytes   uint64 `json:"peak_live_bytes"`   // requested bytes live at once
+	// Syncs counts the checked passes' calls at the trace's sync points (where the program
+	// synchronized with the device): pool.Syncer.Sync for a stream-ordered policy in pool mode,
+	// Backend.Synchronize in async mode. The timed passes make as many.
+	Syncs uint64 `json:"syncs"`
+	// SyncTimeNs is, in async mode, the time per repetition (mean over the timed passes) spent in
+	// Backend.Synchronize at the trace's sync points: the program's own waiting, kept out of
+	// AllocatorTimeNs and the latencies. A pool's Sync is allocator time and is not in it.
+	SyncTimeNs    int64  `json:"sync_time_ns"`
+	PeakLiveBytes uint64 `json:"peak_live_bytes"` // requested bytes live at once
 	// PeakReservedBytes is the most memory the allocator held, by its own accounting: the
 	// Upstream's reserved bytes for raw and pool, the stream-ordered pool's reserved-memory high
 	// mark for async.

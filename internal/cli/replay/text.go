@@ -47,9 +47,24 @@ func writeModes(ew *errWriter, rep *replay.Report) {
 			m.Allocs, m.Failures+m.TimedFailures, m.Fallbacks)
 	}
 	_ = tw.Flush()
+	writeSyncs(ew, rep)
 	for _, m := range rep.Modes {
 		for _, e := range m.Errors {
 			ew.printf("  %s: %s\n", m.Mode, e)
+		}
+	}
+}
+
+// writeSyncs says, for each mode that followed the trace's sync points, how and at what cost.
+func writeSyncs(ew *errWriter, rep *replay.Report) {
+	for _, m := range rep.Modes {
+		switch {
+		case m.Syncs == 0:
+		case m.Mode == replay.ModeAsync:
+			ew.printf("%s: synchronized the device at the trace's %d sync points (checked passes), %s per repetition, not in the allocator time or the latencies\n",
+				m.Mode, m.Syncs, dur(float64(m.SyncTimeNs)))
+		default:
+			ew.printf("%s: told the allocator of the trace's %d sync points (checked passes), in the allocator time\n", m.Mode, m.Syncs)
 		}
 	}
 }
