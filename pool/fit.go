@@ -57,9 +57,7 @@ func (sp *space) takeHigh(id int32, size uint64) int32 {
 	}
 	sp.nodes[id].next = r
 	sp.nodes[id].size = n.size - size
-	if sp.fit.id != id || !sp.free.replaceHint(&sp.fit.at, &sp.nodes[id].span) {
-		sp.free.rekey(n.span, sp.nodes[id].span)
-	}
+	sp.free.rekeyHint(&sp.fit.at, sp.fit.id == id, n.span, sp.nodes[id].span)
 	sp.freeBytes -= size
 	return r
 }

@@ -186,9 +186,7 @@ func (sp *space) take(id int32, size uint64) {
 	}
 	sp.nodes[id].next = r
 	sp.nodes[id].state = nodeUsed
-	if sp.fit.id != id || !sp.free.replaceHint(&sp.fit.at, &sp.nodes[r].span) {
-		sp.free.rekey(n.span, sp.nodes[r].span)
-	}
+	sp.free.rekeyHint(&sp.fit.at, sp.fit.id == id, n.span, sp.nodes[r].span)
 	sp.freeBytes -= size
 }
 

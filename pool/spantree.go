@@ -33,7 +33,7 @@ func (a bkey) less(b bkey) bool { return a.hi < b.hi || (a.hi == b.hi && a.lo < 
 const (
 	bOrder   = 16
 	bMinFill = bOrder / 2
-	maxDepth = 32 // inner levels: fanout ≥ 8 bounds them by 11 for 2^31 spans
+	maxDepth = 12 // inner levels: a fanout of at least 8 (2 at the root) bounds them by 11 for 2^31 spans
 )
 
 // bnode is a leaf (keys and item indexes) or an inner node (children in vals; keys[i], i ≥ 1,
@@ -554,18 +554,20 @@ func (t *spanTree) deleteHint(h *treeHint) bool {
 	return true
 }
 
-// replaceHint puts s, of the same owner, in place of the span at h if the tree is unchanged since
-// and s still sits between that span's neighbours. It reports whether it did.
-func (t *spanTree) replaceHint(h *treeHint, s *span) bool {
-	if t.mods != h.mods {
-		return false
+// rekeyHint replaces the span at h, old, by s of the same owner: in place when the tree is
+// unchanged since h was taken (use says h is about old) and s sits between old's neighbours,
+// else without a second search when h is still good, else as rekey.
+func (t *spanTree) rekeyHint(h *treeHint, use bool, old, s span) {
+	if !use || t.mods != h.mods {
+		t.rekey(old, s)
+		return
 	}
-	k := t.key(s)
-	if !t.fits(h.at, k) {
-		return false
+	if k := t.key(&s); t.fits(h.at, k) {
+		t.replace(&h.path, h.at, k, &s)
+		return
 	}
-	t.replace(&h.path, h.at, k, s)
-	return true
+	t.deleteAt(h.owner, &h.path, h.at)
+	t.insert(s)
 }
 
 // lowerBound returns the smallest span not below key.

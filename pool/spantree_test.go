@@ -217,8 +217,8 @@ func nearby(rng *rand.Rand, m *treeModel, i int, random func() span) span {
 	return s
 }
 
-// TestSpanTreeHints checks the remembered position of lowerBoundHint: delete and replace in place
-// while the tree is unchanged, refusal after a change or when the new key leaves its place.
+// TestSpanTreeHints checks the remembered position of lowerBoundHint: rekey in place or by delete
+// and insert while the tree is unchanged, a search or a refusal after a change.
 func TestSpanTreeHints(t *testing.T) {
 	m := newTreeModel(t, bySizeOrder)
 	for i := range uint64(100) {
@@ -229,16 +229,24 @@ func TestSpanTreeHints(t *testing.T) {
 	if !ok || s.size != 40 || s.addr != 4 {
 		t.Fatalf("lowerBoundHint(35) = %+v %v, want size 40 addr 4", s, ok)
 	}
-	if m.tree.replaceHint(&h, &span{size: 30, addr: 50}) {
-		t.Fatal("replaceHint put (30, 50) after (30, 93)")
-	}
-	if !m.tree.replaceHint(&h, &span{size: 31, addr: 4}) {
-		t.Fatal("replaceHint refused (31, 4), between (30, 93) and (40, 14)")
-	}
+	m.tree.rekeyHint(&h, true, *s, span{size: 31, addr: 4}) // between (30, 93) and (40, 14): in place
 	m.ref[40] = span{size: 31, addr: 4}
+	if m.tree.items[m.tree.nodes[h.at.leaf].vals[h.at.pos]] != m.ref[40] {
+		t.Fatal("rekeyHint did not replace (40, 4) in place by (31, 4)")
+	}
 	if m.tree.deleteHint(&h) {
 		t.Fatal("deleteHint used a hint taken before a change")
 	}
+	m.check(span{size: 31}, true)
+	if s, ok = m.tree.lowerBoundHint(&span{size: 31}, &h); !ok {
+		t.Fatal("lowerBoundHint(31) found nothing")
+	}
+	m.tree.rekeyHint(&h, true, *s, span{size: 95, addr: 1}) // moves to the end
+	m.ref = append(slices.Delete(m.ref, 40, 41), span{size: 95, addr: 1})
+	m.check(span{size: 95}, true)
+	m.tree.rekeyHint(&h, true, span{size: 95, addr: 1}, span{size: 31, addr: 4}) // stale hint: a search
+	m.ref = slices.Insert(m.ref[:len(m.ref)-1], 40, span{size: 31, addr: 4})
+	m.check(span{size: 31}, true)
 	if _, ok := m.tree.lowerBoundHint(&span{size: 31}, &h); !ok || !m.tree.deleteHint(&h) {
 		t.Fatal("deleteHint refused a fresh hint")
 	}

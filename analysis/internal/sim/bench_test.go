@@ -1,16 +1,22 @@
 package sim
 
 import (
-	"github.com/allocscope/allocscope/analysis/internal/benchutil"
+	"errors"
+	"io"
+	"sync"
 	"testing"
 
+	"github.com/allocscope/allocscope/analysis/internal/benchutil"
 	"github.com/allocscope/allocscope/analysis/internal/synth"
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/trace"
 )
 
-// BenchmarkPolicy measures each policy's simulation alone, in events per second.
-func BenchmarkPolicy(b *testing.B) {
-	const n = 1 << 20
+// benchEvents is the number of events of one benchmark iteration.
+const benchEvents = 1 << 20
+
+// benchPolicies returns the policies the benchmarks replay.
+func benchPolicies() []Policy {
 	cfg := func(p pool.Policy) pool.Config { return pool.Config{Version: pool.ConfigVersion, Policy: p} }
 	sizeclass := cfg(pool.PolicySizeClass)
 	sizeclass.SizeClass = &pool.SizeClassConfig{LargeThreshold: 1 << 20, ArenaBytes: 4 << 30,
@@ -23,18 +29,78 @@ func BenchmarkPolicy(b *testing.B) {
 	torch.PyTorch = &pool.PyTorchConfig{}
 	expandable := cfg(pool.PolicyPyTorch)
 	expandable.PyTorch = &pool.PyTorchConfig{ExpandableSegments: true}
-	for _, p := range []Policy{{Name: "sizeclass", Config: sizeclass}, {Name: "bestfit", Config: bestfit},
+	return []Policy{{Name: "sizeclass", Config: sizeclass}, {Name: "bestfit", Config: bestfit},
 		{Name: "pytorch", Config: torch}, {Name: "pytorch-expandable", Config: expandable},
-		{Name: "stream-ordered", Config: cfg(pool.PolicyStreamOrdered)}, {Name: "raw", Config: cfg(pool.PolicyRaw)}} {
+		{Name: "stream-ordered", Config: cfg(pool.PolicyStreamOrdered)}, {Name: "raw", Config: cfg(pool.PolicyRaw)}}
+}
+
+// benchRun replays the source each iteration makes through each policy alone, in events per second.
+func benchRun(b *testing.B, source func() Source) {
+	for _, p := range benchPolicies() {
 		b.Run(p.Name, func(b *testing.B) {
 			cpu := benchutil.CPU()
 			for b.Loop() {
-				outs, err := Run(synth.New(n), Stream{}, []Policy{p}, 0, nil, nil)
+				outs, err := Run(source(), Stream{}, []Policy{p}, 0, nil, nil)
 				if err != nil || outs[0].Err != nil {
 					b.Fatal(err, outs[0].Err)
 				}
 			}
-			benchutil.Report(b, n, benchutil.CPU()-cpu)
+			benchutil.Report(b, benchEvents, benchutil.CPU()-cpu)
 		})
 	}
+}
+
+// BenchmarkPolicy measures each policy's simulation of a synthetic trace generated on the fly, in
+// events per second (the generator's time included).
+func BenchmarkPolicy(b *testing.B) {
+	benchRun(b, func() Source { return synth.New(benchEvents) })
+}
+
+// BenchmarkPolicyInMemory is BenchmarkPolicy on the same events generated beforehand and held in
+// memory, so that the policy's own cost (plus Run's batch copy) is what is measured.
+func BenchmarkPolicyInMemory(b *testing.B) {
+	events := memEvents(b)
+	benchRun(b, func() Source { return &memSource{events: events} })
+}
+
+var (
+	memOnce   sync.Once
+	memAll    []trace.Event
+	memGenErr error
+)
+
+// memEvents returns the synthetic trace of BenchmarkPolicy, generated once.
+func memEvents(b *testing.B) []trace.Event {
+	memOnce.Do(func() {
+		src := synth.New(benchEvents)
+		for {
+			batch, err := src.Next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					memGenErr = err
+				}
+				return
+			}
+			memAll = append(memAll, batch...)
+		}
+	})
+	if memGenErr != nil {
+		b.Fatal(memGenErr)
+	}
+	return memAll
+}
+
+// memSource yields events held in memory in batches like synth's.
+type memSource struct {
+	events []trace.Event
+	at     int
+}
+
+func (s *memSource) Next() ([]trace.Event, error) {
+	if s.at == len(s.events) {
+		return nil, io.EOF
+	}
+	n := min(8192, len(s.events)-s.at)
+	s.at += n
+	return s.events[s.at-n : s.at], nil
 }
