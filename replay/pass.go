@@ -217,9 +217,7 @@ func (r *runner) timedSync(ps *passState, i int) {
 	if ps.syncer != nil {
 		err = ps.syncer.Sync()
 	} else {
-		t0 := r.opt.Clock()
-		err = r.b.Synchronize()
-		ps.syncNs += r.opt.Clock() - t0
+		err = r.syncDevice(ps)
 	}
 	if err != nil {
 		ps.acc.TimedFreeErrors++
@@ -249,9 +247,7 @@ func (r *runner) syncPoint(ps *passState, i int) {
 		err = ps.syncer.Sync()
 		ps.elapsed += r.opt.Clock() - t0
 	case ps.devSync:
-		t0 := r.opt.Clock()
-		err = r.b.Synchronize()
-		ps.syncNs += r.opt.Clock() - t0
+		err = r.syncDevice(ps)
 	default:
 		return
 	}
@@ -260,6 +256,14 @@ func (r *runner) syncPoint(ps *passState, i int) {
 		ps.acc.FreeErrors++
 		ps.acc.problem("repetition %d, request %d: sync: %v", ps.rep+1, i, err)
 	}
+}
+
+// syncDevice synchronizes the backend at a sync point (async mode), its time into ps.syncNs.
+func (r *runner) syncDevice(ps *passState) error {
+	t0 := r.opt.Clock()
+	err := r.b.Synchronize()
+	ps.syncNs += r.opt.Clock() - t0
+	return err
 }
 
 func (r *runner) afterAlloc(ps *passState, i int, o op, addr uint64, err error) {
