@@ -17,7 +17,7 @@ type spanTree struct {
 	owners    []treeOwner        // in first-seen order (owner 0 is untagged stream 0)
 	sorted    []int32            // owner indexes by (tagged, stream)
 	byOwner   map[ownerKey]int32 // owner → index, for all but the cached one
-	lastKey   ownerKey           // the owner found last
+	lastKey   ownerKey           // the tagged owner found last
 	lastIdx   int32
 	count     int
 	mods      uint64 // changes so far: a hint taken before stays valid while it holds
@@ -88,12 +88,12 @@ func (t *spanTree) key(s *span) bkey {
 
 // owner returns the index of s's owner; with create, it adds one unknown so far (else -1).
 func (t *spanTree) owner(tagged bool, stream uint64, create bool) int32 {
+	if !tagged && stream == 0 {
+		return 0
+	}
 	k := ownerKey{tagged, stream}
 	if k == t.lastKey {
 		return t.lastIdx
-	}
-	if !tagged && stream == 0 {
-		return 0
 	}
 	i, ok := t.byOwner[k]
 	if !ok {
@@ -147,10 +147,14 @@ type treePath struct {
 }
 
 // childFor returns the child of inner node n whose range holds k: the number of separators ≤ k.
+// Keys being sorted, those with a lower hi come first, then those with k's hi.
 func (t *spanTree) childFor(n int32, k bkey) int32 {
 	nd := &t.nodes[n]
 	i := int32(1)
-	for i < nd.n && !k.less(nd.keys[i]) {
+	for i < nd.n && nd.keys[i].hi < k.hi {
+		i++
+	}
+	for i < nd.n && nd.keys[i].hi == k.hi && nd.keys[i].lo <= k.lo {
 		i++
 	}
 	return i - 1
@@ -160,13 +164,16 @@ func (t *spanTree) childFor(n int32, k bkey) int32 {
 func (t *spanTree) leafPos(n int32, k bkey, strict bool) int32 {
 	nd := &t.nodes[n]
 	i := int32(0)
+	for i < nd.n && nd.keys[i].hi < k.hi {
+		i++
+	}
 	if strict {
-		for i < nd.n && !k.less(nd.keys[i]) {
+		for i < nd.n && nd.keys[i].hi == k.hi && nd.keys[i].lo <= k.lo {
 			i++
 		}
 		return i
 	}
-	for i < nd.n && nd.keys[i].less(k) {
+	for i < nd.n && nd.keys[i].hi == k.hi && nd.keys[i].lo < k.lo {
 		i++
 	}
 	return i
