@@ -267,9 +267,16 @@ func (sp *space) absorbNext(id int32) {
 }
 
 // ascendFree calls fn on the free spans of the given owner in (size, address) order, starting at
-// the first one of at least size bytes, until fn returns false. fn must not change the space.
+// the first one of at least size bytes, until fn returns false. fn must not change the space. A
+// take of the first span's node then finds it without a search, as after bestFit.
 func (sp *space) ascendFree(tagged bool, stream, size uint64, fn func(span) bool) {
-	sp.free.ascend(span{tagged: tagged, stream: stream, size: size}, fn)
+	sp.fit.id = nilNode
+	sp.free.ascend(span{tagged: tagged, stream: stream, size: size}, &sp.fit.at, func(s span) bool {
+		if sp.fit.id == nilNode {
+			sp.fit.id = s.node
+		}
+		return fn(s)
+	})
 }
 
 // descendFreeBelow calls fn on the free spans of the given owner below size bytes, largest

@@ -628,14 +628,16 @@ func (t *spanTree) below(key span) (span, bool) {
 }
 
 // ascend calls fn on the spans of the given owner from the first not below key, in order, until
-// fn returns false. fn must not change the tree.
-func (t *spanTree) ascend(key span, fn func(span) bool) {
-	o := t.owner(key.tagged, key.stream, false)
-	if o < 0 {
+// fn returns false, and records in h where the first one is. fn must not change the tree.
+func (t *spanTree) ascend(key span, h *treeHint, fn func(span) bool) {
+	s, ok := t.lowerBoundHint(&key, h)
+	if !ok {
 		return
 	}
-	var path treePath
-	for c := t.seek(o, t.key(&key), false, &path); t.valid(c) && fn(*t.at(c)); c = t.next(c) {
+	for c := h.at; fn(*s); s = t.at(c) {
+		if c = t.next(c); !t.valid(c) {
+			return
+		}
 	}
 }
 

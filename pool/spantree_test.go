@@ -277,7 +277,7 @@ func TestSpanTreeOwners(t *testing.T) {
 		t.Fatalf("below(stream 2) = %+v %v, want the untagged span", s, ok)
 	}
 	var sizes []uint64
-	tree.ascend(span{tagged: true, stream: 2}, func(s span) bool { sizes = append(sizes, s.size); return true })
+	tree.ascend(span{tagged: true, stream: 2}, &treeHint{}, func(s span) bool { sizes = append(sizes, s.size); return true })
 	tree.descendBelow(span{tagged: true, stream: 7, size: 2}, func(s span) bool { sizes = append(sizes, s.size); return true })
 	if !slices.Equal(sizes, []uint64{9, 1}) {
 		t.Fatalf("walks of streams 2 and 7 gave sizes %v, want [9 1]", sizes)
