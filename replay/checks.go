@@ -34,7 +34,21 @@ func (r *runner) report(accs []*modeAcc) *Report {
 	}
 	rep.SpeedupRawOverPool = ratio(rep.Mode(ModeRaw), rep.Mode(ModePool))
 	rep.SpeedupAsyncOverPool = ratio(rep.Mode(ModeAsync), rep.Mode(ModePool))
+	rep.RecordedNsPerRequest, rep.SpeedupRecordedOverPool = recordedRatio(r.t.Stats, rep.Mode(ModePool))
 	return rep
+}
+
+// recordedRatio returns the trace's recorded time per replayed request and its ratio to the
+// pool's allocator time per request (0 when either is unknown).
+func recordedRatio(t ExtractStats, p *ModeResult) (perRequest, speedup float64) {
+	if t.RecordedCalls == 0 {
+		return 0, 0
+	}
+	perRequest = float64(t.RecordedCallNs) / float64(t.RecordedCalls)
+	if p == nil || p.AllocatorTimeNs <= 0 || t.Allocs+t.Frees == 0 {
+		return perRequest, 0
+	}
+	return perRequest, perRequest / (float64(p.AllocatorTimeNs) / float64(t.Allocs+t.Frees))
 }
 
 func mean(ns []int64) int64 {

@@ -252,3 +252,17 @@ func TestAllocatorThatKeepsMemoryAfterCloseFails(t *testing.T) {
 type keepingAllocator struct{ chunkAllocator }
 
 func (k *keepingAllocator) Close() error { return nil }
+
+func TestRecordedRatio(t *testing.T) {
+	st := ExtractStats{Allocs: 3, Frees: 1, RecordedCalls: 4, RecordedCallNs: 40000}
+	per, speedup := recordedRatio(st, &ModeResult{AllocatorTimeNs: 200})
+	if per != 10000 || speedup != 200 { // 10 µs recorded vs 50 ns per request
+		t.Errorf("recordedRatio = %v, %v; want 10000, 200", per, speedup)
+	}
+	if per, speedup := recordedRatio(ExtractStats{Allocs: 3}, &ModeResult{AllocatorTimeNs: 200}); per != 0 || speedup != 0 {
+		t.Errorf("no durations: %v, %v; want 0, 0", per, speedup)
+	}
+	if per, speedup := recordedRatio(st, nil); per != 10000 || speedup != 0 {
+		t.Errorf("no pool mode: %v, %v; want 10000, 0", per, speedup)
+	}
+}

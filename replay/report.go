@@ -9,23 +9,29 @@ import (
 // Report is everything a replay measured. Counters are totals over all repetitions; peaks are the
 // maximum over repetitions; times are nanoseconds.
 type Report struct {
-	Backend              string           `json:"backend"`
-	BackendIsHost        bool             `json:"backend_is_host"`
-	BackendDescription   string           `json:"backend_description"`
-	Policy               pool.Policy      `json:"policy"`
-	Repeat               int              `json:"repeat"`
-	Verify               bool             `json:"verify"`
-	Touch                bool             `json:"touch"`
-	ClockOverheadNs      int64            `json:"clock_overhead_ns"` // median cost of one clock reading; in every latency, not in the allocator time
-	Trace                ExtractStats     `json:"trace"`
-	Warnings             []string         `json:"warnings"`
-	Modes                []ModeResult     `json:"modes"`
-	SpeedupRawOverPool   float64          `json:"speedup_raw_over_pool"`   // raw allocator time / pool allocator time; 0 = not measured
-	SpeedupAsyncOverPool float64          `json:"speedup_async_over_pool"` // async allocator time / pool allocator time; 0 = not measured
-	Prediction           *pool.Prediction `json:"prediction"`
-	Memory               MemoryCheck      `json:"memory"`
-	Checks               []Check          `json:"checks"`
-	Passed               bool             `json:"passed"`
+	Backend              string       `json:"backend"`
+	BackendIsHost        bool         `json:"backend_is_host"`
+	BackendDescription   string       `json:"backend_description"`
+	Policy               pool.Policy  `json:"policy"`
+	Repeat               int          `json:"repeat"`
+	Verify               bool         `json:"verify"`
+	Touch                bool         `json:"touch"`
+	ClockOverheadNs      int64        `json:"clock_overhead_ns"` // median cost of one clock reading; in every latency, not in the allocator time
+	Trace                ExtractStats `json:"trace"`
+	Warnings             []string     `json:"warnings"`
+	Modes                []ModeResult `json:"modes"`
+	SpeedupRawOverPool   float64      `json:"speedup_raw_over_pool"`   // raw allocator time / pool allocator time; 0 = not measured
+	SpeedupAsyncOverPool float64      `json:"speedup_async_over_pool"` // async allocator time / pool allocator time; 0 = not measured
+	// RecordedNsPerRequest is the mean recorded duration of the trace's replayed requests: what the
+	// program's own allocation calls cost it per request, device waits inside cudaFree included
+	// (0 when the trace records no durations). SpeedupRecordedOverPool is its ratio to the pool's
+	// allocator time per request.
+	RecordedNsPerRequest    float64          `json:"recorded_ns_per_request"`
+	SpeedupRecordedOverPool float64          `json:"speedup_recorded_over_pool"`
+	Prediction              *pool.Prediction `json:"prediction"`
+	Memory                  MemoryCheck      `json:"memory"`
+	Checks                  []Check          `json:"checks"`
+	Passed                  bool             `json:"passed"`
 }
 
 // MemoryCheck is the backend's free memory before the first and after the last repetition.

@@ -216,3 +216,17 @@ func TestReplayHostExpandableSegments(t *testing.T) {
 			rep.Passed, rep.Failed(), pl.PeakReservedBytes, pl.VerifyChecks, pl.OutsideReserved, *pl.PoolStats, want)
 	}
 }
+
+// TestTextReportRecordedCalls: a trace with recorded durations gets one line comparing the
+// program's own calls with the pool.
+func TestTextReportRecordedCalls(t *testing.T) {
+	rep := replay.Report{RecordedNsPerRequest: 15300, SpeedupRecordedOverPool: 1234.5}
+	var got bytes.Buffer
+	if err := writeText(&got, "t.arrow", "pool.json", &rep); err != nil {
+		t.Fatal(err)
+	}
+	const want = "the program's own calls took 15.3 us per request as recorded (device waits inside cudaFree included): 1234 x the pool's time\n"
+	if !strings.Contains(got.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, got.String())
+	}
+}

@@ -30,6 +30,10 @@ func writeText(w io.Writer, tracePath, configPath string, rep *replay.Report) er
 		ew.printf("\nspeedup of the pool (allocator time): %s x over raw, %s x over async\n",
 			ratio(rep.SpeedupRawOverPool), ratio(rep.SpeedupAsyncOverPool))
 	}
+	if rep.RecordedNsPerRequest > 0 {
+		ew.printf("the program's own calls took %s per request as recorded (device waits inside cudaFree included): %s x the pool's time\n",
+			dur(rep.RecordedNsPerRequest), ratio(rep.SpeedupRecordedOverPool))
+	}
 	writePrediction(ew, rep)
 	writeChecks(ew, rep)
 	return ew.err
@@ -139,6 +143,9 @@ func safeDiv(a, b uint64) float64 {
 func ratio(r float64) string {
 	if r <= 0 {
 		return "-"
+	}
+	if r >= 1000 {
+		return fmt.Sprintf("%.0f", r) // %.3g would switch to exponent notation
 	}
 	return fmt.Sprintf("%.3g", r)
 }
