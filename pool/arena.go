@@ -4,18 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 )
 
 // base holds what every policy shares: the lock, the counters, the counted Upstream.
 type base struct {
-	mu     sync.Mutex
+	mu     optionalMutex
 	c      counters
 	up     tracked
 	closed bool
 }
 
-func (b *base) init(up Upstream) { b.up = tracked{up: up, c: &b.c} }
+func (b *base) init(up Upstream, o options) {
+	b.up = tracked{up: up, c: &b.c}
+	b.mu.off = o.singleGoroutine
+}
 
 // closeOnce is every policy's Close: under the lock, the first call marks the allocator closed and
 // runs release (which gives the regions back); later calls do nothing.

@@ -8,13 +8,13 @@ type bestFitPool struct {
 	arena *arena
 }
 
-func newBestFit(cfg Config, up Upstream) (*bestFitPool, error) {
+func newBestFit(cfg Config, up Upstream, o options) (*bestFitPool, error) {
 	bf := BestFitConfig{}
 	if cfg.BestFit != nil {
 		bf = *cfg.BestFit
 	}
 	p := &bestFitPool{}
-	p.init(up)
+	p.init(up, o)
 	p.arena = newArena(&p.up, cfg.alignment(), bf.GrowBytes, bf.MaximumBytes, false, bf.Fit)
 	if bf.InitialBytes > 0 {
 		if err := p.arena.reserveInitial(roundUp(bf.InitialBytes, cfg.alignment())); err != nil {

@@ -69,7 +69,7 @@ func poolIndex(small bool) int {
 	return 0
 }
 
-func newPyTorch(cfg Config, up Upstream) (*torchPool, error) {
+func newPyTorch(cfg Config, up Upstream, o options) (*torchPool, error) {
 	pc := PyTorchConfig{}
 	if cfg.PyTorch != nil {
 		pc = *cfg.PyTorch
@@ -81,7 +81,7 @@ func newPyTorch(cfg Config, up Upstream) (*torchPool, error) {
 		divisions:  pc.RoundupPower2Divisions,
 		expandable: pc.ExpandableSegments,
 	}
-	p.init(up)
+	p.init(up, o)
 	p.up.limit = pc.CapacityBytes
 	if pc.MaxSplitSizeMB > 0 {
 		p.maxSplit = pc.MaxSplitSizeMB << 20

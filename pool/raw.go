@@ -12,9 +12,9 @@ type rawPool struct {
 	blocks *addrIndex[block]
 }
 
-func newRaw(cfg Config, up Upstream) *rawPool {
+func newRaw(cfg Config, up Upstream, o options) *rawPool {
 	p := &rawPool{align: cfg.alignment(), blocks: newAddrIndex[block]()}
-	p.init(up)
+	p.init(up, o)
 	return p
 }
 

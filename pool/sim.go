@@ -3,7 +3,6 @@ package pool
 import (
 	"fmt"
 	"math"
-	"sync"
 )
 
 // SimBase is the first address a SimUpstream hands out (rounded up to its granularity).
@@ -17,9 +16,9 @@ const SimBase = 1 << 32
 // so far, starting at SimBase. Freed neighbours coalesce, so the same calls always give the same
 // addresses. Reserve and Map fail with ErrOutOfMemory when the memory held (reserved regions plus
 // mapped pages) would exceed the capacity (0 = unbounded); address space is not counted against
-// it. It is safe for concurrent use.
+// it. It is safe for concurrent use unless made with SingleGoroutine.
 type SimUpstream struct {
-	mu          sync.Mutex
+	mu          optionalMutex
 	capacity    uint64
 	granularity uint64
 	addrs       *space                // the whole address space: one segment from SimBase, cut into ranges
@@ -53,10 +52,12 @@ type simRegion struct {
 const simSpaceBytes = 1 << 63
 
 // NewSimUpstream returns an empty simulated address space holding at most capacity bytes
-// (0 = unbounded) whose ranges are multiples of granularity bytes (0 means 1).
-func NewSimUpstream(capacity, granularity uint64) *SimUpstream {
+// (0 = unbounded) whose ranges are multiples of granularity bytes (0 means 1). Of the options,
+// SingleGoroutine applies.
+func NewSimUpstream(capacity, granularity uint64, opts ...Option) *SimUpstream {
 	granularity = max(granularity, 1)
 	u := &SimUpstream{
+		mu:          optionalMutex{off: collect(opts).singleGoroutine},
 		capacity:    capacity,
 		granularity: granularity,
 		addrs:       newSpace(),

@@ -52,10 +52,10 @@ type slab struct {
 // region is an Upstream region the pool owns.
 type region struct{ addr, size uint64 }
 
-func newSizeClass(cfg Config, up Upstream) (*sizeClassPool, error) {
+func newSizeClass(cfg Config, up Upstream, o options) (*sizeClassPool, error) {
 	sc, align := cfg.SizeClass, cfg.alignment()
 	p := &sizeClassPool{perStream: sc.PerStream}
-	p.init(up)
+	p.init(up, o)
 	for _, cl := range sc.Classes {
 		grow := sc.GrowSlots
 		if grow == 0 {

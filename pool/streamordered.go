@@ -49,7 +49,7 @@ type soRegion struct {
 	head int32 // its first node
 }
 
-func newStreamOrdered(cfg Config, up Upstream) *streamOrderedPool {
+func newStreamOrdered(cfg Config, up Upstream, o options) *streamOrderedPool {
 	p := &streamOrderedPool{
 		sp:      newSpace(),
 		regions: newAddrIndex[soRegion](),
@@ -60,7 +60,7 @@ func newStreamOrdered(cfg Config, up Upstream) *streamOrderedPool {
 	if cfg.StreamOrdered != nil {
 		p.threshold = cfg.StreamOrdered.ReleaseThresholdBytes
 	}
-	p.init(up)
+	p.init(up, o)
 	return p
 }
 

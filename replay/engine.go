@@ -82,7 +82,8 @@ func (o *Options) setDefaults() {
 		o.MaxOverhead = 1.05
 	}
 	if o.NewAllocator == nil {
-		o.NewAllocator = pool.New
+		// The allocator that a program would use: safe for concurrent use, locking included.
+		o.NewAllocator = func(cfg pool.Config, up pool.Upstream) (pool.Allocator, error) { return pool.New(cfg, up) }
 	}
 	if o.Clock == nil {
 		start := time.Now()

@@ -89,14 +89,13 @@ type replayer struct {
 	up     *counting
 	addrs  stats.Table[uint64]    // trace block → simulated address
 	only   func(size uint64) bool // when set, serve only the allocations it accepts
-	syncs  syncCalls
 	out    Outcome
 }
 
 func newReplayer(p Policy, s Stream, capacity uint64, est Durations) *replayer {
 	r := &replayer{stream: s, up: newCounting(capacity, est)}
 	r.out.Policy = p
-	a, err := pool.New(p.Config, r.up)
+	a, err := pool.New(p.Config, r.up, pool.SingleGoroutine())
 	if err != nil {
 		r.out.Err = fmt.Errorf("policy %s: %w", p.Name, err)
 		return r
@@ -106,31 +105,30 @@ func newReplayer(p Policy, s Stream, capacity uint64, est Durations) *replayer {
 	return r
 }
 
-func (r *replayer) batch(events []trace.Event) {
+func (r *replayer) batch(reqs []request) {
 	if r.alloc == nil {
 		return
 	}
 	defer r.contain()
-	for i := range events {
-		e := &events[i]
-		switch r.stream.request(e) {
+	for i := range reqs {
+		q := &reqs[i]
+		switch q.kind {
 		case 1:
-			if r.only != nil && !r.only(e.Size) {
+			if r.only != nil && !r.only(q.size) {
 				continue
 			}
-			k := stats.KeyOf(e)
-			if old, ok := r.addrs.Delete(k); ok { // free never recorded
-				_ = r.alloc.Free(old, e.Stream)
+			if old, ok := r.addrs.Delete(q.key); ok { // free never recorded
+				_ = r.alloc.Free(old, q.stream)
 			}
-			if a, err := r.alloc.Alloc(e.Size, e.Stream); err == nil {
-				r.addrs.Put(k, a)
+			if a, err := r.alloc.Alloc(q.size, q.stream); err == nil {
+				r.addrs.Put(q.key, a)
 			}
 		case -1:
-			if a, ok := r.addrs.Delete(stats.KeyOf(e)); ok {
-				_ = r.alloc.Free(a, e.Stream)
+			if a, ok := r.addrs.Delete(q.key); ok {
+				_ = r.alloc.Free(a, q.stream)
 			}
 		}
-		if r.syncer != nil && r.syncs.synchronizes(e) {
+		if q.sync && r.syncer != nil {
 			_ = r.syncer.Sync()
 		}
 	}
@@ -167,7 +165,7 @@ func Run(src Source, s Stream, policies []Policy, capacity uint64, est Durations
 	for i, p := range policies {
 		rs[i] = newReplayer(p, s, capacity, est)
 	}
-	err := forEachBatch(src, len(rs), func(i int, b []trace.Event) { rs[i].batch(b) }, progress)
+	err := forEachBatch(src, s, len(rs), func(i int, b []request) { rs[i].batch(b) }, progress)
 	out := make([]Outcome, len(rs))
 	for i, r := range rs {
 		out[i] = r.finish()
@@ -175,15 +173,15 @@ func Run(src Source, s Stream, policies []Policy, capacity uint64, est Durations
 	return out, err
 }
 
-// forEachBatch reads src to the end and hands every batch to workers 0..n-1 at once, each on its
-// own goroutine, waiting for all of them before handing out the next batch. While the workers run
-// it reads the next batch: a batch is only valid until the next call of Next, so the workers get
-// a copy of it.
-func forEachBatch(src Source, n int, work func(i int, b []trace.Event), progress func(int)) error {
-	chans := make([]chan []trace.Event, n)
+// forEachBatch reads src to the end and hands the requests of every batch (classified for s) to
+// workers 0..n-1 at once, each on its own goroutine, waiting for all of them before handing out the
+// next batch. While the workers run it reads and classifies the next batch into the other of two
+// buffers.
+func forEachBatch(src Source, s Stream, n int, work func(i int, b []request), progress func(int)) error {
+	chans := make([]chan []request, n)
 	var wg, done sync.WaitGroup
 	for i := range chans {
-		chans[i] = make(chan []trace.Event)
+		chans[i] = make(chan []request)
 		done.Add(1)
 		go func() {
 			defer done.Done()
@@ -199,11 +197,12 @@ func forEachBatch(src Source, n int, work func(i int, b []trace.Event), progress
 		}
 		done.Wait()
 	}()
-	var bufs [2][]trace.Event
+	cl := &classifier{stream: s}
+	var bufs [2][]request
 	b, err := src.Next()
 	for cur := 0; ; cur ^= 1 {
 		if len(b) > 0 {
-			bufs[cur] = append(bufs[cur][:0], b...)
+			bufs[cur] = cl.convert(b, bufs[cur][:0])
 			wg.Add(n)
 			for _, c := range chans {
 				c <- bufs[cur]

@@ -2,8 +2,10 @@ package sim
 
 import (
 	"io"
+	"slices"
 	"testing"
 
+	"github.com/allocscope/allocscope/analysis/internal/stats"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -136,10 +138,36 @@ func (panicky) Close() error                              { return nil }
 func TestPolicyPanicBecomesError(t *testing.T) {
 	r := &replayer{alloc: panicky{}, up: newCounting(0, nil)}
 	r.out.Policy.Name = "broken"
-	r.batch(small())
-	r.batch(small())
+	cl := &classifier{}
+	r.batch(cl.convert(small(), nil))
+	r.batch(cl.convert(small(), nil))
 	o := r.finish()
 	if o.Err == nil || o.Err.Error() != "policy broken: internal error: boom" {
 		t.Fatalf("outcome error = %v", o.Err)
+	}
+}
+
+// TestClassifierConvert: events become requests with their key, size and stream; events that
+// neither request nor synchronize are dropped; synchronous native calls are marked.
+func TestClassifierConvert(t *testing.T) {
+	events := append(small()[:2], trace.Event{Op: trace.OpMap, Memory: trace.MemoryVirtual, Address: 0x9000, Size: 10},
+		trace.Event{Op: trace.OpAlloc, Address: 0x5000, Size: 64, Stream: 7, PID: 1, Function: "cudaMallocAsync"},
+		trace.Event{Op: trace.OpFree, Address: 0x5000, Stream: 7, PID: 1, Function: "cudaFreeAsync"})
+	cl := &classifier{}
+	got := cl.convert(events, nil)
+	want := []request{
+		{key: stats.Key{PID: 1, Addr: 0x1000}, size: 1000, kind: 1, sync: true},
+		{key: stats.Key{PID: 1, Addr: 0x2000}, size: 3 << 20, kind: 1, sync: true},
+		{key: stats.Key{PID: 1, Addr: 0x5000}, size: 64, stream: 7, kind: 1},
+		{key: stats.Key{PID: 1, Addr: 0x5000}, stream: 7, kind: -1},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("convert = %+v\nwant      %+v", got, want)
+	}
+	// Framework requests: native calls are no requests but still synchronization points.
+	fw := &classifier{stream: Stream{Framework: true}}
+	got = fw.convert(small()[:1], nil)
+	if len(got) != 1 || got[0].kind != 0 || !got[0].sync {
+		t.Errorf("framework stream: %+v, want one sync-only entry", got)
 	}
 }

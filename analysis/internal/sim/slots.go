@@ -6,7 +6,6 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
 	"github.com/allocscope/allocscope/pool"
-	"github.com/allocscope/allocscope/trace"
 )
 
 // Sizing is what replaying the trace through the chosen classes found.
@@ -18,8 +17,7 @@ type Sizing struct {
 	// first region = LargePeakLiveBytes) serving only the large requests: their peak live bytes
 	// plus the fragmentation the arena really has on this trace.
 	ArenaPeakReservedBytes uint64
-	Events                 uint64 // events read
-	Err                    error  // the arena could not be simulated (e.g. sizes beyond any memory)
+	Err                    error // the arena could not be simulated (e.g. sizes beyond any memory)
 }
 
 // ClassBytes returns the bytes the classes' slots take.
@@ -38,7 +36,6 @@ type slotBlock struct {
 }
 
 type slotCounter struct {
-	stream    Stream
 	classes   []uint64
 	threshold uint64
 	live      []uint64
@@ -46,7 +43,6 @@ type slotCounter struct {
 	blocks    stats.Table[slotBlock]
 	large     uint64
 	bigPeak   uint64
-	events    uint64
 	perStream *streamSlots // nil unless the pool keeps freed slots per stream
 }
 
@@ -82,33 +78,31 @@ func (p *streamSlots) give(cl int32, stream uint64) {
 	p.owned[cl][col]++
 }
 
-func (c *slotCounter) batch(events []trace.Event) {
-	for i := range events {
-		e := &events[i]
-		c.events++
-		switch c.stream.request(e) {
+func (c *slotCounter) batch(reqs []request) {
+	for i := range reqs {
+		q := &reqs[i]
+		switch q.kind {
 		case 1:
-			k := stats.KeyOf(e)
-			if old, ok := c.blocks.Delete(k); ok {
-				c.drop(old, e.Stream)
+			if old, ok := c.blocks.Delete(q.key); ok {
+				c.drop(old, q.stream)
 			}
-			cl := int32(sizeclass.ClassOf(c.classes, e.Size))
-			if e.Size > c.threshold || cl < 0 {
-				c.blocks.Put(k, slotBlock{class: -1, size: e.Size})
-				c.large += e.Size
+			cl := int32(sizeclass.ClassOf(c.classes, q.size))
+			if q.size > c.threshold || cl < 0 {
+				c.blocks.Put(q.key, slotBlock{class: -1, size: q.size})
+				c.large += q.size
 				c.bigPeak = max(c.bigPeak, c.large)
 				continue
 			}
-			c.blocks.Put(k, slotBlock{class: cl})
+			c.blocks.Put(q.key, slotBlock{class: cl})
 			c.live[cl]++
 			if c.perStream == nil {
 				c.maxLive[cl] = max(c.maxLive[cl], c.live[cl])
-			} else if !c.perStream.take(cl, e.Stream) {
+			} else if !c.perStream.take(cl, q.stream) {
 				c.maxLive[cl]++
 			}
 		case -1:
-			if b, ok := c.blocks.Delete(stats.KeyOf(e)); ok {
-				c.drop(b, e.Stream)
+			if b, ok := c.blocks.Delete(q.key); ok {
+				c.drop(b, q.stream)
 			}
 		}
 	}
@@ -138,11 +132,11 @@ type Candidate struct {
 // simulates each candidate's large-request arena. A candidate whose arena cannot be simulated has
 // its Err set; the error returned is the source's.
 func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing, error) {
-	var workers []func([]trace.Event)
+	var workers []func([]request)
 	counters := make([]*slotCounter, len(cands))
 	arenas := make([]*replayer, len(cands))
 	for i, cand := range cands {
-		c := &slotCounter{stream: s, classes: cand.Classes, threshold: cand.Threshold,
+		c := &slotCounter{classes: cand.Classes, threshold: cand.Threshold,
 			live: make([]uint64, len(cand.Classes)), maxLive: make([]uint64, len(cand.Classes))}
 		if cand.PerStream {
 			c.perStream = &streamSlots{index: map[uint64]int{}, owned: make([][]uint64, len(cand.Classes))}
@@ -155,11 +149,11 @@ func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing
 		counters[i], arenas[i] = c, r
 		workers = append(workers, c.batch, r.batch)
 	}
-	err := forEachBatch(src, len(workers), func(i int, b []trace.Event) { workers[i](b) }, progress)
+	err := forEachBatch(src, s, len(workers), func(i int, b []request) { workers[i](b) }, progress)
 	out := make([]Sizing, len(cands))
 	for i, c := range counters {
 		o := arenas[i].finish()
-		out[i] = Sizing{Classes: c.classes, Slots: c.maxLive, LargePeakLiveBytes: c.bigPeak, Events: c.events,
+		out[i] = Sizing{Classes: c.classes, Slots: c.maxLive, LargePeakLiveBytes: c.bigPeak,
 			ArenaPeakReservedBytes: o.Stats.PeakReservedBytes, Err: o.Err}
 	}
 	return out, err
@@ -186,7 +180,7 @@ func FitArena(src Source, s Stream, threshold uint64, probes []ArenaProbe, progr
 		rs[i] = newReplayer(Policy{Name: "arena", Config: cfg}, s, 0, nil)
 		rs[i].only = func(size uint64) bool { return size > threshold }
 	}
-	err := forEachBatch(src, len(rs), func(i int, b []trace.Event) { rs[i].batch(b) }, progress)
+	err := forEachBatch(src, s, len(rs), func(i int, b []request) { rs[i].batch(b) }, progress)
 	out := slices.Clone(probes)
 	for i, r := range rs {
 		o := r.finish()

@@ -21,7 +21,8 @@ type counting struct {
 }
 
 func newCounting(capacity uint64, est Durations) *counting {
-	return &counting{base: pool.NewSimUpstream(capacity, pool.DefaultAlignment), est: est}
+	// Each policy runs on one goroutine (forEachBatch): neither it nor its address space locks.
+	return &counting{base: pool.NewSimUpstream(capacity, pool.DefaultAlignment, pool.SingleGoroutine()), est: est}
 }
 
 func (c *counting) charge(f func(uint64) float64, size uint64) {

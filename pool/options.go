@@ -1,0 +1,43 @@
+package pool
+
+import "sync"
+
+// Option changes how New builds an allocator, or NewSimUpstream a simulated address space.
+type Option func(*options)
+
+type options struct {
+	singleGoroutine bool
+}
+
+// SingleGoroutine declares that the allocator (or simulated address space) will be used by one
+// goroutine at a time, each use ordered after the previous one (by a channel, a WaitGroup...), so
+// it takes no lock. analyze's simulation, which replays each policy on a goroutine of its own,
+// uses it; a program serving requests from several threads must not.
+func SingleGoroutine() Option { return func(o *options) { o.singleGoroutine = true } }
+
+func collect(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// optionalMutex is a mutex that can be switched off (SingleGoroutine): Lock and Unlock then do
+// nothing. The switch is set before the owner is first used and never changes.
+type optionalMutex struct {
+	mu  sync.Mutex
+	off bool
+}
+
+func (m *optionalMutex) Lock() {
+	if !m.off {
+		m.mu.Lock()
+	}
+}
+
+func (m *optionalMutex) Unlock() {
+	if !m.off {
+		m.mu.Unlock()
+	}
+}
