@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -24,7 +25,7 @@ func (r *runner) report(accs []*modeAcc) *Report {
 	for _, acc := range accs {
 		m := acc.ModeResult
 		m.Alloc, m.Free = acc.allocLat.summary(), acc.freeLat.summary()
-		m.AllocatorTimeNs = mean(m.AllocatorTimeNsByRepetition)
+		m.AllocatorTimeNs = median(m.AllocatorTimeNsByRepetition)
 		m.ClockedTimeNs = mean(acc.clockedNs)
 		m.SyncTimeNs = mean(acc.syncNs)
 		if m.Errors == nil {
@@ -49,6 +50,20 @@ func recordedRatio(t ExtractStats, p *ModeResult) (perRequest, speedup float64) 
 		return perRequest, 0
 	}
 	return perRequest, perRequest / (float64(p.AllocatorTimeNs) / float64(t.Allocs+t.Frees))
+}
+
+// median returns the middle of ns (the mean of the two middle values for an even count), 0 for
+// none: a repetition slowed by the machine (a preemption, a page-fault storm) does not move it.
+func median(ns []int64) int64 {
+	if len(ns) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(ns))
+	h := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[h]
+	}
+	return s[h-1] + (s[h]-s[h-1])/2
 }
 
 func mean(ns []int64) int64 {

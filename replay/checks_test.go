@@ -266,3 +266,20 @@ func TestRecordedRatio(t *testing.T) {
 		t.Errorf("no pool mode: %v, %v; want 10000, 0", per, speedup)
 	}
 }
+
+func TestMedianIgnoresOneSlowRepetition(t *testing.T) {
+	cases := []struct {
+		ns   []int64
+		want int64
+	}{
+		{nil, 0},
+		{[]int64{7}, 7},
+		{[]int64{90, 80, 590}, 90},      // the 590 (a preempted repetition) does not move it
+		{[]int64{100, 80, 90, 590}, 95}, // even count: the mean of the two middle values
+	}
+	for _, c := range cases {
+		if got := median(c.ns); got != c.want {
+			t.Errorf("median(%v) = %d, want %d", c.ns, got, c.want)
+		}
+	}
+}

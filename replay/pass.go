@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/allocscope/allocscope/pool"
 )
@@ -68,6 +69,10 @@ func (r *runner) pass(acc *modeAcc, rep int, timed bool) error {
 		return fmt.Errorf("memory info: %w", err)
 	}
 	ps := &passState{acc: acc, rep: rep, timed: timed, memStart: free}
+	if timed {
+		// Collect the garbage of the passes before, so that no collection runs inside the timed loop.
+		runtime.GC()
+	}
 	if r.opt.Verify && !timed {
 		ps.live = newSpans()
 	}

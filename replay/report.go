@@ -50,8 +50,8 @@ type ModeResult struct {
 	// passes, which read the clock before and after every call (each latency includes one reading).
 	Alloc Latency `json:"alloc"`
 	Free  Latency `json:"free"`
-	// AllocatorTimeNs is the time spent replaying the trace's requests per repetition (mean over
-	// repetitions), from the timed passes: the clock is read once per 4096 requests, not per call,
+	// AllocatorTimeNs is the time spent replaying the trace's requests per repetition (median over
+	// repetitions, robust to one slowed by the machine), from the timed passes: the clock is read once per 4096 requests, not per call,
 	// and nothing but the calls into the allocator (and the engine's address table) runs in between.
 	// The speedups are ratios of it.
 	AllocatorTimeNs int64 `json:"allocator_time_ns"`

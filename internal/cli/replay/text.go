@@ -22,7 +22,7 @@ func writeText(w io.Writer, tracePath, configPath string, rep *replay.Report) er
 		ew.printf("  warning: %s\n", line)
 	}
 	ew.printf("%d repetitions, modes interleaved (%s); verify %s, touch %s\n", rep.Repeat, modeList(rep), onOff(rep.Verify), onOff(rep.Touch))
-	ew.printf("allocator time: timed passes, clock read once per 4096 requests; latencies: checked passes, clock read around every call (each latency includes one reading, %d ns)\n\n",
+	ew.printf("allocator time: timed passes, clock read once per 4096 requests, median over repetitions; latencies: checked passes, clock read around every call (each latency includes one reading, %d ns)\n\n",
 		rep.ClockOverheadNs)
 	writeModes(ew, rep)
 	writeMemory(ew, rep)
