@@ -104,3 +104,42 @@ func (s *memSource) Next() ([]trace.Event, error) {
 	s.at += n
 	return s.events[s.at-n : s.at], nil
 }
+
+// BenchmarkPolicyReplay measures one policy's own work as analyze runs it: the synthetic trace is
+// read and classified once, outside the timing (analyze does that once for all policies, on its
+// own goroutine), and each iteration replays the requests, in the reader's batches, through a
+// fresh replayer of the policy. Mevents/s counts the trace's events.
+func BenchmarkPolicyReplay(b *testing.B) {
+	batches := classifiedBatches(b)
+	for _, p := range benchPolicies() {
+		b.Run(p.Name, func(b *testing.B) {
+			cpu := benchutil.CPU()
+			for b.Loop() {
+				r := newReplayer(p, Stream{}, 0, nil)
+				for _, batch := range batches {
+					r.batch(batch)
+				}
+				if out := r.finish(); out.Err != nil || out.Stats.Allocs == 0 {
+					b.Fatal(out.Err, out.Stats)
+				}
+			}
+			benchutil.Report(b, benchEvents, benchutil.CPU()-cpu)
+		})
+	}
+}
+
+// classifiedBatches returns the requests of BenchmarkPolicy's synthetic trace, batch by batch.
+func classifiedBatches(b *testing.B) [][]request {
+	src, cl := synth.New(benchEvents), &classifier{}
+	var batches [][]request
+	for {
+		batch, err := src.Next()
+		if errors.Is(err, io.EOF) {
+			return batches
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		batches = append(batches, cl.convert(batch, nil))
+	}
+}
