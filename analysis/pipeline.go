@@ -134,15 +134,16 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 	if err != nil {
 		return nil, err
 	}
-	best := bestCandidate(sizings)
-	if err := sizings[best].Err; err != nil {
-		*warns = append(*warns, fmt.Sprintf("%s: size classes: %v", name, err))
-	}
-	fit, err := fitArena(open, stream, plans[best].Threshold, &sizings[best], opts)
+	peakLive := st.Requests.PeakLiveBytes
+	fits, err := fitArenas(open, stream, plans, sizings, contenders(sizings, peakLive), opts)
 	if err != nil {
 		return nil, err
 	}
-	rec := recommend(name, st, plans[best], sizings[best], fit, perStream)
+	best := bestCandidate(sizings, peakLive)
+	if err := sizings[best].Err; err != nil {
+		*warns = append(*warns, fmt.Sprintf("%s: size classes: %v", name, err))
+	}
+	rec := recommend(name, st, plans[best], sizings[best], fits[best], perStream)
 	for i, sz := range sizings {
 		rec.splits = append(rec.splits, model.Split{Threshold: plans[i].Threshold, K: plans[i].K,
 			ClassBytes: sz.ClassBytes(), ArenaBytes: sz.ArenaPeakReservedBytes,
@@ -189,21 +190,38 @@ func sizeTallies(in []stats.SizeTally) []sizeclass.Size {
 	return out
 }
 
-// bestCandidate applies sizeclass.ThresholdRule: the least class bytes plus arena bytes, ties to
-// the larger threshold (the later candidate); candidates that could not be simulated come last.
-func bestCandidate(sizings []sim.Sizing) int {
-	best := -1
-	var bestBytes uint64
-	for i, sz := range sizings {
-		b := sz.ClassBytes() + sz.ArenaPeakReservedBytes
-		if sz.Err == nil && (best < 0 || b <= bestBytes) {
-			best, bestBytes = i, b
-		}
-	}
-	if best < 0 {
+// bestCandidate applies sizeclass.ThresholdRule: the largest threshold (the latest candidate)
+// whose class bytes plus arena bytes are within slackLimit of the least; candidates that could
+// not be simulated come last.
+func bestCandidate(sizings []sim.Sizing, peakLive uint64) int {
+	least, ok := leastTotal(sizings)
+	if !ok {
 		return len(sizings) - 1
 	}
+	limit, best := slackLimit(least, peakLive), -1
+	for i, sz := range sizings {
+		if sz.Err == nil && float64(sz.ClassBytes()+sz.ArenaPeakReservedBytes) <= limit {
+			best = i
+		}
+	}
 	return best
+}
+
+// leastTotal returns the least class bytes plus arena bytes of the candidates simulated.
+func leastTotal(sizings []sim.Sizing) (least uint64, ok bool) {
+	for _, sz := range sizings {
+		if b := sz.ClassBytes() + sz.ArenaPeakReservedBytes; sz.Err == nil && (!ok || b < least) {
+			least, ok = b, true
+		}
+	}
+	return least, ok
+}
+
+// slackLimit is the most a candidate may reserve and still be chosen, given the least any
+// candidate reserves: sizeclass.ThresholdSlack more, but not beyond sizeclass.SlackCeiling times
+// the peak of live bytes unless the least is beyond it already.
+func slackLimit(least, peakLive uint64) float64 {
+	return max(float64(least), min(float64(least)*(1+sizeclass.ThresholdSlack), float64(peakLive)*sizeclass.SlackCeiling))
 }
 
 // arenaProbes is how many fixed arena sizes fitArena tries per pass and placement strategy;
@@ -254,51 +272,90 @@ func (a *arenaSearch) narrow(probes []sim.ArenaProbe) {
 	a.dead = !a.served
 }
 
-// fitArena shrinks the chosen candidate's arena to the smallest single region (to 2 MiB) that
-// serves every large request without growing (sim.FitArena), when that is smaller than the grown
-// best-fit arena's peak, searching every placement strategy (pool.Fits) in the same passes. It
-// returns the strategy that needs the least, pool.FitBest on a tie.
-func fitArena(open opener, stream sim.Stream, threshold uint64, sz *sim.Sizing, opts Options) (pool.Fit, error) {
-	if sz.LargePeakLiveBytes == 0 || sz.Err != nil {
-		return pool.FitBest, nil
+// contenders returns the candidates that can still be chosen once their arenas are fitted: those
+// whose least possible total (class bytes plus the large requests' peak live bytes) is within
+// slackLimit of the least total of a grown arena. Fitting only shrinks an arena, so
+// no other candidate can come within the slack of the least fitted total.
+func contenders(sizings []sim.Sizing, peakLive uint64) []int {
+	least, _ := leastTotal(sizings)
+	limit := slackLimit(least, peakLive)
+	var out []int
+	for i, sz := range sizings {
+		if sz.Err == nil && sz.LargePeakLiveBytes > 0 && float64(sz.ClassBytes()+sz.LargePeakLiveBytes) <= limit {
+			out = append(out, i)
+		}
 	}
-	searches := make([]arenaSearch, len(pool.Fits))
-	for i, f := range pool.Fits {
-		searches[i] = arenaSearch{fit: f, lo: alignUp(sz.LargePeakLiveBytes, 2*mib) - 2*mib,
-			hi: sz.ArenaPeakReservedBytes, served: f == pool.FitBest}
+	return out
+}
+
+// fitArenas shrinks the arena of every contender (indexes into sizings) to the smallest single
+// region (to 2 MiB) that serves its large requests without growing (sim.FitArena), when that is
+// smaller than the grown best-fit arena's peak, searching every placement strategy (pool.Fits) of
+// every contender in the same passes. It returns each candidate's strategy that needs the least,
+// pool.FitBest on a tie and for the others.
+func fitArenas(open opener, stream sim.Stream, plans []sizeclass.Plan, sizings []sim.Sizing, which []int,
+	opts Options) ([]pool.Fit, error) {
+	searches := make([][]arenaSearch, len(sizings))
+	for _, c := range which {
+		for _, f := range pool.Fits {
+			searches[c] = append(searches[c], arenaSearch{fit: f,
+				lo: alignUp(sizings[c].LargePeakLiveBytes, 2*mib) - 2*mib,
+				hi: sizings[c].ArenaPeakReservedBytes, served: f == pool.FitBest})
+		}
 	}
 	for range arenaRounds {
-		var probes []sim.ArenaProbe
-		counts := make([]int, len(searches))
-		for i := range searches {
-			for _, b := range searches[i].sizes() {
-				probes = append(probes, sim.ArenaProbe{Bytes: b, Fit: searches[i].fit})
-				counts[i]++
+		if err := arenaRound(open, stream, plans, searches, opts); err != nil {
+			return nil, err
+		}
+	}
+	fits := make([]pool.Fit, len(sizings))
+	for c := range sizings {
+		fits[c] = pool.FitBest
+		if len(searches[c]) == 0 {
+			continue
+		}
+		best := 0
+		for i, a := range searches[c] {
+			if a.served && a.hi < searches[c][best].hi {
+				best = i
 			}
 		}
-		if len(probes) == 0 {
-			break
-		}
-		err := open.pass(nil, func(src Source) (err error) {
-			probes, err = sim.FitArena(src, stream, threshold, probes, progress(opts, "arena "+opts.input))
-			return err
-		})
-		if err != nil {
-			return "", err
-		}
-		for i := range searches {
-			if counts[i] > 0 {
-				searches[i].narrow(probes[:counts[i]])
-				probes = probes[counts[i]:]
+		sizings[c].ArenaPeakReservedBytes = searches[c][best].hi
+		fits[c] = searches[c][best].fit
+	}
+	return fits, nil
+}
+
+// arenaRound makes one pass of probes for every search and narrows each by its results.
+func arenaRound(open opener, stream sim.Stream, plans []sizeclass.Plan, searches [][]arenaSearch, opts Options) error {
+	var probes []sim.ArenaProbe
+	var owners []*arenaSearch
+	var counts []int
+	for c := range searches {
+		for i := range searches[c] {
+			a := &searches[c][i]
+			sizes := a.sizes()
+			for _, b := range sizes {
+				probes = append(probes, sim.ArenaProbe{Threshold: plans[c].Threshold, Bytes: b, Fit: a.fit})
+			}
+			if len(sizes) > 0 {
+				owners, counts = append(owners, a), append(counts, len(sizes))
 			}
 		}
 	}
-	best := 0
-	for i, a := range searches {
-		if a.served && a.hi < searches[best].hi {
-			best = i
-		}
+	if len(probes) == 0 {
+		return nil
 	}
-	sz.ArenaPeakReservedBytes = searches[best].hi
-	return searches[best].fit, nil
+	err := open.pass(nil, func(src Source) (err error) {
+		probes, err = sim.FitArena(src, stream, probes, progress(opts, "arena "+opts.input))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for i, a := range owners {
+		a.narrow(probes[:counts[i]])
+		probes = probes[counts[i]:]
+	}
+	return nil
 }

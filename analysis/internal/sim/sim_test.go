@@ -102,10 +102,10 @@ func TestFitArena(t *testing.T) {
 	var in []ArenaProbe
 	for _, f := range []pool.Fit{pool.FitBest, pool.FitBestAged} {
 		for _, mb := range []uint64{8, 10, 12, 14, 16} {
-			in = append(in, ArenaProbe{Bytes: mb << 20, Fit: f})
+			in = append(in, ArenaProbe{Threshold: 4096, Bytes: mb << 20, Fit: f})
 		}
 	}
-	probes, err := FitArena(&source{events: events}, Stream{}, 4096, in, nil)
+	probes, err := FitArena(&source{events: events}, Stream{}, in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,21 +163,23 @@ func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
 
 // ArenaProbe is one fixed-size arena tried by FitArena.
 type ArenaProbe struct {
-	Bytes    uint64   // the arena's one region, never grown
-	Fit      pool.Fit // its placement strategy
-	Failures uint64   // large requests it could not serve (set by FitArena)
+	Threshold uint64   // it serves the requests above this size
+	Bytes     uint64   // the arena's one region, never grown
+	Fit       pool.Fit // its placement strategy
+	Failures  uint64   // large requests it could not serve (set by FitArena)
 }
 
-// FitArena replays the requests above threshold through the given arenas at once, each a single
-// best-fit region of Bytes that may not grow, placing blocks by its Fit, and returns the probes
-// with their Failures set. A single region fragments less than a grown one, so the smallest size
-// that fails nothing is usually below the peak of an arena that grows on demand.
-func FitArena(src Source, s Stream, threshold uint64, probes []ArenaProbe, progress func(int)) ([]ArenaProbe, error) {
+// FitArena replays the requests above each probe's Threshold through the given arenas at once,
+// each a single best-fit region of Bytes that may not grow, placing blocks by its Fit, and returns
+// the probes with their Failures set. A single region fragments less than a grown one, so the
+// smallest size that fails nothing is usually below the peak of an arena that grows on demand.
+func FitArena(src Source, s Stream, probes []ArenaProbe, progress func(int)) ([]ArenaProbe, error) {
 	rs := make([]*replayer, len(probes))
 	for i, p := range probes {
 		cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: p.Bytes, MaximumBytes: p.Bytes, Fit: p.Fit}}
 		rs[i] = newReplayer(Policy{Name: "arena", Config: cfg}, s, 0, nil)
+		threshold := p.Threshold
 		rs[i].only = func(size uint64) bool { return size > threshold }
 	}
 	err := forEachBatch(src, s, len(rs), func(i int, b []request) { rs[i].batch(b) }, progress)
