@@ -135,7 +135,7 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 		return nil, err
 	}
 	peakLive := st.Requests.PeakLiveBytes
-	fits, err := fitArenas(open, stream, plans, sizings, contenders(sizings, peakLive), opts)
+	fits, err := fitArenas(open, stream, plans, sizings, contenders(sizings, peakLive), peakLive, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +294,7 @@ func contenders(sizings []sim.Sizing, peakLive uint64) []int {
 // every contender in the same passes. It returns each candidate's strategy that needs the least,
 // pool.FitBest on a tie and for the others.
 func fitArenas(open opener, stream sim.Stream, plans []sizeclass.Plan, sizings []sim.Sizing, which []int,
-	opts Options) ([]pool.Fit, error) {
+	peakLive uint64, opts Options) ([]pool.Fit, error) {
 	searches := make([][]arenaSearch, len(sizings))
 	for _, c := range which {
 		for _, f := range pool.Fits {
@@ -307,6 +307,7 @@ func fitArenas(open opener, stream sim.Stream, plans []sizeclass.Plan, sizings [
 		if err := arenaRound(open, stream, plans, searches, opts); err != nil {
 			return nil, err
 		}
+		prune(searches, sizings, peakLive)
 	}
 	fits := make([]pool.Fit, len(sizings))
 	for c := range sizings {
@@ -324,6 +325,39 @@ func fitArenas(open opener, stream sim.Stream, plans []sizeclass.Plan, sizings [
 		fits[c] = searches[c][best].fit
 	}
 	return fits, nil
+}
+
+// prune stops the searches of every contender that can no longer be chosen: its arena needs more
+// than the largest size that failed for each strategy, so its total exceeds that much plus its
+// class bytes, and when that is beyond slackLimit of the least total served so far, it would be
+// beyond the final limit too (the least only falls).
+func prune(searches [][]arenaSearch, sizings []sim.Sizing, peakLive uint64) {
+	least, found := uint64(0), false
+	for c, ss := range searches {
+		for _, a := range ss {
+			if t := sizings[c].ClassBytes() + a.hi; a.served && (!found || t < least) {
+				least, found = t, true
+			}
+		}
+	}
+	if !found {
+		return
+	}
+	limit := slackLimit(least, peakLive)
+	for c, ss := range searches {
+		if len(ss) == 0 {
+			continue
+		}
+		floor := ss[0].lo
+		for _, a := range ss {
+			floor = min(floor, a.lo)
+		}
+		if float64(sizings[c].ClassBytes()+floor) >= limit {
+			for i := range ss {
+				ss[i].dead = true
+			}
+		}
+	}
 }
 
 // arenaRound makes one pass of probes for every search and narrows each by its results.

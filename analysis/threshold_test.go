@@ -53,3 +53,20 @@ func TestBestCandidateCeiling(t *testing.T) {
 		t.Errorf("bestCandidate with nothing simulated = %d, want the last", got)
 	}
 }
+
+// TestPrune: candidate 0 has an arena of 1000 MiB served; candidate 1 needs more than 1030 MiB
+// (its largest failing size), beyond the limit of 1020 MiB: its searches stop. Candidate 2 may
+// still need only 1010 MiB: it goes on.
+func TestPrune(t *testing.T) {
+	sz := []sim.Sizing{sizing(0, 0, 0), sizing(0, 0, 0), sizing(0, 0, 0)}
+	searches := [][]arenaSearch{
+		{{lo: 990 * mib, hi: 1000 * mib, served: true}},
+		{{lo: 1030 * mib, hi: 1100 * mib, served: true}, {lo: 1040 * mib, hi: 1100 * mib}},
+		{{lo: 1010 * mib, hi: 1100 * mib, served: true}},
+	}
+	prune(searches, sz, 2000*mib)
+	got := []bool{searches[0][0].dead, searches[1][0].dead, searches[1][1].dead, searches[2][0].dead}
+	if want := []bool{false, true, true, false}; !reflect.DeepEqual(got, want) {
+		t.Errorf("dead = %v, want %v", got, want)
+	}
+}

@@ -175,14 +175,28 @@ type ArenaProbe struct {
 // smallest size that fails nothing is usually below the peak of an arena that grows on demand.
 func FitArena(src Source, s Stream, probes []ArenaProbe, progress func(int)) ([]ArenaProbe, error) {
 	rs := make([]*replayer, len(probes))
+	var groups []*largeFilter
+	byThreshold := map[uint64]*largeFilter{}
 	for i, p := range probes {
 		cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: p.Bytes, MaximumBytes: p.Bytes, Fit: p.Fit}}
 		rs[i] = newReplayer(Policy{Name: "arena", Config: cfg}, s, 0, nil)
-		threshold := p.Threshold
-		rs[i].only = func(size uint64) bool { return size > threshold }
+		g := byThreshold[p.Threshold]
+		if g == nil {
+			g = &largeFilter{threshold: p.Threshold}
+			byThreshold[p.Threshold] = g
+			groups = append(groups, g)
+		}
+		g.probes = append(g.probes, i)
 	}
-	err := forEachBatch(src, s, len(rs), func(i int, b []request) { rs[i].batch(b) }, progress)
+	// One worker per threshold filters each batch once for all the probes of that threshold.
+	err := forEachBatch(src, s, len(groups), func(i int, b []request) {
+		g := groups[i]
+		large := g.filter(b)
+		for _, p := range g.probes {
+			rs[p].batch(large)
+		}
+	}, progress)
 	out := slices.Clone(probes)
 	for i, r := range rs {
 		o := r.finish()
@@ -192,4 +206,31 @@ func FitArena(src Source, s Stream, probes []ArenaProbe, progress func(int)) ([]
 		}
 	}
 	return out, err
+}
+
+// largeFilter keeps, of a trace's requests, the allocations above threshold and the frees of the
+// blocks they made: all that an arena serving only those allocations sees.
+type largeFilter struct {
+	threshold uint64
+	probes    []int              // the probes it feeds
+	live      stats.Table[uint8] // blocks of large allocations not freed yet
+	out       []request
+}
+
+func (f *largeFilter) filter(b []request) []request {
+	f.out = f.out[:0]
+	for _, q := range b {
+		switch {
+		case q.kind == 1 && q.size > f.threshold:
+			f.live.Put(q.key, 0)
+		case q.kind == -1:
+			if _, ok := f.live.Delete(q.key); !ok {
+				continue
+			}
+		default:
+			continue
+		}
+		f.out = append(f.out, q)
+	}
+	return f.out
 }
