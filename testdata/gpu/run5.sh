@@ -3,8 +3,9 @@
 # at the trace's sync points), then every trace against its recommended pool.json (20 timed
 # repetitions, JSON) and once with --verify --touch, plus PyTorch's expandable segments on two traces.
 # Needs bin/replay-cuda, bin/replay-cuda.test and bin/gpu5/*.pool.json (see docs/benchmarks.md).
+# RUN names the output (default r5); EXPANDABLE=0 skips the expandable-segments replays (run7.sh).
 set -x
-B=$PWD/bin; O=$OUT/r5; mkdir -p $O
+RUN=${RUN:-r5}; B=$PWD/bin; O=$OUT/$RUN; mkdir -p $O
 timeout 300 ./bin/replay-cuda.test -test.count=1 -test.run CUDA -test.v > $O/cudatest.txt 2>&1; echo "cuda tests rc=$?"
 grep -E "^(--- |ok|PASS|FAIL)" $O/cudatest.txt
 run() { # name trace config
@@ -16,6 +17,6 @@ for t in pytorch-train a_static e_cupy g_torch_nocache_cnn h_torch_nocache_kvcac
   tr=testdata/h200/$t.arrow; [ $t = pytorch-train ] && tr=testdata/pytorch-train.arrow
   run $t $tr bin/gpu5/$t.pool.json
 done
-run expandable-pytorch-train testdata/pytorch-train.arrow bin/gpu5/expandable.pool.json
-run expandable-kvcache testdata/h200/h_torch_nocache_kvcache.arrow bin/gpu5/expandable.pool.json
-cd $OUT && tar czf r5.tgz r5 && rm -rf r5
+[ "${EXPANDABLE:-1}" = 0 ] || run expandable-pytorch-train testdata/pytorch-train.arrow bin/gpu5/expandable.pool.json
+[ "${EXPANDABLE:-1}" = 0 ] || run expandable-kvcache testdata/h200/h_torch_nocache_kvcache.arrow bin/gpu5/expandable.pool.json
+cd $OUT && tar czf $RUN.tgz $RUN && rm -rf $RUN
