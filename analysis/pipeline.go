@@ -219,9 +219,14 @@ func leastTotal(sizings []sim.Sizing) (least uint64, ok bool) {
 
 // slackLimit is the most a candidate may reserve and still be chosen, given the least any
 // candidate reserves: sizeclass.ThresholdSlack more, but not beyond sizeclass.SlackCeiling times
-// the peak of live bytes unless the least is beyond it already.
+// the peak of live bytes when the least is within that ceiling (the slack never pushes a pool
+// that meets it over it).
 func slackLimit(least, peakLive uint64) float64 {
-	return max(float64(least), min(float64(least)*(1+sizeclass.ThresholdSlack), float64(peakLive)*sizeclass.SlackCeiling))
+	limit := float64(least) * (1 + sizeclass.ThresholdSlack)
+	if ceiling := float64(peakLive) * sizeclass.SlackCeiling; float64(least) <= ceiling {
+		limit = min(limit, ceiling)
+	}
+	return limit
 }
 
 // arenaProbes is how many fixed arena sizes fitArena tries per pass and placement strategy;

@@ -35,14 +35,14 @@ var Thresholds = []uint64{4 << 10, 16 << 10, 64 << 10, 256 << 10, MaxThreshold}
 // search, so a pool within 2 % of the smallest that serves more requests from classes is preferred.
 const ThresholdSlack = 0.02
 
-// SlackCeiling bounds ThresholdSlack: a larger threshold is not chosen for speed when it would
-// reserve more than this many times the peak of live bytes (unless the least does already).
+// SlackCeiling bounds ThresholdSlack: when the least reserves at most this many times the peak of
+// live bytes, a larger threshold is not chosen for speed if it would reserve more.
 const SlackCeiling = 1.05
 
 // ThresholdRule states how the threshold is chosen.
 const ThresholdRule = "the largest candidate (4 KiB, 16 KiB, 64 KiB, 256 KiB, 1 MiB) whose replayed " +
 	"class slots plus simulated arena reserve at most 2% more than the least (and not over 1.05 x " +
-	"peak live unless the least is): classes serve requests faster than the arena"
+	"peak live when the least is not): classes serve requests faster than the arena"
 
 // KRule states how k is chosen.
 var KRule = fmt.Sprintf("smallest k with waste at peak <= %.0f%% of class-served live bytes at peak "+
