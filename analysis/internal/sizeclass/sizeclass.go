@@ -40,9 +40,10 @@ const ThresholdSlack = 0.02
 const SlackCeiling = 1.05
 
 // ThresholdRule states how the threshold is chosen.
-const ThresholdRule = "the largest candidate (4 KiB, 16 KiB, 64 KiB, 256 KiB, 1 MiB) whose replayed " +
-	"class slots plus simulated arena reserve at most 2% more than the least (and not over 1.05 x " +
-	"peak live when the least is not): classes serve requests faster than the arena"
+var ThresholdRule = fmt.Sprintf("the largest candidate (4 KiB, 16 KiB, 64 KiB, 256 KiB, 1 MiB) whose "+
+	"replayed class slots plus simulated arena reserve at most %.0f%% more than the least (and not over "+
+	"%.2f x peak live when the least is not): classes serve requests faster than the arena",
+	100*ThresholdSlack, SlackCeiling)
 
 // KRule states how k is chosen.
 var KRule = fmt.Sprintf("smallest k with waste at peak <= %.0f%% of class-served live bytes at peak "+
