@@ -74,8 +74,8 @@ func TestPyTorchReleaseAvailableOversize(t *testing.T) {
 		alloc(50*mib, 0, b+40*mib),
 		free(b, 0),
 		free(b+40*mib, 0),
-		alloc(20*mib, 0, b),    // 90+20 > 100: the smallest oversize block that covers 32 MiB (40) is released
-		allocFails(100*mib, 0), // the 50 MiB one is released too, still not enough: out of memory
+		alloc(20*mib, 0, b+90*mib), // 90+20 > 100: the smallest oversize block that covers 32 MiB (40) is released
+		allocFails(100*mib, 0),     // the 50 MiB one is released too, still not enough: out of memory
 	})
 	s := a.Stats()
 	if s.ReservedBytes != 20*mib || s.UpstreamReleases != 2 || s.UpstreamFailures != 3 || s.Failures != 1 {

@@ -11,17 +11,20 @@ const SimBase = 1 << 32
 // SimUpstream is a simulated address space, the Upstream (and Mapper) of analyze's what-if
 // simulation. It holds no memory: it hands out non-overlapping address ranges and counts.
 //
-// Reserve and ReserveAddress round sizes up to the granularity and place the range at the lowest
-// address of the smallest freed range that fits (best fit), or else above everything handed out
-// so far, starting at SimBase. Freed neighbours coalesce, so the same calls always give the same
-// addresses. Reserve and Map fail with ErrOutOfMemory when the memory held (reserved regions plus
+// Reserve and ReserveAddress round sizes up to the granularity and place the range at the most
+// recently freed range of exactly that size, or else above everything handed out so far,
+// starting at SimBase (a range freed at the top lowers the top again). Placement takes constant
+// time: nothing reported depends on where the simulated device puts a region, since capacity
+// counts bytes, not address space. The same calls always give the same addresses. Reserve and Map fail with ErrOutOfMemory when the memory held (reserved regions plus
 // mapped pages) would exceed the capacity (0 = unbounded); address space is not counted against
 // it. It is safe for concurrent use unless made with SingleGoroutine.
 type SimUpstream struct {
 	mu          optionalMutex
 	capacity    uint64
 	granularity uint64
-	addrs       *space                // the whole address space: one segment from SimBase, cut into ranges
+	top         uint64                // the lowest address above every range handed out
+	reusable    map[uint64][]uint64   // freed ranges by size, most recent last
+	nReusable   int                   // ranges in reusable
 	regions     *addrIndex[simRegion] // ranges handed out, by base address
 	byAddr      *spanTree             // the ReserveAddress ranges among them, ordered by address
 	mapped      *spanTree             // mapped page ranges, coalesced within one address reservation (seg = its base)
@@ -44,8 +47,7 @@ type SimStats struct {
 // simRegion is a range handed out.
 type simRegion struct {
 	size        uint64
-	node        int32 // its node in addrs
-	addressOnly bool  // from ReserveAddress
+	addressOnly bool // from ReserveAddress
 }
 
 // simSpaceBytes is the size of the simulated address space.
@@ -60,12 +62,12 @@ func NewSimUpstream(capacity, granularity uint64, opts ...Option) *SimUpstream {
 		mu:          optionalMutex{off: collect(opts).singleGoroutine},
 		capacity:    capacity,
 		granularity: granularity,
-		addrs:       newSpace(),
+		top:         roundUpAny(SimBase, granularity),
+		reusable:    make(map[uint64][]uint64),
 		regions:     newAddrIndex[simRegion](),
 		byAddr:      newSpanTree(byAddrOrder),
 		mapped:      newSpanTree(byAddrOrder),
 	}
-	u.addrs.addSegment(roundUpAny(SimBase, granularity), simSpaceBytes, false, 0, nodeFree)
 	return u
 }
 
@@ -227,15 +229,30 @@ func (u *SimUpstream) rounded(size uint64) (uint64, error) {
 	return roundUpAny(size, u.granularity), nil
 }
 
-// take finds room for r bytes: the lowest address of the smallest free range that fits.
+// maxReusable bounds the freed ranges kept for reuse, so that memory follows the live regions:
+// a range freed beyond it is not handed out again (the address space is 2^63 bytes).
+const maxReusable = 1 << 16
+
+// take finds room for r bytes: the last freed range of that size, else the top.
 func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
-	id, ok := u.addrs.bestFit(false, 0, r)
-	if !ok {
-		return 0, fmt.Errorf("address space exhausted: %w", ErrOutOfMemory)
+	var addr uint64
+	if free := u.reusable[r]; len(free) > 0 {
+		addr = free[len(free)-1]
+		if len(free) == 1 {
+			delete(u.reusable, r)
+		} else {
+			u.reusable[r] = free[:len(free)-1]
+		}
+		u.nReusable--
+	} else {
+		limit := roundUpAny(SimBase, u.granularity) + simSpaceBytes
+		if r > limit-u.top {
+			return 0, fmt.Errorf("simulated address space of %d bytes exhausted: %w", uint64(simSpaceBytes), ErrOutOfMemory)
+		}
+		addr = u.top
+		u.top += r
 	}
-	u.addrs.take(id, r)
-	addr := u.addrs.node(id).addr
-	u.regions.put(addr, simRegion{size: r, node: id, addressOnly: addressOnly})
+	u.regions.put(addr, simRegion{size: r, addressOnly: addressOnly})
 	if addressOnly {
 		u.byAddr.insert(span{addr: addr, size: r})
 	}
@@ -252,8 +269,14 @@ func (u *SimUpstream) region(addr uint64) (simRegion, bool) {
 
 // give returns a range handed out to the free address space.
 func (u *SimUpstream) give(addr uint64, reg simRegion) {
-	u.addrs.release(reg.node, false, 0)
 	u.regions.take(addr)
+	switch {
+	case addr+reg.size == u.top:
+		u.top = addr
+	case u.nReusable < maxReusable:
+		u.reusable[reg.size] = append(u.reusable[reg.size], addr)
+		u.nReusable++
+	}
 	if reg.addressOnly {
 		u.byAddr.delete(span{addr: addr})
 	}

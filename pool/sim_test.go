@@ -15,7 +15,7 @@ func mustReserve(t *testing.T, u *SimUpstream, size, want uint64) {
 	}
 }
 
-func TestSimUpstreamBestFitReuse(t *testing.T) {
+func TestSimUpstreamPlacement(t *testing.T) {
 	u := NewSimUpstream(0, 2*mib)
 	const b = SimBase
 	mustReserve(t, u, 1, b)
@@ -23,21 +23,21 @@ func TestSimUpstreamBestFitReuse(t *testing.T) {
 	mustReserve(t, u, 2*mib, b+8*mib)
 	mustReserve(t, u, 3*mib, b+10*mib) // rounded to 4 MiB
 	mustReserve(t, u, 2*mib, b+14*mib)
-	if err := u.Release(b+2*mib, 6*mib); err != nil { // hole of 6 MiB at b+2
+	for _, r := range []struct{ addr, size uint64 }{{b + 2*mib, 6 * mib}, {b + 8*mib, 2 * mib}, {b + 10*mib, 3 * mib}} {
+		if err := u.Release(r.addr, r.size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustReserve(t, u, 4*mib, b+10*mib) // the freed range of exactly that size
+	mustReserve(t, u, 1*mib, b+8*mib)  // rounded to 2 MiB: the freed 2 MiB range
+	mustReserve(t, u, 4*mib, b+16*mib) // no 4 MiB range left (the 6 MiB one is not cut): the top
+	mustReserve(t, u, 2*mib, b+20*mib)
+	if err := u.Release(b+20*mib, 2*mib); err != nil {
 		t.Fatal(err)
 	}
-	if err := u.Release(b+10*mib, 3*mib); err != nil { // hole of 4 MiB at b+10
-		t.Fatal(err)
-	}
-	mustReserve(t, u, 4*mib, b+10*mib) // best fit: the 4 MiB hole, not the lower 6 MiB one
-	mustReserve(t, u, 1*mib, b+2*mib)  // the 6 MiB hole, split at its low end
-	mustReserve(t, u, 4*mib, b+4*mib)
-	mustReserve(t, u, 2*mib, b+16*mib) // no hole left: the top
-	if err := u.Release(b+16*mib, 2*mib); err != nil {
-		t.Fatal(err)
-	}
-	mustReserve(t, u, 2*mib, b+16*mib) // the top came back down
-	want := SimStats{ReservedBytes: 18 * mib, PeakReservedBytes: 18 * mib, Regions: 7, Reserves: 10, Releases: 3}
+	mustReserve(t, u, 2*mib, b+20*mib) // the top came back down
+	mustReserve(t, u, 6*mib, b+2*mib)
+	want := SimStats{ReservedBytes: 22 * mib, PeakReservedBytes: 22 * mib, Regions: 7, Reserves: 11, Releases: 4}
 	if got := u.Stats(); got != want {
 		t.Fatalf("Stats = %+v, want %+v", got, want)
 	}
@@ -122,4 +122,37 @@ func TestSimUpstreamMapper(t *testing.T) {
 	if got := u.Stats(); got != want {
 		t.Fatalf("Stats = %+v, want %+v", got, want)
 	}
+}
+
+// TestSimUpstreamAddressSpaceExhausted: the top never passes the end of the 2^63-byte space.
+func TestSimUpstreamAddressSpaceExhausted(t *testing.T) {
+	u := NewSimUpstream(0, 2*mib)
+	mustReserve(t, u, 1<<62, SimBase)
+	mustReserve(t, u, 1<<62, SimBase+1<<62)
+	if _, err := u.Reserve(2 * mib); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("Reserve past the address space = %v, want ErrOutOfMemory", err)
+	}
+	if err := u.Release(SimBase+1<<62, 1<<62); err != nil { // the top comes down
+		t.Fatal(err)
+	}
+	mustReserve(t, u, 2*mib, SimBase+1<<62)
+}
+
+// TestSimUpstreamReuseBound: at most maxReusable freed ranges wait for reuse; one freed beyond
+// that is not handed out again.
+func TestSimUpstreamReuseBound(t *testing.T) {
+	u := NewSimUpstream(0, 1)
+	for i := range uint64(maxReusable + 2) {
+		mustReserve(t, u, 1, SimBase+i)
+	}
+	for i := range uint64(maxReusable + 1) { // the range at the top stays live
+		if err := u.Release(SimBase+i, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u.nReusable != maxReusable {
+		t.Fatalf("%d ranges kept for reuse, want %d", u.nReusable, maxReusable)
+	}
+	mustReserve(t, u, 1, SimBase+maxReusable-1) // the most recently kept one
+	mustReserve(t, u, 2, SimBase+maxReusable+2) // no range of 2 bytes freed: the top
 }

@@ -116,6 +116,19 @@ func (sp *space) addSegment(addr, size uint64, tagged bool, stream uint64, state
 	return id
 }
 
+// addSegmentTaken adds a segment [addr, addr+size) whose first used bytes are a used block, the
+// rest (if any) a free node of no stream, and returns the used node: addSegment followed by take,
+// with one tree operation fewer.
+func (sp *space) addSegmentTaken(addr, size, used uint64) int32 {
+	id := sp.newNode(span{addr: addr, size: size, seg: addr}, nodeUsed)
+	if used < size {
+		r := sp.splitDetached(id, used) // a used node: not attached yet
+		sp.nodes[r].state = nodeFree
+		sp.attach(r)
+	}
+	return id
+}
+
 // dropSegment removes every node of the segment whose first node is head.
 func (sp *space) dropSegment(head int32) {
 	for id := head; id != nilNode; {

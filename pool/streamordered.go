@@ -3,7 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
-	"math"
+	"slices"
 )
 
 // streamOrderedChunk is the granularity in which the stream-ordered model takes memory from the
@@ -30,9 +30,11 @@ type streamOrderedPool struct {
 	blocks    *addrIndex[block]
 	align     uint64
 	threshold uint64
-	empty     *spanTree // regions without a live block, by base address (trim takes the highest first)
+	empties   []uint64 // bases of regions that had no live block when last looked at (some may have one now)
 	pending   []pendingFree
-	tagged    bool // some free span may be on a stream's own list
+	skipped   []pendingFree // pending frees in regions being released
+	drop      []span        // the regions a trim releases
+	tagged    bool          // some free span may be on a stream's own list
 }
 
 // pendingFree is a block freed since the last Alloc or Sync, not yet put on its stream's free
@@ -44,9 +46,12 @@ type pendingFree struct {
 }
 
 type soRegion struct {
-	size uint64
-	live int   // live blocks in it
-	head int32 // its first node
+	base     uint64
+	size     uint64
+	live     int   // live blocks in it
+	head     int32 // its first node
+	dropping bool  // planned for release by the current trim
+	listed   bool  // in empties
 }
 
 func newStreamOrdered(cfg Config, up Upstream, o options) *streamOrderedPool {
@@ -54,7 +59,6 @@ func newStreamOrdered(cfg Config, up Upstream, o options) *streamOrderedPool {
 		sp:      newSpace(),
 		regions: newAddrIndex[soRegion](),
 		blocks:  newAddrIndex[block](),
-		empty:   newSpanTree(byAddrOrder),
 		align:   cfg.alignment(),
 	}
 	if cfg.StreamOrdered != nil {
@@ -73,38 +77,38 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 		return 0, err
 	}
 	blk := roundUp(max(size, 1), p.align)
-	p.settlePending(true)
-	id, ok := p.sp.bestFit(true, stream, blk)
+	p.settlePending()
+	id, ok := nilNode, false
+	if p.tagged {
+		id, ok = p.sp.bestFit(true, stream, blk)
+	}
 	if !ok {
 		id, ok = p.sp.bestFit(false, 0, blk)
 	}
-	if !ok {
+	if ok {
+		p.sp.take(id, blk)
+		p.regions.get(p.sp.node(id).seg).live++
+	} else {
 		var err error
 		if id, err = p.grow(blk); err != nil {
 			p.c.failed()
 			return 0, fmt.Errorf("alloc %d bytes on stream %#x: %w", size, stream, err)
 		}
 	}
-	p.sp.take(id, blk)
 	n := p.sp.node(id)
-	if r := p.regions.get(n.seg); r.live == 0 {
-		p.empty.delete(span{addr: n.seg})
-		r.live++
-	} else {
-		r.live++
-	}
 	p.blocks.put(n.addr, block{req: size, size: blk, seg: n.seg, stream: stream, node: id})
 	p.c.allocated(size, blk)
 	return n.addr, nil
 }
 
-// grow adds a region for a block of blk bytes, trimming empty regions and retrying once when
-// the Upstream is out of memory.
+// grow adds a region for a block of blk bytes and returns the block's node, trimming empty
+// regions and retrying once when the Upstream is out of memory.
 func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
 	n := roundUp(blk, streamOrderedChunk)
 	addr, err := p.up.reserve(n)
 	if err != nil && isOOM(err) {
-		if terr := p.trim(0); terr != nil {
+		p.planTrim(0)
+		if terr := p.trim(); terr != nil {
 			return nilNode, terr
 		}
 		addr, err = p.up.reserve(n)
@@ -112,9 +116,8 @@ func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
 	if err != nil {
 		return nilNode, err
 	}
-	id := p.sp.addSegment(addr, n, false, 0, nodeFree)
-	p.regions.put(addr, soRegion{size: n, head: id})
-	p.empty.insert(span{addr: addr, size: n})
+	id := p.sp.addSegmentTaken(addr, n, blk)
+	p.regions.put(addr, soRegion{base: addr, size: n, head: id, live: 1})
 	return id, nil
 }
 
@@ -129,11 +132,10 @@ func (p *streamOrderedPool) Free(addr, stream uint64) error {
 	if !ok {
 		return errUnknown(addr)
 	}
-	if r := p.regions.get(b.seg); r.live == 1 {
-		r.live = 0
-		p.empty.insert(span{addr: b.seg, size: r.size})
-	} else {
-		r.live--
+	r := p.regions.get(b.seg)
+	if r.live--; r.live == 0 && !r.listed {
+		r.listed = true
+		p.empties = append(p.empties, b.seg)
 	}
 	p.pending = append(p.pending, pendingFree{node: b.node, stream: stream})
 	p.c.freed(b.req, b.size)
@@ -141,13 +143,20 @@ func (p *streamOrderedPool) Free(addr, stream uint64) error {
 }
 
 // Sync makes freed blocks usable by every stream and releases unused memory above the threshold.
+// Blocks freed in regions about to be released are not merged into the free memory first: the
+// outcome is the same, since spans never merge across regions.
 func (p *streamOrderedPool) Sync() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return errClosed("sync")
 	}
-	p.settlePending(false)
+	p.planTrim(p.threshold)
+	p.settleShared()
+	err := p.trim()
+	if err != nil {
+		p.settleSkipped()
+	}
 	// Tagged spans sort after untagged ones: take the first tagged span until none is left.
 	for p.tagged {
 		s, ok := p.sp.free.lowerBound(span{tagged: true})
@@ -157,39 +166,98 @@ func (p *streamOrderedPool) Sync() error {
 		p.sp.setOwner(s.node, false, 0)
 	}
 	p.tagged = false
-	return p.trim(p.threshold)
+	return err
 }
 
-// settlePending puts the blocks freed since the last call on their streams' free lists
-// (toStreams) or into the free memory every stream shares.
-func (p *streamOrderedPool) settlePending(toStreams bool) {
+// settlePending puts the blocks freed since the last call on their streams' free lists.
+func (p *streamOrderedPool) settlePending() {
 	for _, f := range p.pending {
-		if toStreams {
-			p.sp.release(f.node, true, f.stream)
-		} else {
-			p.sp.release(f.node, false, 0)
-		}
+		p.sp.release(f.node, true, f.stream)
 	}
-	p.tagged = p.tagged || (toStreams && len(p.pending) > 0)
+	p.tagged = p.tagged || len(p.pending) > 0
 	p.pending = p.pending[:0]
 }
 
-// trim releases regions without live blocks, highest address first, while more than keep bytes
-// are reserved.
-func (p *streamOrderedPool) trim(keep uint64) error {
-	for p.c.s.ReservedBytes > keep && p.empty.count > 0 {
-		e, ok := p.empty.below(span{addr: math.MaxUint64})
-		if !ok {
-			return nil
+// settleShared puts the blocks freed since the last call into the free memory every stream
+// shares, except those in regions planned for release, which wait in p.skipped.
+func (p *streamOrderedPool) settleShared() {
+	for _, f := range p.pending {
+		if len(p.drop) > 0 && p.regions.get(p.sp.node(f.node).seg).dropping {
+			p.skipped = append(p.skipped, f)
+			continue
 		}
-		p.empty.delete(e)
+		p.sp.release(f.node, false, 0)
+	}
+	p.pending = p.pending[:0]
+}
+
+// settleSkipped settles the skipped blocks whose region is still held (a release failed).
+func (p *streamOrderedPool) settleSkipped() {
+	for _, f := range p.skipped {
+		if r := p.regions.get(p.sp.node(f.node).seg); r != nil {
+			r.dropping = false
+			p.sp.release(f.node, false, 0)
+		}
+	}
+	p.skipped = p.skipped[:0]
+}
+
+// planTrim lists in p.drop the regions without live blocks to release, highest address first,
+// while more than keep bytes would stay reserved, and marks them.
+func (p *streamOrderedPool) planTrim(keep uint64) {
+	p.drop = p.drop[:0]
+	reserved := p.c.s.ReservedBytes
+	if len(p.empties) == 0 || reserved <= keep {
+		return
+	}
+	idle := p.empties[:0]
+	for _, base := range p.empties {
+		if r := p.regions.get(base); r.live == 0 {
+			idle = append(idle, base)
+		} else {
+			r.listed = false
+		}
+	}
+	p.empties = idle
+	if keep > 0 && len(idle) > 1 {
+		slices.Sort(idle)
+	}
+	for i := len(idle) - 1; i >= 0 && reserved > keep; i-- {
+		r := p.regions.get(idle[i])
+		r.dropping = true
+		p.drop = append(p.drop, span{addr: idle[i], size: r.size})
+		reserved -= r.size
+	}
+}
+
+// trim releases the regions planTrim listed.
+func (p *streamOrderedPool) trim() error {
+	for i, e := range p.drop {
 		r, _ := p.regions.take(e.addr)
 		p.sp.dropSegment(r.head)
 		if err := p.up.release(e.addr, e.size); err != nil {
+			for _, rest := range p.drop[i+1:] {
+				p.regions.get(rest.addr).dropping = false
+			}
+			p.forgetDropped()
 			return err
 		}
 	}
+	p.forgetDropped()
+	p.skipped = p.skipped[:0]
 	return nil
+}
+
+// forgetDropped takes the regions released by trim off the list of empty regions.
+func (p *streamOrderedPool) forgetDropped() {
+	kept := p.empties[:0]
+	for _, base := range p.empties {
+		if p.regions.get(base) != nil {
+			kept = append(kept, base)
+		}
+	}
+	p.empties = kept
+	p.drop = p.drop[:0]
 }
 
 // Close releases every region.
