@@ -262,3 +262,46 @@ func TestStreamOrderedExactSequence(t *testing.T) {
 	wantStats(t, "Stats", a.Stats(), want)
 	closeEmpty(t, a, up)
 }
+
+// failingRelease is a SimUpstream whose Release of one address fails.
+type failingRelease struct {
+	*SimUpstream
+	addr uint64
+}
+
+var errReleaseRefused = errors.New("release refused")
+
+func (u failingRelease) Release(addr, size uint64) error {
+	if addr == u.addr {
+		return errReleaseRefused
+	}
+	return u.SimUpstream.Release(addr, size)
+}
+
+// TestStreamOrderedReleaseFails: when a trim's release fails, Sync returns the error and the
+// blocks freed in the regions it did not get to are usable again (they were not yet merged into
+// the free memory, since their regions were planned for release).
+func TestStreamOrderedReleaseFails(t *testing.T) {
+	const b = SimBase
+	up := failingRelease{NewSimUpstream(0, 512), b + 2*mib}
+	a := runSteps(t, Config{Version: 1, Policy: PolicyStreamOrdered}, up, []step{
+		alloc(2*mib, 0, b),       // region A
+		alloc(2*mib, 0, b+2*mib), // region B
+		free(b, 0),
+		free(b+2*mib, 0),
+	})
+	so := a.(*streamOrderedPool)
+	if err := so.Sync(); !errors.Is(err, errReleaseRefused) {
+		t.Fatalf("Sync = %v, want the release error", err)
+	}
+	addr, err := a.Alloc(2*mib, 0)
+	if err != nil || addr != b {
+		t.Fatalf("Alloc after the failed trim = %#x, %v; want region A at %#x", addr, err, uint64(b))
+	}
+	want := Stats{Allocs: 3, Frees: 2, LiveBytes: 2 * mib, PeakLiveBytes: 4 * mib, BlockBytes: 2 * mib,
+		PeakBlockBytes: 4 * mib, ReservedBytes: 4 * mib, PeakReservedBytes: 4 * mib, UpstreamReserves: 2}
+	wantStats(t, "Stats", a.Stats(), want)
+	if len(so.skipped) != 0 || len(so.drop) != 0 || so.regions.get(b).dropping {
+		t.Fatalf("after the failed trim: %d skipped, %d to drop, region A dropping %v", len(so.skipped), len(so.drop), so.regions.get(b).dropping)
+	}
+}

@@ -46,7 +46,6 @@ type pendingFree struct {
 }
 
 type soRegion struct {
-	base     uint64
 	size     uint64
 	live     int   // live blocks in it
 	head     int32 // its first node
@@ -117,7 +116,7 @@ func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
 		return nilNode, err
 	}
 	id := p.sp.addSegmentTaken(addr, n, blk)
-	p.regions.put(addr, soRegion{base: addr, size: n, head: id, live: 1})
+	p.regions.put(addr, soRegion{size: n, head: id, live: 1})
 	return id, nil
 }
 
