@@ -87,7 +87,7 @@ type replayer struct {
 	alloc  pool.Allocator
 	syncer pool.Syncer
 	up     *counting
-	addrs  stats.Table[uint64]    // trace block → simulated address
+	addrs  []uint64               // by slot: the block's simulated address, 0 when it has none
 	only   func(size uint64) bool // when set, serve only the allocations it accepts
 	out    Outcome
 }
@@ -117,15 +117,20 @@ func (r *replayer) batch(reqs []request) {
 			if r.only != nil && !r.only(q.size) {
 				continue
 			}
-			if old, ok := r.addrs.Delete(q.key); ok { // free never recorded
+			r.addrs = atSlot(r.addrs, q.slot)
+			if old := r.addrs[q.slot]; old != 0 { // free never recorded
 				_ = r.alloc.Free(old, q.stream)
 			}
+			r.addrs[q.slot] = 0
 			if a, err := r.alloc.Alloc(q.size, q.stream); err == nil {
-				r.addrs.Put(q.key, a)
+				r.addrs[q.slot] = a
 			}
 		case -1:
-			if a, ok := r.addrs.Delete(q.key); ok {
-				_ = r.alloc.Free(a, q.stream)
+			if q.slot != noSlot && int(q.slot) < len(r.addrs) {
+				if a := r.addrs[q.slot]; a != 0 {
+					r.addrs[q.slot] = 0
+					_ = r.alloc.Free(a, q.stream)
+				}
 			}
 		}
 		if q.sync && r.syncer != nil {

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/allocscope/allocscope/analysis/internal/stats"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -147,7 +146,7 @@ func TestPolicyPanicBecomesError(t *testing.T) {
 	}
 }
 
-// TestClassifierConvert: events become requests with their key, size and stream; events that
+// TestClassifierConvert: events become requests with their block's slot, size and stream; events that
 // neither request nor synchronize are dropped; synchronous native calls are marked.
 func TestClassifierConvert(t *testing.T) {
 	events := append(small()[:2], trace.Event{Op: trace.OpMap, Memory: trace.MemoryVirtual, Address: 0x9000, Size: 10},
@@ -156,10 +155,10 @@ func TestClassifierConvert(t *testing.T) {
 	cl := &classifier{}
 	got := cl.convert(events, nil)
 	want := []request{
-		{key: stats.Key{PID: 1, Addr: 0x1000}, size: 1000, kind: 1, sync: true},
-		{key: stats.Key{PID: 1, Addr: 0x2000}, size: 3 << 20, kind: 1, sync: true},
-		{key: stats.Key{PID: 1, Addr: 0x5000}, size: 64, stream: 7, kind: 1},
-		{key: stats.Key{PID: 1, Addr: 0x5000}, stream: 7, kind: -1},
+		{slot: 0, size: 1000, kind: 1, sync: true},
+		{slot: 1, size: 3 << 20, kind: 1, sync: true},
+		{slot: 2, size: 64, stream: 7, kind: 1},
+		{slot: 2, stream: 7, kind: -1},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("convert = %+v\nwant      %+v", got, want)
@@ -169,5 +168,23 @@ func TestClassifierConvert(t *testing.T) {
 	got = fw.convert(small()[:1], nil)
 	if len(got) != 1 || got[0].kind != 0 || !got[0].sync {
 		t.Errorf("framework stream: %+v, want one sync-only entry", got)
+	}
+}
+
+// TestClassifierSlots: a freed block's slot goes to the next new block; an allocation at the
+// address of a block never freed keeps its slot; a free of an unknown block has none.
+func TestClassifierSlots(t *testing.T) {
+	ev := func(op trace.Op, addr uint64) trace.Event {
+		return trace.Event{Op: op, Address: addr, Size: 4096, PID: 1, Function: "cudaMallocAsync"}
+	}
+	events := []trace.Event{ev(trace.OpAlloc, 0x1000), ev(trace.OpAlloc, 0x2000), ev(trace.OpFree, 0x1000),
+		ev(trace.OpAlloc, 0x3000), ev(trace.OpAlloc, 0x2000), ev(trace.OpFree, 0x9000), ev(trace.OpAlloc, 0x4000)}
+	var got []int32
+	cl := &classifier{}
+	for _, q := range cl.convert(events, nil) {
+		got = append(got, q.slot)
+	}
+	if want := []int32{0, 1, 0, 0, 1, noSlot, 2}; !slices.Equal(got, want) {
+		t.Fatalf("slots %v, want %v", got, want)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
-	"github.com/allocscope/allocscope/analysis/internal/stats"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -29,9 +28,11 @@ func (s Sizing) ClassBytes() uint64 {
 	return n
 }
 
-// slotBlock is a live block: its class, or -1 and its size for a large one.
+// slotBlock is what the slot counter knows of a block: its class, or -1 and its size for a
+// large one, while it is live.
 type slotBlock struct {
 	class int32
+	live  bool
 	size  uint64
 }
 
@@ -39,8 +40,8 @@ type slotCounter struct {
 	classes   []uint64
 	threshold uint64
 	live      []uint64
-	maxLive   []uint64 // slots each class needs: most blocks live at once, or with perStream the slots made
-	blocks    stats.Table[slotBlock]
+	maxLive   []uint64    // slots each class needs: most blocks live at once, or with perStream the slots made
+	blocks    []slotBlock // by the requests' slot
 	large     uint64
 	bigPeak   uint64
 	perStream *streamSlots // nil unless the pool keeps freed slots per stream
@@ -83,17 +84,19 @@ func (c *slotCounter) batch(reqs []request) {
 		q := &reqs[i]
 		switch q.kind {
 		case 1:
-			if old, ok := c.blocks.Delete(q.key); ok {
-				c.drop(old, q.stream)
+			c.blocks = atSlot(c.blocks, q.slot)
+			b := &c.blocks[q.slot]
+			if b.live {
+				c.drop(*b, q.stream)
 			}
 			cl := int32(sizeclass.ClassOf(c.classes, q.size))
 			if q.size > c.threshold || cl < 0 {
-				c.blocks.Put(q.key, slotBlock{class: -1, size: q.size})
+				*b = slotBlock{class: -1, live: true, size: q.size}
 				c.large += q.size
 				c.bigPeak = max(c.bigPeak, c.large)
 				continue
 			}
-			c.blocks.Put(q.key, slotBlock{class: cl})
+			*b = slotBlock{class: cl, live: true}
 			c.live[cl]++
 			if c.perStream == nil {
 				c.maxLive[cl] = max(c.maxLive[cl], c.live[cl])
@@ -101,8 +104,9 @@ func (c *slotCounter) batch(reqs []request) {
 				c.maxLive[cl]++
 			}
 		case -1:
-			if b, ok := c.blocks.Delete(q.key); ok {
-				c.drop(b, q.stream)
+			if q.slot != noSlot && int(q.slot) < len(c.blocks) && c.blocks[q.slot].live {
+				c.blocks[q.slot].live = false
+				c.drop(c.blocks[q.slot], q.stream)
 			}
 		}
 	}
@@ -212,8 +216,8 @@ func FitArena(src Source, s Stream, probes []ArenaProbe, progress func(int)) ([]
 // blocks they made: all that an arena serving only those allocations sees.
 type largeFilter struct {
 	threshold uint64
-	probes    []int              // the probes it feeds
-	live      stats.Table[uint8] // blocks of large allocations not freed yet
+	probes    []int  // the probes it feeds
+	live      []bool // by slot: a block of a large allocation not freed yet
 	out       []request
 }
 
@@ -222,11 +226,13 @@ func (f *largeFilter) filter(b []request) []request {
 	for _, q := range b {
 		switch {
 		case q.kind == 1 && q.size > f.threshold:
-			f.live.Put(q.key, 0)
+			f.live = atSlot(f.live, q.slot)
+			f.live[q.slot] = true
 		case q.kind == -1:
-			if _, ok := f.live.Delete(q.key); !ok {
+			if q.slot == noSlot || int(q.slot) >= len(f.live) || !f.live[q.slot] {
 				continue
 			}
+			f.live[q.slot] = false
 		default:
 			continue
 		}
