@@ -91,6 +91,7 @@ type arena struct {
 	fit       Fit
 	born      []uint64 // with FitBestAged: per space node, the allocation count when it became a live block
 	allocs    uint64
+	pg        *pager // with ArenaPaging: maps the pages of the arena's address space
 }
 
 func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit Fit) *arena {
@@ -111,6 +112,18 @@ func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit F
 func (a *arena) addSpace(addr, size uint64) {
 	a.sp.addSegment(addr, size, false, 0, nodeFree)
 	a.total += size
+}
+
+// addPaged gives the arena size bytes of address space from m whose pages are mapped as blocks
+// need them (ArenaPaging).
+func (a *arena) addPaged(m Mapper, size uint64, cfg *ArenaPaging) error {
+	addr, err := m.ReserveAddress(size)
+	if err != nil {
+		return fmt.Errorf("reserve %d bytes of address space for the paged arena: %w", size, err)
+	}
+	a.pg = newPager(m, a.up, addr, size, cfg)
+	a.addSpace(addr, size)
+	return nil
 }
 
 // reserveInitial reserves the arena's planned first region.
@@ -134,15 +147,33 @@ func (a *arena) alloc(size, stream uint64) (addr, blk uint64, err error) {
 		}
 		id, _ = a.find(blk, stream)
 	}
-	if a.high(id) {
+	if a.cutHigh(id, blk) {
 		id = a.sp.takeHigh(id, blk)
 	} else {
 		a.sp.take(id, blk)
 	}
-	a.noteBorn(id)
 	addr = a.sp.nodes[id].addr
+	if a.pg != nil && a.pg.owns(addr) {
+		if err := a.pg.cover(addr, blk); err != nil {
+			a.sp.release(id, false, 0)
+			return 0, 0, err
+		}
+	}
+	a.noteBorn(id)
 	a.blocks.put(addr, liveBlock{req: size, node: id})
 	return addr, blk, nil
+}
+
+// cutHigh reports whether a block of blk bytes is cut from the high end of free node id: in a
+// paged arena the end that needs fewer pages mapped, else (and on a tie) as the fit says.
+func (a *arena) cutHigh(id int32, blk uint64) bool {
+	if n := &a.sp.nodes[id]; a.pg != nil && a.pg.owns(n.addr) {
+		low, high := a.pg.unmappedIn(n.addr, blk), a.pg.unmappedIn(n.end()-blk, blk)
+		if low != high {
+			return high < low
+		}
+	}
+	return a.high(id)
 }
 
 // high reports whether the block is cut from the high end of free node id.
@@ -192,6 +223,9 @@ func (a *arena) free(addr, stream uint64) (req, blk uint64, ok bool) {
 	}
 	id, req := b.node, b.req
 	blk = a.sp.nodes[id].size
+	if a.pg != nil && a.pg.owns(addr) {
+		a.pg.uncover(addr, blk)
+	}
 	if a.perStream {
 		a.sp.release(id, true, stream)
 	} else {
@@ -222,6 +256,10 @@ func (a *arena) grow(blk uint64) error {
 // close releases the regions the arena reserved, in address order.
 func (a *arena) close() error {
 	var errs []error
+	if a.pg != nil {
+		errs = append(errs, a.pg.close())
+		a.pg = nil
+	}
 	for _, addr := range sortedKeys(a.owned) {
 		errs = append(errs, a.up.release(addr, a.owned[addr]))
 	}

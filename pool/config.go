@@ -93,6 +93,9 @@ type SizeClassConfig struct {
 	GrowSlots uint64 `json:"grow_slots,omitempty"`
 	// ArenaFit is the large-block arena's placement strategy (empty = FitBest).
 	ArenaFit Fit `json:"arena_fit,omitempty"`
+	// ArenaPaging, when set, makes the arena ArenaBytes of address space whose pages are mapped
+	// on demand instead of one region of memory (see ArenaPaging); needs a Mapper Upstream.
+	ArenaPaging *ArenaPaging `json:"arena_paging,omitempty"`
 }
 
 // BestFitConfig parameterises PolicyBestFit (and the large-block arena).
@@ -233,6 +236,12 @@ func (s *SizeClassConfig) validate(align uint64, bf *BestFitConfig) error {
 	}
 	if err := s.ArenaFit.validate(); err != nil {
 		return fmt.Errorf("arena_fit: %w", err)
+	}
+	if s.ArenaPaging != nil {
+		if err := s.ArenaPaging.validate(align, s.ArenaBytes); err != nil {
+			return fmt.Errorf("arena_paging.%w", err)
+		}
+		planned -= s.ArenaBytes
 	}
 	if s.ArenaBytes > math.MaxUint64/2 {
 		return fmt.Errorf("arena_bytes: %d is too large", s.ArenaBytes)

@@ -21,6 +21,12 @@ func propertyConfigs() map[string]Config {
 		"sizeclass-capped":     sc(false, &BestFitConfig{MaximumBytes: 96 << 20, GrowBytes: 8 << 20}),
 		"sizeclass-aged": {Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
 			Classes: []Class{{512, 64}, {4096, 16}}, LargeThreshold: 4096, ArenaBytes: 64 << 20, ArenaFit: FitBestAged}},
+		"sizeclass-paged": {Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
+			Classes: []Class{{512, 64}, {4096, 16}}, LargeThreshold: 4096, ArenaBytes: 64 << 20, ArenaFit: FitBestAged,
+			ArenaPaging: &ArenaPaging{PageBytes: 2 << 20, BudgetBytes: 24 << 20}}},
+		"sizeclass-paged-grows": {Version: 1, Policy: PolicySizeClass, BestFit: &BestFitConfig{GrowBytes: 8 << 20},
+			SizeClass: &SizeClassConfig{Classes: []Class{{512, 64}}, ArenaBytes: 16 << 20,
+				ArenaPaging: &ArenaPaging{PageBytes: 1 << 20, BudgetBytes: 8 << 20}}},
 		"sizeclass-no-plan": {Version: 1, Policy: PolicySizeClass, Alignment: 256,
 			SizeClass: &SizeClassConfig{Classes: []Class{{256, 0}, {768, 0}, {8192, 0}}, GrowSlots: 3}},
 		"bestfit":                {Version: 1, Policy: PolicyBestFit, BestFit: &BestFitConfig{InitialBytes: 32 << 20, GrowBytes: 16 << 20}},

@@ -73,8 +73,19 @@ func newSizeClass(cfg Config, up Upstream, o options) (*sizeClassPool, error) {
 		growMin, maximum = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
 	}
 	p.arena = newArena(&p.up, align, growMin, maximum, sc.PerStream, sc.ArenaFit)
-	if err := p.reservePlan(sc.Classes, roundUp(sc.ArenaBytes, align)); err != nil {
-		return nil, err
+	planned := roundUp(sc.ArenaBytes, align)
+	if sc.ArenaPaging != nil {
+		m, ok := up.(Mapper)
+		if !ok {
+			return nil, fmt.Errorf("arena_paging needs an upstream that maps pages (a pool.Mapper); %T is not one", up)
+		}
+		if err := p.arena.addPaged(m, sc.ArenaBytes, sc.ArenaPaging); err != nil {
+			return nil, err
+		}
+		planned = 0
+	}
+	if err := p.reservePlan(sc.Classes, planned); err != nil {
+		return nil, errors.Join(err, p.arena.close())
 	}
 	p.c.notePeak()
 	return p, nil
