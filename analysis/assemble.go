@@ -34,7 +34,12 @@ func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 	if rec.plan.Forced {
 		p.KRule = "forced by --k"
 	}
+	p.ArenaRule = sizeclass.ArenaRule
 	p.PoolBytes = p.ClassBytes + p.ArenaBytes
+	if pg := sc.ArenaPaging; pg != nil {
+		p.ArenaPaged, p.ArenaBudgetBytes = true, pg.BudgetBytes
+		p.PoolBytes = p.ClassBytes + pg.BudgetBytes
+	}
 	for _, c := range sc.Classes {
 		p.Classes = append(p.Classes, model.ClassPlan{Size: c.Size, Slots: c.Slots})
 	}

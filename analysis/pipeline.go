@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/analysis/internal/sim"
@@ -156,6 +157,10 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 // with a grown arena while it needed growth beyond its plan (verification).
 func simulate(open opener, stream sim.Stream, rec *recommendation, st *stats.Result, opts Options) ([]sim.Outcome, error) {
 	policies := whatIfPolicies(rec, st, opts.Capacity)
+	paged, withPaged := rec.pagedPolicy()
+	if withPaged {
+		policies = slices.Insert(policies, 1, paged)
+	}
 	var outs []sim.Outcome
 	err := open.pass(nil, func(src Source) (err error) {
 		outs, err = sim.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation "+opts.input))
@@ -178,6 +183,9 @@ func simulate(open opener, stream sim.Stream, rec *recommendation, st *stats.Res
 			return nil, err
 		}
 		outs[0] = again[0]
+	}
+	if withPaged {
+		rec.choosePaged(outs, 1)
 	}
 	return outs, nil
 }

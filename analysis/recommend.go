@@ -76,10 +76,15 @@ func (r *recommendation) policy() sim.Policy {
 	return sim.Policy{Name: "recommended", Settings: r.settings(), Config: r.config}
 }
 
-func (r *recommendation) settings() string {
-	sc := r.config.SizeClass
-	s := fmt.Sprintf("%d classes ≤ %s, arena %s", len(sc.Classes), render.Bytes(sc.LargeThreshold),
-		render.Bytes(sc.ArenaBytes))
+func (r *recommendation) settings() string { return settingsOf(r.config.SizeClass) }
+
+// settingsOf describes a size-class pool in a few words.
+func settingsOf(sc *pool.SizeClassConfig) string {
+	arena := "arena " + render.Bytes(sc.ArenaBytes)
+	if pg := sc.ArenaPaging; pg != nil {
+		arena = fmt.Sprintf("paged arena ≤ %s mapped", render.Bytes(pg.BudgetBytes))
+	}
+	s := fmt.Sprintf("%d classes ≤ %s, %s", len(sc.Classes), render.Bytes(sc.LargeThreshold), arena)
 	if sc.ArenaFit != "" {
 		s += " " + string(sc.ArenaFit)
 	}
@@ -104,6 +109,48 @@ func (r *recommendation) growArena(o sim.Outcome) (sim.Policy, bool) {
 	sc.ArenaBytes = alignUp(sc.ArenaBytes+extra, pool.DefaultAlignment)
 	r.config.SizeClass = &sc
 	return r.policy(), true
+}
+
+// pagedName and fixedName name the arena variant of the recommended pool that was not chosen.
+const (
+	pagedName = "paged-arena"
+	fixedName = "fixed-arena"
+)
+
+// pagedPolicy returns the recommended pool with a paged arena (sizeclass.ArenaRule), when its
+// one-region arena makes it reserve more than sizeclass.SlackCeiling times peak live and the
+// class slots leave room for pages within that.
+func (r *recommendation) pagedPolicy() (sim.Policy, bool) {
+	sc := *r.config.SizeClass
+	peakLive := r.st.Requests.PeakLiveBytes
+	ceiling := uint64(float64(peakLive) * sizeclass.SlackCeiling)
+	classes := r.classBytes()
+	if sc.ArenaPaging != nil || classes+sc.ArenaBytes <= ceiling || classes+sizeclass.PageBytes > ceiling ||
+		r.sizing.LargePeakLiveBytes == 0 {
+		return sim.Policy{}, false
+	}
+	sc.ArenaBytes = alignUp(max(sizeclass.PagedAddressFactor*r.sizing.LargePeakLiveBytes, sc.ArenaBytes), sizeclass.PageBytes)
+	sc.ArenaPaging = &pool.ArenaPaging{PageBytes: sizeclass.PageBytes,
+		BudgetBytes: (ceiling - classes) / sizeclass.PageBytes * sizeclass.PageBytes}
+	cfg := r.config
+	cfg.SizeClass = &sc
+	return sim.Policy{Name: pagedName, Settings: settingsOf(&sc), Config: cfg}, true
+}
+
+// choosePaged makes the paged variant (outs[at]) the recommendation when it stayed within its
+// budget with no fallbacks or failures, swapping it with outs[0]; the variant not chosen keeps its
+// row in the report under pagedName or fixedName.
+func (r *recommendation) choosePaged(outs []sim.Outcome, at int) {
+	o := outs[at]
+	pg := o.Policy.Config.SizeClass.ArenaPaging
+	ok := o.Err == nil && o.Stats.Fallbacks == 0 && o.Stats.Failures == 0 &&
+		o.Stats.PeakReservedBytes <= r.classBytes()+pg.BudgetBytes
+	if !ok {
+		return
+	}
+	r.config = o.Policy.Config
+	outs[0].Policy.Name, o.Policy.Name = fixedName, "recommended"
+	outs[0], outs[at] = o, outs[0]
 }
 
 func (r *recommendation) classBytes() uint64 {

@@ -147,16 +147,19 @@ type SizeClassPlan struct {
 	Alignment          uint64      `json:"alignment_bytes"`
 	LargeThreshold     uint64      `json:"large_threshold_bytes"`
 	ThresholdRule      string      `json:"threshold_rule"`
-	Thresholds         []Split     `json:"thresholds"`     // every candidate threshold tried
-	DistinctSizes      int         `json:"distinct_sizes"` // aligned sizes at or below the threshold
+	ArenaRule          string      `json:"arena_rule"`         // when the arena is paged
+	ArenaPaged         bool        `json:"arena_paged"`        // the arena is pages mapped on demand
+	ArenaBudgetBytes   uint64      `json:"arena_budget_bytes"` // paged: the most bytes it keeps mapped
+	Thresholds         []Split     `json:"thresholds"`         // every candidate threshold tried
+	DistinctSizes      int         `json:"distinct_sizes"`     // aligned sizes at or below the threshold
 	K                  int         `json:"k"`
 	KRule              string      `json:"k_rule"`
 	Classes            []ClassPlan `json:"classes"`
 	Curve              []KWaste    `json:"curve"` // waste for every k tried
 	ClassBytes         uint64      `json:"class_bytes"`
 	LargePeakLiveBytes uint64      `json:"large_peak_live_bytes"`
-	ArenaBytes         uint64      `json:"arena_bytes"`
-	PoolBytes          uint64      `json:"pool_bytes"`
+	ArenaBytes         uint64      `json:"arena_bytes"` // paged: its address space
+	PoolBytes          uint64      `json:"pool_bytes"`  // class bytes + arena bytes, or + budget when paged
 	PeakLiveBytes      uint64      `json:"peak_live_bytes"`
 }
 

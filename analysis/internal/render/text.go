@@ -186,6 +186,13 @@ func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 			Count(c.Requests), Count(c.PeakLive), Bytes(c.WasteAtPk)))
 	}
 	t.table(rows)
+	t.printf("  arena rule: %s\n", wrap(p.ArenaRule, 84, "    "))
+	if p.ArenaPaged {
+		t.printf("  pool <= %s = classes %s + paged arena of %s address space, at most %s mapped\n"+
+			"    (large peak %s); peak live %s\n", Bytes(p.PoolBytes), Bytes(p.ClassBytes), Bytes(p.ArenaBytes),
+			Bytes(p.ArenaBudgetBytes), Bytes(p.LargePeakLiveBytes), Bytes(p.PeakLiveBytes))
+		return
+	}
 	t.printf("  pool %s = classes %s + arena %s (large peak %s); peak live %s\n",
 		Bytes(p.PoolBytes), Bytes(p.ClassBytes), Bytes(p.ArenaBytes), Bytes(p.LargePeakLiveBytes),
 		Bytes(p.PeakLiveBytes))

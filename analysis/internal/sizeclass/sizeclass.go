@@ -39,6 +39,20 @@ const ThresholdSlack = 0.02
 // live bytes, a larger threshold is not chosen for speed if it would reserve more.
 const SlackCeiling = 1.05
 
+// PageBytes is the page size of a paged arena: the allocation granularity of the H200
+// (cuMemGetAllocationGranularity, 2 MiB, testdata/h200/run5/cudatest.txt) and of current GPUs.
+const PageBytes = 2 << 20
+
+// PagedAddressFactor sizes a paged arena's address space: this many times the peak live bytes
+// of the requests it serves (address space costs no memory).
+const PagedAddressFactor = 4
+
+// ArenaRule states when the arena is paged.
+var ArenaRule = fmt.Sprintf("one region of memory, unless the pool then reserves more than %.2f x peak live: "+
+	"then a paged arena (%d MiB pages mapped when first used, idle pages unmapped only to stay within "+
+	"%.2f x peak live less the class slots) if the simulation keeps it within that with no fallbacks",
+	SlackCeiling, PageBytes>>20, SlackCeiling)
+
 // ThresholdRule states how the threshold is chosen.
 var ThresholdRule = fmt.Sprintf("the largest candidate (4 KiB, 16 KiB, 64 KiB, 256 KiB, 1 MiB) whose "+
 	"replayed class slots plus simulated arena reserve at most %.0f%% more than the least (and not over "+
