@@ -290,6 +290,34 @@ func TestCUDAExpandableSegmentsFollowPrediction(t *testing.T) {
 	}
 }
 
+// TestCUDAPagedArenaFollowsPrediction replays pagedTrace on the GPU (2 MiB pages, the device's
+// granularity): the pool's counters equal the simulation exactly, pages unmapped under the budget
+// are given back to the device (cuMemGetInfo's peak is the budget), nothing leaks.
+func TestCUDAPagedArenaFollowsPrediction(t *testing.T) {
+	b := openCUDA0(t)
+	tr := pagedTrace().extract(t)
+	cfg := pagedConfig()
+	stats, peak := predict(t, tr, cfg)
+	cfg.Prediction = &pool.Prediction{PeakReservedBytes: stats.PeakReservedBytes}
+	rep, err := Run(tr, b, cfg, Options{Modes: []Mode{ModePool, ModeRaw}, Repeat: 2, Verify: true, Touch: true, MaxOverhead: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := rep.Mode(ModePool)
+	if !rep.Passed {
+		t.Errorf("failed checks %+v\nerrors %q", rep.Failed(), pl.Errors)
+	}
+	if *pl.PoolStats != stats || *pl.PoolPeakStats != peak {
+		t.Errorf("pool stats %+v\nprediction %+v\npeak stats %+v\nprediction %+v", *pl.PoolStats, stats, *pl.PoolPeakStats, peak)
+	}
+	if pl.PeakReservedBytes != 6<<20 || pl.UpstreamReserves != 4 || pl.UpstreamReleases != 4 || pl.PeakMemInfoBytes < 6<<20 ||
+		rep.Memory.LeakedBytes != 0 {
+		t.Errorf("peak reserved %d, maps %d, unmaps %d, meminfo peak %d, leaked %d; want %d, 4, 4, >= %d, 0",
+			pl.PeakReservedBytes, pl.UpstreamReserves, pl.UpstreamReleases, pl.PeakMemInfoBytes, rep.Memory.LeakedBytes, 6<<20, 6<<20)
+	}
+	t.Logf("paged arena on the GPU: meminfo peak %d bytes, pool %d ns per repetition", pl.PeakMemInfoBytes, pl.AllocatorTimeNs)
+}
+
 // TestCUDAAsyncSynchronizesAtSyncPoints replays smallTrace, whose seven cudaMalloc/cudaFree calls
 // all synchronize, in async mode: cuCtxSynchronize at each of them in every checked pass, its time
 // reported apart from the allocator time.
