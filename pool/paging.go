@@ -15,8 +15,8 @@ import (
 // budget is a target; the pool never fails for it). So where a fixed arena's size is set by its
 // worst fragmentation, a paged arena holds about its live pages: variable-shape workloads
 // trade a few map and unmap calls for memory. A block is cut from the end of its best-fitting
-// span that needs fewer new pages (on a tie, as ArenaFit says). Needs an Upstream that is a
-// Mapper.
+// span that needs fewer new pages (the low end on a tie; ArenaFit still places blocks in arena
+// regions added by growth). Needs an Upstream that is a Mapper.
 type ArenaPaging struct {
 	// PageBytes is the page size: a multiple of the alignment (on a GPU, the allocation
 	// granularity, cuMemGetAllocationGranularity: 2 MiB on current devices).

@@ -10,8 +10,11 @@ live bytes, the smallest arena (to 1 MiB, by bisection) that serves them all wit
   hindsight   knows when every block will be freed: among the spans that fit, the block goes next
               to a neighbour that outlives it (no hole is left when it dies), smallest span first
   paged B     an arena of 4x address space whose 2 MiB pages are mapped on demand, with at most
-              B x peak live mapped: fully free pages are unmapped when that is reached; prints
-              the page map and unmap calls this needs (each a driver call on a GPU)
+              B x peak live mapped: fully free pages are unmapped, highest first, when that is
+              reached; best-aged placement; prints the pages mapped and unmapped (each page a
+              driver call or more on a GPU)
+  paged-fewer the same, the block cut from the end of its span that needs fewer new pages (the
+              placement of pool's ArenaPaging)
 
 It is a model for deciding what to build, not part of allocscope (docs/experiments/README.md).
 """
@@ -125,9 +128,25 @@ def fixed(t, size, choose):
     return True
 
 
-def paged(t, budget):
+def fewer_pages(mapped):
+    """Best fit, cut from the end of the span that needs fewer pages mapped (the low end on a tie)."""
+
+    def choose(ar, s, b, t):
+        c = best_aged(ar, s, b, t)
+        if c is None:
+            return None
+        a, fs = ar.free[c[0]]
+        new = lambda addr: sum(1 for p in range(addr // PAGE, (addr + s - 1) // PAGE + 1) if p not in mapped)
+        low, high = new(a), new(a + fs - s)
+        return (c[0], high < low)
+
+    return choose
+
+
+def paged(t, budget, fewer):
     ar, mapped, users, maps, unmaps = Arena(4 * t.peak // PAGE * PAGE), set(), {}, 0, 0
     limit = budget // PAGE
+    choose = fewer_pages(mapped) if fewer else best_aged
     for k, b in t.reqs:
         if k == "f":
             addr, s = ar.release(b)
@@ -135,7 +154,7 @@ def paged(t, budget):
                 users[p] -= 1
             continue
         s = t.sizes[b]
-        c = best_aged(ar, s, b, t)
+        c = choose(ar, s, b, t)
         addr = ar.place(c[0], s, c[1], b)
         pages = range(addr // PAGE, (addr + s - 1) // PAGE + 1)
         new = [p for p in pages if p not in mapped]
@@ -180,9 +199,11 @@ def main():
     for name, choose in (("best", best), ("best-aged", best_aged), ("hindsight", hindsight)):
         size = smallest(t, choose)
         print(f"{name:10} arena {size / 2**20:8.1f} MiB  {size / t.peak:.3f}x")
-    for ratio in (1.02, 1.05):
-        r = paged(t, int(ratio * t.peak))
-        print(f"paged {ratio:.2f}  " + ("fails" if r is None else f"{r[0]} page maps, {r[1]} unmaps"))
+    for fewer in (False, True):
+        for ratio in (1.02, 1.05):
+            r = paged(t, int(ratio * t.peak), fewer)
+            name = "paged-fewer" if fewer else "paged"
+            print(f"{name} {ratio:.2f}  " + ("fails" if r is None else f"{r[0]} page maps, {r[1]} unmaps"))
 
 
 if __name__ == "__main__":
