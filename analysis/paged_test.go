@@ -19,7 +19,7 @@ func TestPagedArenaOnVariableShapeCNN(t *testing.T) {
 	}
 	tr := r.Combined
 	rec, fixed := tr.Simulations[0], tr.Simulations[1]
-	if rec.Name != "recommended" || rec.PeakReservedBytes != 1937292800 || rec.UpstreamReserves != 40 ||
+	if rec.Name != "recommended" || rec.PeakReservedBytes != 1937292800 || rec.UpstreamReserves != 19 ||
 		rec.UpstreamReleases != 17 || rec.Fallbacks != 0 || rec.Failures != 0 || rec.ReservedRatio > 1.05 {
 		t.Errorf("recommended = %+v", rec)
 	}

@@ -114,8 +114,8 @@ func (a *arena) addSpace(addr, size uint64) {
 	a.total += size
 }
 
-// addPaged gives the arena size bytes of address space from m whose pages are mapped as blocks
-// need them (ArenaPaging).
+// addPaged gives the arena size bytes of address space from m whose pages are mapped up to the
+// budget at once and beyond it as blocks need them (ArenaPaging).
 func (a *arena) addPaged(m Mapper, size uint64, cfg *ArenaPaging) error {
 	addr, err := m.ReserveAddress(size)
 	if err != nil {
@@ -123,7 +123,7 @@ func (a *arena) addPaged(m Mapper, size uint64, cfg *ArenaPaging) error {
 	}
 	a.pg = newPager(m, a.up, addr, size, cfg)
 	a.addSpace(addr, size)
-	return nil
+	return a.pg.premap()
 }
 
 // reserveInitial reserves the arena's planned first region.

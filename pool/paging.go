@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 )
 
 // ArenaPaging backs PolicySizeClass's large-block arena with memory mapped page by page, as
 // PyTorch's expandable segments and cudaMallocAsync's pools do, instead of one region: the
-// arena is ArenaBytes of address space (Mapper.ReserveAddress) in which a page is mapped when a
+// arena is ArenaBytes of address space (Mapper.ReserveAddress) whose first BudgetBytes are mapped
+// at New (one Map call, as a fixed arena reserves its region up front) and any other page when a
 // block first needs it. A page no block uses stays mapped (it serves the next block placed there
 // without a driver call) until mapping more would hold more than BudgetBytes: then idle pages
 // are unmapped, highest address first, until the budget is met or no idle page is left (the
@@ -36,6 +38,8 @@ func (c *ArenaPaging) validate(align, arenaBytes uint64) error {
 		return fmt.Errorf("arena_bytes: %d bytes are more than %d pages of %d bytes", arenaBytes, maxPages, c.PageBytes)
 	case c.BudgetBytes%c.PageBytes != 0:
 		return fmt.Errorf("budget_bytes: %d is not a multiple of page_bytes %d", c.BudgetBytes, c.PageBytes)
+	case c.BudgetBytes > arenaBytes:
+		return fmt.Errorf("budget_bytes: %d is more than arena_bytes %d", c.BudgetBytes, arenaBytes)
 	}
 	return nil
 }
@@ -54,6 +58,8 @@ type pager struct {
 	mapped  []uint64 // bit set of mapped pages
 	idle    []uint64 // bit set of mapped pages without users
 	nMapped uint64
+	need    []uint64 // scratch: pages a block needs mapped
+	victims []uint64 // scratch: idle pages to make room with
 }
 
 func newPager(m Mapper, up *tracked, base, size uint64, cfg *ArenaPaging) *pager {
@@ -61,6 +67,22 @@ func newPager(m Mapper, up *tracked, base, size uint64, cfg *ArenaPaging) *pager
 	words := (n + 63) / 64
 	return &pager{m: m, up: up, base: base, page: cfg.PageBytes, budget: cfg.BudgetBytes / cfg.PageBytes,
 		users: make([]uint32, n), mapped: make([]uint64, words), idle: make([]uint64, words)}
+}
+
+// premap maps the first budget pages, idle, in one call.
+func (g *pager) premap() error {
+	if g.budget == 0 {
+		return nil
+	}
+	if err := g.up.mapPages(g.m, g.base, g.budget*g.page); err != nil {
+		return err
+	}
+	for i := range g.budget {
+		put(g.mapped, i)
+		put(g.idle, i)
+	}
+	g.nMapped = g.budget
+	return nil
 }
 
 func has(set []uint64, i uint64) bool { return set[i/64]&(1<<(i%64)) != 0 }
@@ -90,20 +112,22 @@ func (g *pager) unmappedIn(addr, size uint64) uint64 {
 }
 
 // cover makes [addr, addr+size) usable by a new block: its pages gain a user and those not mapped
-// are mapped, after unmapping idle pages elsewhere when the budget calls for it.
+// are mapped. When that would pass the budget, idle pages elsewhere make room first: moved onto
+// the pages needed when the Mapper is a Remapper, else unmapped.
 func (g *pager) cover(addr, size uint64) error {
 	first, last := g.pages(addr, size)
-	var need uint64
+	need := g.need[:0]
 	for i := first; i <= last; i++ {
 		if g.users[i]++; g.users[i] == 1 && has(g.mapped, i) {
 			drop(g.idle, i)
 		}
 		if !has(g.mapped, i) {
-			need++
+			need = append(need, i)
 		}
 	}
-	if g.budget > 0 && g.nMapped+need > g.budget {
-		if err := g.evict(g.nMapped + need - g.budget); err != nil {
+	g.need = need
+	if n := uint64(len(need)); g.budget > 0 && g.nMapped+n > g.budget {
+		if err := g.makeRoom(need, g.nMapped+n-g.budget); err != nil {
 			g.uncover(addr, size)
 			return err
 		}
@@ -130,12 +154,81 @@ func (g *pager) cover(addr, size uint64) error {
 	return nil
 }
 
+// makeRoom frees up to n mapped pages for the pages in need (ascending, unmapped): the highest
+// idle pages, moved onto need's first pages by a Remapper (those beyond len(need) unmapped), else
+// unmapped.
+func (g *pager) makeRoom(need []uint64, n uint64) error {
+	victims := g.highestIdle(n)
+	r, ok := g.m.(Remapper)
+	if !ok {
+		return g.unmapPages(victims)
+	}
+	if len(victims) > len(need) { // over the budget already: the rest is unmapped
+		if err := g.unmapPages(victims[len(need):]); err != nil {
+			return err
+		}
+		victims = victims[:len(need)]
+	}
+	for i := 0; i < len(victims); {
+		j := i // victims[i..j] and need[i..j] both consecutive: one call
+		for j+1 < len(victims) && victims[j+1] == victims[j]+1 && need[j+1] == need[j]+1 {
+			j++
+		}
+		k := uint64(j - i + 1)
+		if err := g.up.remapPages(r, g.base+victims[i]*g.page, g.base+need[i]*g.page, k*g.page); err != nil {
+			return err
+		}
+		for x := i; x <= j; x++ {
+			drop(g.idle, victims[x])
+			drop(g.mapped, victims[x])
+			put(g.mapped, need[x])
+		}
+		i = j + 1
+	}
+	return nil
+}
+
+// highestIdle returns up to n idle pages, the highest, in ascending order.
+func (g *pager) highestIdle(n uint64) []uint64 {
+	out := g.victims[:0]
+	for w := len(g.idle) - 1; w >= 0 && uint64(len(out)) < n; w-- {
+		for word := g.idle[w]; word != 0 && uint64(len(out)) < n; {
+			b := 63 - bits.LeadingZeros64(word)
+			out = append(out, uint64(w)*64+uint64(b))
+			word &^= 1 << b
+		}
+	}
+	slices.Reverse(out)
+	g.victims = out
+	return out
+}
+
+// unmapPages unmaps the given idle pages (ascending), a call per run of adjacent ones.
+func (g *pager) unmapPages(pages []uint64) error {
+	for i := 0; i < len(pages); {
+		j := i
+		for j+1 < len(pages) && pages[j+1] == pages[j]+1 {
+			j++
+		}
+		if err := g.up.unmapPages(g.m, g.base+pages[i]*g.page, uint64(j-i+1)*g.page); err != nil {
+			return err
+		}
+		for k := i; k <= j; k++ {
+			drop(g.idle, pages[k])
+			drop(g.mapped, pages[k])
+		}
+		g.nMapped -= uint64(j - i + 1)
+		i = j + 1
+	}
+	return nil
+}
+
 // mapRun maps pages i..j; when the upstream is out of memory it unmaps every idle page and tries
 // once more.
 func (g *pager) mapRun(i, j uint64) error {
 	err := g.up.mapPages(g.m, g.base+i*g.page, (j-i+1)*g.page)
 	if err != nil && isOOM(err) && g.nIdle() > 0 {
-		if err := g.evict(g.nIdle()); err != nil {
+		if err := g.unmapPages(g.highestIdle(g.nIdle())); err != nil {
 			return err
 		}
 		err = g.up.mapPages(g.m, g.base+i*g.page, (j-i+1)*g.page)
@@ -160,31 +253,6 @@ func (g *pager) uncover(addr, size uint64) {
 			put(g.idle, i)
 		}
 	}
-}
-
-// evict unmaps up to n idle pages, highest first, in runs of adjacent pages.
-func (g *pager) evict(n uint64) error {
-	for w := len(g.idle) - 1; w >= 0 && n > 0; {
-		if g.idle[w] == 0 {
-			w--
-			continue
-		}
-		hi := uint64(w)*64 + uint64(63-bits.LeadingZeros64(g.idle[w]))
-		lo := hi
-		for lo > 0 && hi-lo+1 < n && has(g.idle, lo-1) {
-			lo--
-		}
-		if err := g.up.unmapPages(g.m, g.base+lo*g.page, (hi-lo+1)*g.page); err != nil {
-			return err
-		}
-		for k := lo; k <= hi; k++ {
-			drop(g.idle, k)
-			drop(g.mapped, k)
-		}
-		g.nMapped -= hi - lo + 1
-		n -= hi - lo + 1
-	}
-	return nil
 }
 
 // close unmaps every mapped page and gives the address space back.

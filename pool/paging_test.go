@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -10,17 +11,17 @@ func pagedConfig(arena, budget uint64) Config {
 		ArenaPaging: &ArenaPaging{PageBytes: 2 * mib, BudgetBytes: budget}}}
 }
 
-// TestPagedArenaExactSequence: pages are mapped when a block first needs them, the end of a span
-// needing fewer new pages is used, and idle pages are unmapped (highest first) only when mapping
-// more would pass the budget.
+// TestPagedArenaExactSequence: the budget's pages are mapped at New, others when a block first
+// needs them; the end of a span needing fewer new pages is used, and idle pages are unmapped
+// (highest first) only when mapping more would pass the budget.
 func TestPagedArenaExactSequence(t *testing.T) {
 	const b = SimBase
 	up := NewSimUpstream(0, 512)
-	a := runSteps(t, pagedConfig(8*mib, 6*mib), up, []step{
-		alloc(3*mib, 0, b),       // pages 0-1 mapped (either end needs two: the low end)
-		alloc(mib, 0, b+3*mib),   // low end on mapped page 1; the high end would need page 3
+	a := runSteps(t, pagedConfig(8*mib, 6*mib), up, []step{ // pages 0-2 mapped at New
+		alloc(3*mib, 0, b),       // the low end needs no new page, the high end page 3
+		alloc(mib, 0, b+3*mib),   // low end, on page 1
 		free(b, 0),               // page 0 idle
-		alloc(4*mib, 0, b+4*mib), // pages 2-3: 2+2 mapped > 3 pages of budget: idle page 0 unmapped first
+		alloc(4*mib, 0, b+4*mib), // pages 2-3: page 3 would pass the budget: idle page 0 unmapped first
 		free(b+3*mib, 0),
 		free(b+4*mib, 0),         // pages 1-3 idle, mapped
 		alloc(2*mib, 0, b+6*mib), // the whole arena is free: its high end is mapped, its low end is not
@@ -28,7 +29,8 @@ func TestPagedArenaExactSequence(t *testing.T) {
 	want := Stats{Allocs: 4, Frees: 3, LiveBytes: 2 * mib, PeakLiveBytes: 5 * mib, BlockBytes: 2 * mib,
 		PeakBlockBytes: 5 * mib, ReservedBytes: 6 * mib, PeakReservedBytes: 6 * mib, UpstreamReserves: 2, UpstreamReleases: 1}
 	wantStats(t, "Stats", a.Stats(), want)
-	if u := up.Stats(); u.Maps != 2 || u.Unmaps != 1 || u.ReservedBytes != 6*mib || u.AddressBytes != 8*mib {
+	// SimUpstream is a Remapper: idle page 0 is moved to page 3 rather than unmapped and a page mapped.
+	if u := up.Stats(); u.Maps != 1 || u.Unmaps != 0 || u.Remaps != 1 || u.ReservedBytes != 6*mib || u.AddressBytes != 8*mib {
 		t.Fatalf("upstream %+v", u)
 	}
 	closeEmpty(t, a, up)
@@ -91,3 +93,41 @@ type plainUpstream struct{ u *SimUpstream }
 
 func (p plainUpstream) Reserve(size uint64) (uint64, error) { return p.u.Reserve(size) }
 func (p plainUpstream) Release(addr, size uint64) error     { return p.u.Release(addr, size) }
+
+// TestPagedArenaPremapFails: New fails when the budget cannot be mapped, holding nothing.
+func TestPagedArenaPremapFails(t *testing.T) {
+	up := NewSimUpstream(4*mib, 512)
+	if _, err := New(pagedConfig(8*mib, 6*mib), up); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("New with a 6 MiB budget on 4 MiB = %v, want ErrOutOfMemory", err)
+	}
+	if u := up.Stats(); u.ReservedBytes != 0 || u.AddressBytes != 0 {
+		t.Fatalf("after the failed New the upstream holds %+v", u)
+	}
+}
+
+// mapperOnly hides a SimUpstream's Remap: the paged arena then unmaps idle pages and maps others.
+type mapperOnly struct{ *SimUpstream }
+
+func (m mapperOnly) Remap() {} // shadows SimUpstream.Remap with another signature: not a Remapper
+
+// TestPagedArenaWithoutRemap: TestPagedArenaExactSequence over a Mapper that cannot remap: page 0
+// is unmapped and page 3 mapped, with the same counts at the pool.
+func TestPagedArenaWithoutRemap(t *testing.T) {
+	const b = SimBase
+	up := NewSimUpstream(0, 512)
+	var m Mapper = mapperOnly{up}
+	if _, ok := m.(Remapper); ok {
+		t.Fatal("mapperOnly is a Remapper")
+	}
+	a := runSteps(t, pagedConfig(8*mib, 6*mib), m, []step{
+		alloc(3*mib, 0, b), alloc(mib, 0, b+3*mib), free(b, 0), alloc(4*mib, 0, b+4*mib),
+		free(b+3*mib, 0), free(b+4*mib, 0), alloc(2*mib, 0, b+6*mib),
+	})
+	if s := a.Stats(); s.UpstreamReserves != 2 || s.UpstreamReleases != 1 || s.PeakReservedBytes != 6*mib {
+		t.Fatalf("Stats %+v", s)
+	}
+	if u := up.Stats(); u.Maps != 2 || u.Unmaps != 1 || u.Remaps != 0 {
+		t.Fatalf("upstream %+v", u)
+	}
+	closeEmpty(t, a, up)
+}

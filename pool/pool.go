@@ -48,6 +48,17 @@ type Mapper interface {
 	Unmap(addr, size uint64) error
 }
 
+// Remapper is a Mapper that can move memory from one page range to another: Remap unmaps
+// [from, from+size), which must be mapped, and maps the same memory at [to, to+size), which must
+// not be, in one address reservation or another (contents are not kept). Memory held does not
+// change, so it cannot fail for lack of it. On a GPU it is cuMemUnmap + cuMemMap +
+// cuMemSetAccess of the same physical allocation, without the cuMemRelease and cuMemCreate of an
+// Unmap followed by a Map. The paged arena uses it to move idle pages where a block needs them.
+type Remapper interface {
+	Mapper
+	Remap(from, to, size uint64) error
+}
+
 // Allocator hands out blocks. Implementations are safe for concurrent use.
 type Allocator interface {
 	// Alloc returns the address of a block of at least size bytes for use on stream.

@@ -134,8 +134,9 @@ func (c *checker) check() {
 		c.t.Fatalf("a peak below its current value: %+v", s)
 	case s.ReservedBytes != u.ReservedBytes:
 		c.t.Fatalf("ReservedBytes %d, upstream holds %d", s.ReservedBytes, u.ReservedBytes)
-	case s.UpstreamReserves != u.Reserves+u.Maps || s.UpstreamReleases != u.Releases+u.Unmaps:
-		c.t.Fatalf("upstream calls %d/%d, upstream saw %d+%d/%d+%d", s.UpstreamReserves, s.UpstreamReleases, u.Reserves, u.Maps, u.Releases, u.Unmaps)
+	case s.UpstreamReserves != u.Reserves+u.Maps+u.Remaps || s.UpstreamReleases != u.Releases+u.Unmaps+u.Remaps:
+		c.t.Fatalf("upstream calls %d/%d, upstream saw %d+%d+%d/%d+%d+%d", s.UpstreamReserves, s.UpstreamReleases,
+			u.Reserves, u.Maps, u.Remaps, u.Releases, u.Unmaps, u.Remaps)
 	}
 	p := c.a.PeakStats()
 	if p.ReservedBytes != s.PeakReservedBytes || p.LiveBytes > s.PeakLiveBytes {

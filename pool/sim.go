@@ -41,6 +41,7 @@ type SimStats struct {
 	Releases          uint64 // successful Release calls
 	Maps              uint64 // successful Map calls
 	Unmaps            uint64 // successful Unmap calls
+	Remaps            uint64 // successful Remap calls
 	Failures          uint64 // Reserve or Map calls refused for lack of capacity
 }
 
@@ -179,6 +180,42 @@ func (u *SimUpstream) Unmap(addr, size uint64) error {
 	if !ok || m.end() < addr+size {
 		return fmt.Errorf("unmap %d bytes at %#x: not mapped: %w", size, addr, ErrUnknownAddress)
 	}
+	u.cutMapped(m, addr, size)
+	u.st.Unmaps++
+	u.st.ReservedBytes -= size
+	return nil
+}
+
+// Remap moves the memory behind [from, from+size), mapped, to [to, to+size), unmapped: both
+// multiples of the granularity inside address reservations. Memory held does not change.
+func (u *SimUpstream) Remap(from, to, size uint64) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	owner, err := u.checkPages(to, size)
+	if err == nil {
+		_, err = u.checkPages(from, size)
+	}
+	if err != nil {
+		return fmt.Errorf("remap %d bytes from %#x to %#x: %w", size, from, to, err)
+	}
+	m, ok := u.lastMappedAtOrBelow(from)
+	if !ok || m.end() < from+size {
+		return fmt.Errorf("remap %d bytes from %#x: not mapped: %w", size, from, ErrUnknownAddress)
+	}
+	if prev, ok := u.lastMappedAtOrBelow(to); ok && prev.end() > to {
+		return fmt.Errorf("remap %d bytes to %#x: overlaps mapped range at %#x", size, to, prev.addr)
+	}
+	if next, ok := u.mapped.lowerBound(span{addr: to}); ok && next.addr < to+size {
+		return fmt.Errorf("remap %d bytes to %#x: overlaps mapped range at %#x", size, to, next.addr)
+	}
+	u.cutMapped(m, from, size)
+	u.addMapped(span{addr: to, size: size, seg: owner})
+	u.st.Remaps++
+	return nil
+}
+
+// cutMapped takes [addr, addr+size) out of the mapped range m that holds it.
+func (u *SimUpstream) cutMapped(m span, addr, size uint64) {
 	u.mapped.delete(m)
 	if addr > m.addr {
 		u.mapped.insert(span{addr: m.addr, size: addr - m.addr, seg: m.seg})
@@ -186,9 +223,6 @@ func (u *SimUpstream) Unmap(addr, size uint64) error {
 	if end := addr + size; end < m.end() {
 		u.mapped.insert(span{addr: end, size: m.end() - end, seg: m.seg})
 	}
-	u.st.Unmaps++
-	u.st.ReservedBytes -= size
-	return nil
 }
 
 // Contains reports whether [addr, addr+size) lies entirely inside one region held now: a

@@ -80,7 +80,7 @@ func newSizeClass(cfg Config, up Upstream, o options) (*sizeClassPool, error) {
 			return nil, fmt.Errorf("arena_paging needs an upstream that maps pages (a pool.Mapper); %T is not one", up)
 		}
 		if err := p.arena.addPaged(m, sc.ArenaBytes, sc.ArenaPaging); err != nil {
-			return nil, err
+			return nil, errors.Join(err, p.arena.close())
 		}
 		planned = 0
 	}

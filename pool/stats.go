@@ -117,6 +117,17 @@ func (t *tracked) unmapPages(m Mapper, addr, size uint64) error {
 	return nil
 }
 
+// remapPages moves the memory behind [from, from+size) to [to, to+size) through a Remapper: one
+// upstream reserve and one release, the bytes held unchanged.
+func (t *tracked) remapPages(r Remapper, from, to, size uint64) error {
+	if err := r.Remap(from, to, size); err != nil {
+		return fmt.Errorf("remap %d bytes from %#x to %#x: %w", size, from, to, err)
+	}
+	t.c.s.UpstreamReserves++
+	t.c.s.UpstreamReleases++
+	return nil
+}
+
 // maxRequest is the largest request any policy accepts (4 EiB); larger ones fail with
 // ErrOutOfMemory before any rounding could overflow.
 const maxRequest = 1 << 62

@@ -46,7 +46,7 @@ import (
 // itself makes one handle per segment page (2 MiB small, 20 MiB large); per granule is finer, so a
 // large Map costs more driver calls here than in PyTorch, but it unmaps exactly what it is asked.
 
-var _ pool.Mapper = (*CUDABackend)(nil)
+var _ pool.Remapper = (*CUDABackend)(nil)
 
 // cudaMapper is the CUDA backend's state for the Mapper.
 type cudaMapper struct {
@@ -170,6 +170,54 @@ func (b *CUDABackend) Unmap(addr, size uint64) error {
 		return fmt.Errorf("backend cuda: unmap [%#x, %#x): %w", addr, addr+size, err)
 	}
 	b.vm.pages.cut(addr, size)
+	return nil
+}
+
+// Remap moves the device memory behind [from, from+size), which must be mapped, to
+// [to, to+size), which must not be: per page cuMemUnmap and cuMemMap of the same physical
+// allocation, then one cuMemSetAccess, without releasing or creating memory. Both ranges must be
+// granularity-aligned and inside address reservations. A failure leaves the pages moved so far
+// at their new place and reports the CUDA error.
+func (b *CUDABackend) Remap(from, to, size uint64) error {
+	rt, g, err := b.mapRange("remap", to, size)
+	if err != nil {
+		return err
+	}
+	if _, _, err := b.mapRange("remap", from, size); err != nil {
+		return err
+	}
+	if _, ok := b.vm.pages.containing(from, size); !ok {
+		return fmt.Errorf("backend cuda: remap from [%#x, %#x): not mapped: %w", from, from+size, pool.ErrUnknownAddress)
+	}
+	if m, ok := b.vm.pages.overlapping(to, size); ok {
+		return fmt.Errorf("backend cuda: remap to [%#x, %#x): overlaps mapped [%#x, %#x)", to, to+size, m.addr, m.end())
+	}
+	for off := uint64(0); off < size; off += g {
+		if err := b.movePage(from+off, to+off, g); err != nil {
+			return fmt.Errorf("backend cuda: remap %d bytes from %#x to %#x: %w", size, from, to, err)
+		}
+		b.vm.pages.cut(from+off, g)
+		b.vm.pages.insertMerged(span{addr: to + off, size: g}, rt.addr, rt.end())
+	}
+	var access C.CUmemAccessDesc
+	C.allocscope_device_access(C.CUdevice(b.dev), &access)
+	if err := check("cuMemSetAccess", C.cuMemSetAccess(C.CUdeviceptr(to), C.size_t(size), &access, 1)); err != nil {
+		return fmt.Errorf("backend cuda: remap %d bytes to %#x: %w", size, to, err)
+	}
+	return nil
+}
+
+// movePage unmaps the page at from and maps its physical allocation at to.
+func (b *CUDABackend) movePage(from, to, g uint64) error {
+	h := b.vm.handles[from]
+	if err := check("cuMemUnmap", C.cuMemUnmap(C.CUdeviceptr(from), C.size_t(g))); err != nil {
+		return err
+	}
+	delete(b.vm.handles, from)
+	if err := check("cuMemMap", C.cuMemMap(C.CUdeviceptr(to), C.size_t(g), 0, h, 0)); err != nil {
+		return errors.Join(err, check("cuMemRelease", C.cuMemRelease(h)))
+	}
+	b.vm.handles[to] = h
 	return nil
 }
 

@@ -14,7 +14,7 @@ import (
 // These tests need an NVIDIA GPU and the CUDA driver. Build the test binary as docs/replay.md
 // says (go test -c -tags cuda with the CGO flags of `make replay-cuda`) and run it on the GPU host.
 
-func openCUDA0(t *testing.T) *CUDABackend {
+func openCUDA0(t testing.TB) *CUDABackend {
 	t.Helper()
 	b, err := NewCUDABackend(0)
 	if err != nil {
@@ -204,6 +204,44 @@ func TestCUDAMapperMapUnmap(t *testing.T) {
 	}
 }
 
+// TestCUDAMapperRemap moves a mapped page elsewhere: the device's free memory does not change, the
+// page is usable at its new place, the old place is unmapped; moving onto a mapped page or from an
+// unmapped one fails.
+func TestCUDAMapperRemap(t *testing.T) {
+	b := openCUDA0(t)
+	g, _ := b.pageSize()
+	a, err := b.ReserveAddress(8 * g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Map(a, 2*g); err != nil {
+		t.Fatal(err)
+	}
+	free0, _, _ := b.MemGetInfo()
+	if err := b.Remap(a+g, a+5*g, g); err != nil {
+		t.Fatal(err)
+	}
+	free1, _, _ := b.MemGetInfo()
+	if err := errors.Join(b.Touch(a+5*g, g, 0x5a), b.Check(a+5*g, g, 0x5a), b.Touch(a, g, 0x11)); err != nil {
+		t.Errorf("pages after the remap: %v", err)
+	}
+	if len(b.vm.handles) != 2 || b.vm.pages.len() != 2 || free1 != free0 {
+		t.Errorf("handles %d, mapped ranges %d, free memory %d -> %d; want 2, 2, unchanged", len(b.vm.handles), b.vm.pages.len(), free0, free1)
+	}
+	if err := b.Remap(a+g, a+6*g, g); err == nil || !errors.Is(err, pool.ErrUnknownAddress) {
+		t.Errorf("remap of an unmapped page: %v", err)
+	}
+	if err := b.Remap(a, a+5*g, g); err == nil || !strings.Contains(err.Error(), "overlaps mapped") {
+		t.Errorf("remap onto a mapped page: %v", err)
+	}
+	if err := errors.Join(b.Unmap(a, g), b.Unmap(a+5*g, g), b.ReleaseAddress(a, 8*g)); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.vm.handles) != 0 {
+		t.Errorf("%d handles left", len(b.vm.handles))
+	}
+}
+
 // TestCUDAMapperOutOfMemory maps more than the device has: Map fails with cuMemCreate's
 // CUDA_ERROR_OUT_OF_MEMORY, which matches pool.ErrOutOfMemory, and leaves nothing mapped.
 func TestCUDAMapperOutOfMemory(t *testing.T) {
@@ -333,4 +371,56 @@ func TestCUDAAsyncSynchronizesAtSyncPoints(t *testing.T) {
 			m.Syncs, m.SyncTimeNs, m.AllocatorTimeNsByRepetition, rep.Passed, rep.Failed())
 	}
 	t.Logf("async: allocator time %d ns, sync time %d ns per repetition", m.AllocatorTimeNs, m.SyncTimeNs)
+}
+
+// BenchmarkCUDAPageCalls measures, per 2 MiB page, what the paged arena asks of the device:
+// mapping a new page and unmapping it (cuMemCreate + cuMemMap + cuMemSetAccess, cuMemUnmap +
+// cuMemRelease), moving a mapped page (cuMemUnmap + cuMemMap + cuMemSetAccess), and for
+// comparison cuMemAlloc + cuMemFree of 2 MiB. ns/op is per page (or per allocation).
+func BenchmarkCUDAPageCalls(b *testing.B) {
+	be := openCUDA0(b)
+	g, err := be.pageSize()
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := be.ReserveAddress(4 * g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("map+unmap", func(b *testing.B) {
+		for b.Loop() {
+			if err := errors.Join(be.Map(a, g), be.Unmap(a, g)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("remap", func(b *testing.B) {
+		if err := be.Map(a, g); err != nil {
+			b.Fatal(err)
+		}
+		from, to := a, a+g
+		for b.Loop() {
+			if err := be.Remap(from, to, g); err != nil {
+				b.Fatal(err)
+			}
+			from, to = to, from
+		}
+		if err := be.Unmap(from, g); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("cuMemAlloc+cuMemFree", func(b *testing.B) {
+		for b.Loop() {
+			p, err := be.Reserve(g)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := be.Release(p, g); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	if err := be.ReleaseAddress(a, 4*g); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -12,9 +12,10 @@ import (
 // The host backend is a pool.Mapper, so that PyTorch's expandable segments replay on it:
 // ReserveAddress is an inaccessible mapping (PROT_NONE, MAP_NORESERVE) that holds no memory; Map
 // makes pages of it readable and writable and counts them against the capacity like Reserve;
-// Unmap drops their contents (MADV_DONTNEED) and makes them inaccessible again.
+// Unmap drops their contents (MADV_DONTNEED) and makes them inaccessible again; Remap is an
+// Unmap and a Map (host memory has no physical pages to move).
 
-var _ pool.Mapper = (*HostBackend)(nil)
+var _ pool.Remapper = (*HostBackend)(nil)
 
 // ReserveAddress reserves size bytes (page-rounded) of address space with no memory behind it.
 func (h *HostBackend) ReserveAddress(size uint64) (uint64, error) {
@@ -98,6 +99,21 @@ func (h *HostBackend) Unmap(addr, size uint64) error {
 	h.pages.cut(addr, size)
 	h.mapped -= size
 	return nil
+}
+
+// Remap gives back the memory behind [from, from+size), which must be mapped, and maps as much at
+// [to, to+size), which must not be: Unmap and Map, the capacity unchanged in between.
+func (h *HostBackend) Remap(from, to, size uint64) error {
+	if _, err := h.reservation("remap", to, size); err != nil {
+		return err
+	}
+	if m, ok := h.pages.overlapping(to, size); ok {
+		return fmt.Errorf("host backend: remap to [%#x, %#x): overlaps mapped [%#x, %#x)", to, to+size, m.addr, m.end())
+	}
+	if err := h.Unmap(from, size); err != nil {
+		return err
+	}
+	return h.Map(to, size)
 }
 
 // reservation checks that [addr, addr+size) is a non-empty, page-aligned range inside one address

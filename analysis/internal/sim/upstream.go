@@ -10,7 +10,7 @@ type Durations interface {
 	Free(size uint64) float64
 }
 
-// counting is a pool.Mapper over a pool.SimUpstream that counts what a policy asks of it and
+// counting is a pool.Remapper over a pool.SimUpstream that counts what a policy asks of it and
 // adds up the estimated duration of each call.
 type counting struct {
 	base          *pool.SimUpstream
@@ -54,9 +54,24 @@ func (c *counting) ReserveAddress(size uint64) (uint64, error) { return c.base.R
 // ReleaseAddress implements pool.Mapper.
 func (c *counting) ReleaseAddress(addr, size uint64) error { return c.base.ReleaseAddress(addr, size) }
 
+// mapGranule is the unit the CUDA backend maps memory in: the device's allocation granularity
+// (2 MiB on the H200), each granule its own cuMemCreate + cuMemMap + cuMemSetAccess (and
+// cuMemUnmap + cuMemRelease to unmap it). A Map or Unmap is charged as that many calls of a
+// granule's size.
+const mapGranule = 2 << 20
+
+// chargePages adds the estimated time of mapping or unmapping size bytes, granule by granule.
+func (c *counting) chargePages(f func(uint64) float64, size uint64) {
+	if c.est == nil {
+		return
+	}
+	n := (size + mapGranule - 1) / mapGranule
+	c.predictedNs += float64(n) * f(min(size, mapGranule))
+}
+
 // Map implements pool.Mapper.
 func (c *counting) Map(addr, size uint64) error {
-	c.charge(c.alloc, size)
+	c.chargePages(c.alloc, size)
 	err := c.base.Map(addr, size)
 	if err == nil {
 		c.reserves++
@@ -65,9 +80,16 @@ func (c *counting) Map(addr, size uint64) error {
 	return err
 }
 
+// Remap implements pool.Remapper. Each granule moved is charged as a map of one granule (a
+// remap skips the cuMemCreate and cuMemRelease, so this errs high).
+func (c *counting) Remap(from, to, size uint64) error {
+	c.chargePages(c.alloc, size)
+	return c.base.Remap(from, to, size)
+}
+
 // Unmap implements pool.Mapper.
 func (c *counting) Unmap(addr, size uint64) error {
-	c.charge(c.free, size)
+	c.chargePages(c.free, size)
 	return c.base.Unmap(addr, size)
 }
 
