@@ -65,7 +65,7 @@ func simulation(o sim.Outcome, st *stats.Result) model.Simulation {
 		PeakReservedBytes: o.Stats.PeakReservedBytes,
 		InternalFragBytes: o.Peak.InternalFragmentation(), ExternalFragBytes: o.Peak.ExternalFragmentation(),
 		UpstreamReserves: o.Stats.UpstreamReserves, UpstreamReleases: o.Stats.UpstreamReleases,
-		UpstreamBytes: o.ReservedBytes, Failures: o.Stats.Failures, Fallbacks: o.Stats.Fallbacks,
+		UpstreamBytes: o.ReservedBytes, Failures: o.Stats.Failures, Fallbacks: o.Stats.Fallbacks, PageOps: o.PageOps,
 		PredictedCallNs: int64(o.PredictedNs), MeasuredCallNs: st.MeasuredCallNs}
 	s.TimeSavedNs = s.MeasuredCallNs - s.PredictedCallNs
 	if live := max(s.PeakLiveBytes, st.Requests.PeakLiveBytes); live > 0 {

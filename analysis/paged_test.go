@@ -3,37 +3,61 @@ package analysis
 import (
 	"testing"
 
+	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/analysis/internal/sim"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
 
-// TestPagedArenaOnVariableShapeCNN: on the H200 trace of variable-shape CNN training without
-// caching, one arena region needs 1.082 x peak live; the paged arena stays within 1.05 x with no
-// fallbacks and becomes the recommendation, the one-region pool staying in the report.
-func TestPagedArenaOnVariableShapeCNN(t *testing.T) {
-	in := Input{Name: "cnn", Open: func() (Source, error) { return trace.Open("../testdata/h200/g_torch_nocache_cnn.arrow") }}
+// analyzeFile analyzes one of the repository's traces.
+func analyzeFile(t *testing.T, path string) *model.TraceReport {
+	t.Helper()
+	in := Input{Name: path, Open: func() (Source, error) { return trace.Open(path) }}
 	r, err := Analyze([]Input{in}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := r.Combined
+	return r.Combined
+}
+
+// TestPagedArenaOnKVCache: on the H200 trace of generation with a growing KV cache (PyTorch
+// without caching), one arena region needs 1.070 x peak live; the paged arena stays within 1.05 x
+// with no fallbacks and 8 page operations for 47,208 requests, and becomes the recommendation,
+// the one-region pool staying in the report.
+func TestPagedArenaOnKVCache(t *testing.T) {
+	tr := analyzeFile(t, "../testdata/h200/h_torch_nocache_kvcache.arrow")
 	rec, fixed := tr.Simulations[0], tr.Simulations[1]
-	if rec.Name != "recommended" || rec.PeakReservedBytes != 1937292800 || rec.UpstreamReserves != 19 ||
-		rec.UpstreamReleases != 17 || rec.Fallbacks != 0 || rec.Failures != 0 || rec.ReservedRatio > 1.05 {
+	if rec.Name != "recommended" || rec.PeakReservedBytes != 389215232 || rec.PageOps != 8 || rec.UpstreamReserves != 7 ||
+		rec.UpstreamReleases != 5 || rec.Fallbacks != 0 || rec.Failures != 0 || rec.ReservedRatio > 1.05 {
 		t.Errorf("recommended = %+v", rec)
 	}
-	if fixed.Name != "fixed-arena" || fixed.PeakReservedBytes != 1996013056 || fixed.UpstreamReserves != 1 {
+	if fixed.Name != "fixed-arena" || fixed.PeakReservedBytes != 397603840 || fixed.UpstreamReserves != 1 || fixed.PageOps != 0 {
 		t.Errorf("fixed arena = %+v", fixed)
 	}
 	sc := tr.Config.SizeClass
-	if sc.ArenaBytes != 7371489280 || sc.ArenaPaging == nil ||
-		*sc.ArenaPaging != (pool.ArenaPaging{PageBytes: 2 << 20, BudgetBytes: 1933574144}) {
+	if sc.ArenaBytes != 1486880768 || sc.ArenaPaging == nil ||
+		*sc.ArenaPaging != (pool.ArenaPaging{PageBytes: 2 << 20, BudgetBytes: 385875968}) {
 		t.Errorf("config arena %d, paging %+v", sc.ArenaBytes, sc.ArenaPaging)
 	}
 	p := tr.SizeClasses
-	if !p.ArenaPaged || p.ArenaBudgetBytes != 1933574144 || p.PoolBytes != 1937292800 || p.PeakLiveBytes != 1845064039 {
+	if !p.ArenaPaged || p.ArenaBudgetBytes != 385875968 || p.PoolBytes != 389215232 || p.PeakLiveBytes != 371686976 {
 		t.Errorf("plan: paged %v budget %d pool %d peak live %d", p.ArenaPaged, p.ArenaBudgetBytes, p.PoolBytes, p.PeakLiveBytes)
+	}
+}
+
+// TestPagedArenaRejectedOnVariableShapeCNN: on the variable-shape CNN trace the paged arena
+// would stay within 1.05 x peak live (one region: 1.082 x) but needs 457 page operations for
+// 3,773 requests, more than one per sizeclass.MaxPageOpsShare: the one-region pool stays the
+// recommendation and the paged one is reported beside it.
+func TestPagedArenaRejectedOnVariableShapeCNN(t *testing.T) {
+	tr := analyzeFile(t, "../testdata/h200/g_torch_nocache_cnn.arrow")
+	rec, paged := tr.Simulations[0], tr.Simulations[1]
+	if rec.Name != "recommended" || rec.PeakReservedBytes != 1996013056 || rec.PageOps != 0 || tr.Config.SizeClass.ArenaPaging != nil {
+		t.Errorf("recommended = %+v, paging %+v", rec, tr.Config.SizeClass.ArenaPaging)
+	}
+	if paged.Name != "paged-arena" || paged.PeakReservedBytes != 1937292800 || paged.PageOps != 457 || paged.Fallbacks != 0 ||
+		paged.ReservedRatio > 1.05 {
+		t.Errorf("paged arena = %+v", paged)
 	}
 }
 

@@ -375,8 +375,8 @@ func TestCUDAAsyncSynchronizesAtSyncPoints(t *testing.T) {
 
 // BenchmarkCUDAPageCalls measures, per 2 MiB page, what the paged arena asks of the device:
 // mapping a new page and unmapping it (cuMemCreate + cuMemMap + cuMemSetAccess, cuMemUnmap +
-// cuMemRelease), moving a mapped page (cuMemUnmap + cuMemMap + cuMemSetAccess), and for
-// comparison cuMemAlloc + cuMemFree of 2 MiB. ns/op is per page (or per allocation).
+// cuMemRelease) and moving a mapped page (cuMemUnmap + cuMemMap + cuMemSetAccess). ns/op is per
+// page.
 func BenchmarkCUDAPageCalls(b *testing.B) {
 	be := openCUDA0(b)
 	g, err := be.pageSize()
@@ -407,17 +407,6 @@ func BenchmarkCUDAPageCalls(b *testing.B) {
 		}
 		if err := be.Unmap(from, g); err != nil {
 			b.Fatal(err)
-		}
-	})
-	b.Run("cuMemAlloc+cuMemFree", func(b *testing.B) {
-		for b.Loop() {
-			p, err := be.Reserve(g)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := be.Release(p, g); err != nil {
-				b.Fatal(err)
-			}
 		}
 	})
 	if err := be.ReleaseAddress(a, 4*g); err != nil {

@@ -79,6 +79,7 @@ type Outcome struct {
 	Reserves      uint64     // successful upstream reserves and maps
 	ReservedBytes uint64     // bytes of those
 	PredictedNs   float64    // estimated time of the upstream calls the policy made
+	PageOps       uint64     // pages mapped, unmapped or moved while serving the trace (not at New)
 	Err           error      // the policy could not be built
 }
 
@@ -87,6 +88,7 @@ type replayer struct {
 	alloc  pool.Allocator
 	syncer pool.Syncer
 	up     *counting
+	setup  uint64                 // page operations at New
 	addrs  []uint64               // by slot: the block's simulated address, 0 when it has none
 	only   func(size uint64) bool // when set, serve only the allocations it accepts
 	out    Outcome
@@ -101,6 +103,7 @@ func newReplayer(p Policy, s Stream, capacity uint64, est Durations) *replayer {
 		return r
 	}
 	r.alloc = a
+	r.setup = r.up.pageOps
 	r.syncer, _ = a.(pool.Syncer)
 	return r
 }
@@ -154,6 +157,7 @@ func (r *replayer) finish() Outcome {
 		r.out.Peak = r.alloc.PeakStats()
 		r.out.Reserves, r.out.ReservedBytes = r.up.reserves, r.up.reservedBytes
 		r.out.PredictedNs = r.up.predictedNs
+		r.out.PageOps = r.up.pageOps - r.setup
 		if err := r.alloc.Close(); err != nil && r.out.Err == nil {
 			r.out.Err = fmt.Errorf("policy %s: close: %w", r.out.Policy.Name, err)
 		}

@@ -18,6 +18,7 @@ type counting struct {
 	predictedNs   float64
 	reserves      uint64 // successful Reserve and Map calls
 	reservedBytes uint64 // bytes of those calls
+	pageOps       uint64 // granules mapped, unmapped or moved by Map, Unmap and Remap
 }
 
 func newCounting(capacity uint64, est Durations) *counting {
@@ -62,10 +63,11 @@ const mapGranule = 2 << 20
 
 // chargePages adds the estimated time of mapping or unmapping size bytes, granule by granule.
 func (c *counting) chargePages(f func(uint64) float64, size uint64) {
+	n := (size + mapGranule - 1) / mapGranule
+	c.pageOps += n
 	if c.est == nil {
 		return
 	}
-	n := (size + mapGranule - 1) / mapGranule
 	c.predictedNs += float64(n) * f(min(size, mapGranule))
 }
 

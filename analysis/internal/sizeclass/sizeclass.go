@@ -47,11 +47,18 @@ const PageBytes = 2 << 20
 // of the requests it serves (address space costs no memory).
 const PagedAddressFactor = 4
 
+// MaxPageOpsShare bounds the page operations (maps, unmaps, moves) a paged arena may need while
+// serving a trace: one per this many requests. A page costs about 50 µs on the H200
+// (BenchmarkCUDAPageCalls: 46-59 µs to move one, 70-75 µs to map and unmap one, run9), so this
+// keeps it near 100 ns per request, the pool's own cost.
+const MaxPageOpsShare = 500
+
 // ArenaRule states when the arena is paged.
 var ArenaRule = fmt.Sprintf("one region of memory, unless the pool then reserves more than %.2f x peak live: "+
-	"then a paged arena (%d MiB pages mapped when first used, idle pages unmapped only to stay within "+
-	"%.2f x peak live less the class slots) if the simulation keeps it within that with no fallbacks",
-	SlackCeiling, PageBytes>>20, SlackCeiling)
+	"then a paged arena (%d MiB pages, its budget of %.2f x peak live less the class slots mapped at start, "+
+	"idle pages moved where blocks need them beyond it) if the simulation keeps it within that with no "+
+	"fallbacks and at most one page operation per %d requests (about 50 us each on an H200)",
+	SlackCeiling, PageBytes>>20, SlackCeiling, MaxPageOpsShare)
 
 // ThresholdRule states how the threshold is chosen.
 var ThresholdRule = fmt.Sprintf("the largest candidate (4 KiB, 16 KiB, 64 KiB, 256 KiB, 1 MiB) whose "+
