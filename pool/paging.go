@@ -12,19 +12,21 @@ import (
 // arena is ArenaBytes of address space (Mapper.ReserveAddress) whose first BudgetBytes are mapped
 // at New (one Map call, as a fixed arena reserves its region up front) and any other page when a
 // block first needs it. A page no block uses stays mapped (it serves the next block placed there
-// without a driver call) until mapping more would hold more than BudgetBytes: then idle pages
-// are unmapped, highest address first, until the budget is met or no idle page is left (the
-// budget is a target; the pool never fails for it). So where a fixed arena's size is set by its
-// worst fragmentation, a paged arena holds about its live pages: variable-shape workloads
-// trade a few map and unmap calls for memory. A block is cut from the end of its best-fitting
-// span that needs fewer new pages (the low end on a tie; ArenaFit still places blocks in arena
-// regions added by growth). Needs an Upstream that is a Mapper.
+// without a driver call) until mapping more would hold more than BudgetBytes: then idle pages,
+// highest address first, are moved where the block needs them when the Mapper is a Remapper
+// (else unmapped before new ones are mapped), until the budget is met or no idle page is left
+// (the budget is a target; the pool never fails for it). So where a fixed arena's size is set by
+// its worst fragmentation, a paged arena holds about its live pages: variable-shape workloads
+// trade page operations for memory. A block is cut from the end of its best-fitting span that
+// needs fewer new pages (the low end on a tie; ArenaFit still places blocks in arena regions
+// added by growth). Needs an Upstream that is a Mapper.
 type ArenaPaging struct {
 	// PageBytes is the page size: a multiple of the alignment (on a GPU, the allocation
 	// granularity, cuMemGetAllocationGranularity: 2 MiB on current devices).
 	PageBytes uint64 `json:"page_bytes"`
-	// BudgetBytes is the most bytes the arena keeps mapped before it unmaps idle pages
-	// (0 = unbounded: pages are never unmapped).
+	// BudgetBytes is the most bytes the arena keeps mapped before it moves or unmaps idle pages,
+	// mapped at New; at most ArenaBytes (0 = unbounded: nothing mapped at New, pages never
+	// unmapped).
 	BudgetBytes uint64 `json:"budget_bytes"`
 }
 
