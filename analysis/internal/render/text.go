@@ -214,7 +214,11 @@ func (t *textWriter) simulations(sims []model.Simulation) {
 	}
 	t.table(rows)
 	for _, s := range sims {
-		t.printf("  %-20s %s\n", s.Name, s.Settings)
+		settings := s.Settings
+		if s.PageOps > 0 {
+			settings += fmt.Sprintf("; %s page operations", Count(s.PageOps))
+		}
+		t.printf("  %-20s %s\n", s.Name, settings)
 		if s.Error != "" {
 			t.printf("  %-20s error: %s\n", "", s.Error)
 		}
