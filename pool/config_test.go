@@ -10,7 +10,7 @@ import (
 
 func TestLoadConfigTestdata(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.json")
-	if err != nil || len(files) != 5 {
+	if err != nil || len(files) != 6 {
 		t.Fatalf("testdata: %v, %v", files, err)
 	}
 	for _, f := range files {
@@ -191,6 +191,9 @@ func buildable(cfg Config) bool {
 	slots := cfg.SizeClass.GrowSlots
 	for _, c := range cfg.SizeClass.Classes {
 		slots += c.Slots
+	}
+	if pg := cfg.SizeClass.ArenaPaging; pg != nil && cfg.SizeClass.ArenaBytes/pg.PageBytes >= 1<<16 {
+		return false
 	}
 	return slots < 1<<16
 }

@@ -46,8 +46,9 @@ func (c *ArenaPaging) validate(align, arenaBytes uint64) error {
 	return nil
 }
 
-// maxPages bounds a paged arena's pages: the pager keeps 4 bytes and 2 bits per page.
-const maxPages = 1 << 28
+// maxPages bounds a paged arena's pages (32 TiB in 2 MiB pages): the pager keeps 4 bytes and 2
+// bits per page.
+const maxPages = 1 << 24
 
 // pager maps and unmaps the pages of a paged arena's address space [base, base+pages*page).
 type pager struct {
