@@ -42,6 +42,11 @@ type Options struct {
 	Top int
 	// K forces the number of size classes (0 = chosen by the k rule).
 	K int
+	// Arena chooses the recommended pool's large-block arena: ArenaAuto (the default, by
+	// sizeclass.ArenaRule), ArenaFixed (always one region) or ArenaPaged (paged whenever one region
+	// would pass 1.05 × peak live and the paged arena stays within that with no fallbacks, however
+	// many page operations it needs).
+	Arena ArenaChoice
 	// Progress, when set, is called as events are processed: stage is "statistics", "sizing",
 	// "arena" or "simulation" followed by a space and the input's base name ("combined" for all
 	// inputs together), events the number processed in the stage so far.
@@ -49,6 +54,16 @@ type Options struct {
 
 	input string // base name of the input being analyzed, for Progress
 }
+
+// ArenaChoice is Options.Arena.
+type ArenaChoice string
+
+// The values of ArenaChoice.
+const (
+	ArenaAuto  ArenaChoice = "" // or "auto"
+	ArenaFixed ArenaChoice = "fixed"
+	ArenaPaged ArenaChoice = "paged"
+)
 
 // Report is the result of an analysis; its JSON form is `analyze --json`.
 type Report = model.Report

@@ -71,7 +71,7 @@ func TestChoosePagedKeepsFixed(t *testing.T) {
 		paged := sim.Outcome{Policy: sim.Policy{Name: pagedName, Config: pool.Config{Policy: pool.PolicySizeClass,
 			SizeClass: &pool.SizeClassConfig{ArenaBytes: 64 << 20, ArenaPaging: paging}}}, Stats: st}
 		outs := []sim.Outcome{fixed, paged}
-		rec.choosePaged(outs, 1)
+		rec.choosePaged(outs, 1, true)
 		if outs[0].Policy.Name != "recommended" || outs[1].Policy.Name != pagedName || rec.config.SizeClass.ArenaPaging != nil {
 			t.Errorf("stats %+v: rows %q, %q; config paging %v", st, outs[0].Policy.Name, outs[1].Policy.Name, rec.config.SizeClass.ArenaPaging)
 		}

@@ -158,6 +158,7 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 func simulate(open opener, stream sim.Stream, rec *recommendation, st *stats.Result, opts Options) ([]sim.Outcome, error) {
 	policies := whatIfPolicies(rec, st, opts.Capacity)
 	paged, withPaged := rec.pagedPolicy()
+	withPaged = withPaged && opts.Arena != ArenaFixed
 	if withPaged {
 		policies = slices.Insert(policies, 1, paged)
 	}
@@ -185,7 +186,7 @@ func simulate(open opener, stream sim.Stream, rec *recommendation, st *stats.Res
 		outs[0] = again[0]
 	}
 	if withPaged {
-		rec.choosePaged(outs, 1)
+		rec.choosePaged(outs, 1, opts.Arena == ArenaPaged)
 	}
 	return outs, nil
 }

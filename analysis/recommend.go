@@ -138,15 +138,16 @@ func (r *recommendation) pagedPolicy() (sim.Policy, bool) {
 }
 
 // choosePaged makes the paged variant (outs[at]) the recommendation when it stayed within its
-// budget with no fallbacks or failures and few page operations (sizeclass.ArenaRule), swapping it
-// with outs[0]; the variant not chosen keeps its
+// budget with no fallbacks or failures and few page operations (sizeclass.ArenaRule; any number
+// with anyPageOps), swapping it with outs[0]; the variant not chosen keeps its
 // row in the report under pagedName or fixedName.
-func (r *recommendation) choosePaged(outs []sim.Outcome, at int) {
+func (r *recommendation) choosePaged(outs []sim.Outcome, at int, anyPageOps bool) {
 	o := outs[at]
 	pg := o.Policy.Config.SizeClass.ArenaPaging
 	requests := o.Stats.Allocs + o.Stats.Frees
 	ok := o.Err == nil && o.Stats.Fallbacks == 0 && o.Stats.Failures == 0 &&
-		o.Stats.PeakReservedBytes <= r.classBytes()+pg.BudgetBytes && o.PageOps*sizeclass.MaxPageOpsShare <= requests
+		o.Stats.PeakReservedBytes <= r.classBytes()+pg.BudgetBytes &&
+		(anyPageOps || o.PageOps*sizeclass.MaxPageOpsShare <= requests)
 	if !ok {
 		return
 	}

@@ -42,6 +42,7 @@ type options struct {
 	emitConfig string
 	top        int
 	k          int
+	arena      string
 	quiet      bool
 	progress   bool
 }
@@ -72,6 +73,9 @@ trace is analyzed.`,
 	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json)")
 	f.IntVar(&opt.top, "top", 10, "number of most frequent sizes to list")
 	f.IntVar(&opt.k, "k", 0, "force the number of size classes (default: chosen by the k rule)")
+	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (paged only when one region would pass\n"+
+		"1.05 x peak live and at most one page operation per 500 requests is needed), fixed (one region)\n"+
+		"or paged (paged whenever one region would pass 1.05 x peak live and the paged one meets it)")
 	f.BoolVar(&opt.quiet, "quiet", false, "print no report (use with --html, --emit-config)")
 	f.BoolVar(&opt.progress, "progress", false, "show progress on stderr even when it is not a terminal")
 	return cmd
@@ -85,6 +89,10 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 	if opt.top < 0 || opt.k < 0 {
 		return errors.New("--top and --k must not be negative")
 	}
+	arena, err := arenaChoice(opt.arena)
+	if err != nil {
+		return err
+	}
 	inputs := make([]analysis.Input, len(args))
 	for i, path := range args {
 		inputs[i] = analysis.Input{Name: path, Open: func() (analysis.Source, error) { return trace.Open(path) }}
@@ -94,12 +102,23 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 	}
 	bar := newProgress(stderr, opt.progress)
 	rep, err := analysis.Analyze(inputs, analysis.Options{Capacity: capacity, Top: opt.top, K: opt.k,
-		Progress: bar.update})
+		Arena: arena, Progress: bar.update})
 	bar.finish()
 	if err != nil {
 		return err
 	}
 	return write(opt, rep, stdout)
+}
+
+// arenaChoice parses --arena.
+func arenaChoice(s string) (analysis.ArenaChoice, error) {
+	switch c := analysis.ArenaChoice(s); c {
+	case "auto":
+		return analysis.ArenaAuto, nil
+	case analysis.ArenaFixed, analysis.ArenaPaged:
+		return c, nil
+	}
+	return "", fmt.Errorf("--arena: %q is not one of auto, fixed, paged", s)
 }
 
 // write prints the report and writes the requested files.

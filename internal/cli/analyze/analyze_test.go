@@ -135,6 +135,7 @@ func TestAnalyzeBadInput(t *testing.T) {
 		{[]string{garbage}, "garbage.arrow"},
 		{[]string{empty}, "empty.arrow: empty trace: no events"},
 		{[]string{"--capacity", "lots", garbage}, `--capacity: "lots" is not a byte count`},
+		{[]string{"--arena", "elastic", garbage}, `--arena: "elastic" is not one of auto, fixed, paged`},
 	} {
 		code, stdout, stderr := runMain(c.args...)
 		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
@@ -171,4 +172,35 @@ func FuzzParseBytes(f *testing.F) {
 			t.Fatalf("parseBytes(%q) = %d, %v; want %d", s, n, err, v)
 		}
 	})
+}
+
+// TestAnalyzeArenaChoice: --arena picks the recommended pool's arena on the H200 traces where one
+// region passes 1.05 x peak live: by default the KV-cache trace gets a paged arena and the CNN
+// (too many page operations) one region; --arena fixed and --arena paged override that.
+func TestAnalyzeArenaChoice(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		arena, trace string
+		paged        bool
+		peak         uint64
+	}{
+		{"auto", "h_torch_nocache_kvcache", true, 389215232},
+		{"fixed", "h_torch_nocache_kvcache", false, 397603840},
+		{"auto", "g_torch_nocache_cnn", false, 1996013056},
+		{"paged", "g_torch_nocache_cnn", true, 1937292800},
+	} {
+		out := filepath.Join(dir, c.arena+c.trace+".json")
+		code, _, stderr := runMain("--quiet", "--arena", c.arena, "--emit-config", out, "../../../testdata/h200/"+c.trace+".arrow")
+		if code != 0 {
+			t.Fatalf("%s %s: exit %d: %s", c.arena, c.trace, code, stderr)
+		}
+		cfg, err := pool.LoadConfig(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (cfg.SizeClass.ArenaPaging != nil) != c.paged || cfg.Prediction.PeakReservedBytes != c.peak {
+			t.Errorf("--arena %s on %s: paging %+v, predicted peak %d; want paged %v, %d", c.arena, c.trace,
+				cfg.SizeClass.ArenaPaging, cfg.Prediction.PeakReservedBytes, c.paged, c.peak)
+		}
+	}
 }
