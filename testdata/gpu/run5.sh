@@ -3,7 +3,8 @@
 # at the trace's sync points), then every trace against its recommended pool.json (20 timed
 # repetitions, JSON) and once with --verify --touch, plus PyTorch's expandable segments on two traces.
 # Needs bin/replay-cuda, bin/replay-cuda.test and bin/gpu5/*.pool.json (see docs/benchmarks.md).
-# RUN names the output (default r5); EXPANDABLE=0 skips the expandable-segments replays (run7.sh).
+# RUN names the output (default r5); EXPANDABLE=0 skips the expandable-segments replays (run7.sh);
+# CONF is the folder of the pool.json files (default bin/gpu5).
 set -x
 RUN=${RUN:-r5}; B=$PWD/bin; O=$OUT/$RUN; mkdir -p $O
 timeout 300 ./bin/replay-cuda.test -test.count=1 -test.run CUDA -test.v > $O/cudatest.txt 2>&1; echo "cuda tests rc=$?"
@@ -15,7 +16,7 @@ run() { # name trace config
 }
 for t in pytorch-train a_static e_cupy g_torch_nocache_cnn h_torch_nocache_kvcache f_jax; do
   tr=testdata/h200/$t.arrow; [ $t = pytorch-train ] && tr=testdata/pytorch-train.arrow
-  run $t $tr bin/gpu5/$t.pool.json
+  run $t $tr ${CONF:-bin/gpu5}/$t.pool.json
 done
 [ "${EXPANDABLE:-1}" = 0 ] || run expandable-pytorch-train testdata/pytorch-train.arrow bin/gpu5/expandable.pool.json
 [ "${EXPANDABLE:-1}" = 0 ] || run expandable-kvcache testdata/h200/h_torch_nocache_kvcache.arrow bin/gpu5/expandable.pool.json
