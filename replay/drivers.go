@@ -14,6 +14,7 @@ type countingUpstream struct {
 	peak         uint64
 	reserves     uint64
 	releases     uint64
+	remaps       uint64 // Remap calls (counted in reserves and releases too)
 	regions      *spans // nil unless verifying
 	releaseError error  // first Release (or Unmap) of memory that was not reserved (or mapped) so
 }
@@ -89,7 +90,39 @@ func newCounting(b Backend, verify bool) (*countingUpstream, pool.Upstream) {
 	if verify {
 		cm.addrs = newSpans()
 	}
+	if r, ok := b.(pool.Remapper); ok {
+		return c, &countingRemapper{countingMapper: cm, r: r}
+	}
 	return c, cm
+}
+
+// countingRemapper is the countingMapper of a backend that can move pages (a pool.Remapper, which
+// the paged arena uses): a Remap counts as a reserve and a release, the bytes held unchanged, as
+// pool.Stats counts it; under --verify the moved range leaves the reserved regions and the new one
+// joins them.
+type countingRemapper struct {
+	*countingMapper
+	r pool.Remapper
+}
+
+func (c *countingRemapper) Remap(from, to, size uint64) error {
+	if c.regions != nil {
+		if !c.regions.cut(from, size) {
+			c.badRelease("remap of [%#x, +%d) that was not mapped", from, size)
+		}
+		if r, ok := c.addrs.containing(to, size); ok {
+			c.regions.insertMerged(span{addr: to, size: size}, r.addr, r.end())
+		} else {
+			c.badRelease("remap to [%#x, +%d) outside the address space reserved", to, size)
+		}
+	}
+	if err := c.r.Remap(from, to, size); err != nil {
+		return err
+	}
+	c.reserves++
+	c.releases++
+	c.remaps++
+	return nil
 }
 
 func (c *countingMapper) ReserveAddress(size uint64) (uint64, error) {

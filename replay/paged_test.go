@@ -54,3 +54,39 @@ func TestRunPagedArenaOnHost(t *testing.T) {
 		t.Errorf("after the replay: %d reservations, %d mapped ranges, %d bytes leaked", h.vas.len(), h.pages.len(), rep.Memory.LeakedBytes)
 	}
 }
+
+// TestEngineWrapperRemaps: the engine's counting wrapper of a backend that can move pages is a
+// pool.Remapper too, so the paged arena moves idle pages in replay as in simulation: one move
+// where pool.TestPagedArenaExactSequence needs one, counted as a reserve and a release.
+func TestEngineWrapperRemaps(t *testing.T) {
+	h := NewHostBackend(1 << 30)
+	defer h.Close()
+	c, up := newCounting(h, true)
+	if _, ok := up.(pool.Remapper); !ok {
+		t.Fatalf("wrapper %T is not a pool.Remapper", up)
+	}
+	a, err := pool.New(pagedConfig(), up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := a.Alloc(3<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Alloc(1<<20, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free(first, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Alloc(4<<20, 0); err != nil { // page 3 needed beyond the budget: idle page 0 moved there
+		t.Fatal(err)
+	}
+	if c.remaps != 1 || c.reserves != 2 || c.releases != 1 || c.reserved != 6<<20 || c.releaseError != nil {
+		t.Errorf("remaps %d, reserves %d, releases %d, reserved %d, error %v; want 1, 2, 1, %d, nil",
+			c.remaps, c.reserves, c.releases, c.reserved, c.releaseError, 6<<20)
+	}
+	if err := a.Close(); err != nil || c.reserved != 0 || c.releaseError != nil {
+		t.Errorf("Close: %v, %d bytes still counted, %v", err, c.reserved, c.releaseError)
+	}
+}
