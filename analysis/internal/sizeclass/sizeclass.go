@@ -49,8 +49,8 @@ const PagedAddressFactor = 4
 
 // MaxPageOpsShare bounds the page operations (maps, unmaps, moves) a paged arena may need while
 // serving a trace: one per this many requests. A page costs about 50 µs on the H200
-// (BenchmarkCUDAPageCalls: 36-59 µs to move one, 56-81 µs to map and unmap one, runs 9 and 11), so this
-// keeps it near 100 ns per request, the pool's own cost.
+// (BenchmarkCUDAPageCalls: 36-59 µs to move one, 56-81 µs to map and unmap one, runs 9 and 11),
+// so this keeps it near 100 ns per request, the pool's own cost.
 const MaxPageOpsShare = 500
 
 // ArenaRule states when the arena is paged.
