@@ -54,6 +54,9 @@ type cudaMapper struct {
 	vas         *spans                                    // address reservations
 	pages       *spans                                    // mapped ranges, merged within one reservation
 	handles     map[uint64]C.CUmemGenericAllocationHandle // page address → its physical allocation
+	// rangeUnmap says whether one cuMemUnmap may cover several pages mapped one by one: 0 not
+	// tried yet, 1 yes, -1 no (the driver refused; pages are then unmapped one by one).
+	rangeUnmap int8
 }
 
 func newCUDAMapper() cudaMapper {
@@ -192,12 +195,22 @@ func (b *CUDABackend) Remap(from, to, size uint64) error {
 	if m, ok := b.vm.pages.overlapping(to, size); ok {
 		return fmt.Errorf("backend cuda: remap to [%#x, %#x): overlaps mapped [%#x, %#x)", to, to+size, m.addr, m.end())
 	}
-	for off := uint64(0); off < size; off += g {
-		if err := b.movePage(from+off, to+off, g); err != nil {
-			return fmt.Errorf("backend cuda: remap %d bytes from %#x to %#x: %w", size, from, to, err)
+	if size > g && b.unmapRange(from, size) {
+		for off := uint64(0); off < size; off += g {
+			if err := b.mapHandle(from+off, to+off, g); err != nil {
+				return fmt.Errorf("backend cuda: remap %d bytes from %#x to %#x: %w", size, from, to, err)
+			}
+			b.vm.pages.cut(from+off, g)
+			b.vm.pages.insertMerged(span{addr: to + off, size: g}, rt.addr, rt.end())
 		}
-		b.vm.pages.cut(from+off, g)
-		b.vm.pages.insertMerged(span{addr: to + off, size: g}, rt.addr, rt.end())
+	} else {
+		for off := uint64(0); off < size; off += g {
+			if err := b.movePage(from+off, to+off, g); err != nil {
+				return fmt.Errorf("backend cuda: remap %d bytes from %#x to %#x: %w", size, from, to, err)
+			}
+			b.vm.pages.cut(from+off, g)
+			b.vm.pages.insertMerged(span{addr: to + off, size: g}, rt.addr, rt.end())
+		}
 	}
 	var access C.CUmemAccessDesc
 	C.allocscope_device_access(C.CUdevice(b.dev), &access)
@@ -209,10 +222,15 @@ func (b *CUDABackend) Remap(from, to, size uint64) error {
 
 // movePage unmaps the page at from and maps its physical allocation at to.
 func (b *CUDABackend) movePage(from, to, g uint64) error {
-	h := b.vm.handles[from]
 	if err := check("cuMemUnmap", C.cuMemUnmap(C.CUdeviceptr(from), C.size_t(g))); err != nil {
 		return err
 	}
+	return b.mapHandle(from, to, g)
+}
+
+// mapHandle maps at to the physical allocation of the page that was mapped at from (unmapped now).
+func (b *CUDABackend) mapHandle(from, to, g uint64) error {
+	h := b.vm.handles[from]
 	delete(b.vm.handles, from)
 	if err := check("cuMemMap", C.cuMemMap(C.CUdeviceptr(to), C.size_t(g), 0, h, 0)); err != nil {
 		return errors.Join(err, check("cuMemRelease", C.cuMemRelease(h)))
@@ -221,12 +239,34 @@ func (b *CUDABackend) movePage(from, to, g uint64) error {
 	return nil
 }
 
+// unmapRange unmaps [addr, addr+size), pages mapped one by one, with a single cuMemUnmap when the
+// driver allows it, and reports whether it did; when it does not (remembered), nothing is unmapped.
+func (b *CUDABackend) unmapRange(addr, size uint64) bool {
+	if b.vm.rangeUnmap < 0 {
+		return false
+	}
+	if C.cuMemUnmap(C.CUdeviceptr(addr), C.size_t(size)) != C.CUDA_SUCCESS {
+		b.vm.rangeUnmap = -1
+		return false
+	}
+	b.vm.rangeUnmap = 1
+	return true
+}
+
 // unmapPages unmaps and releases the pages of [from, to) that Map created, stopping at the first
 // failure (the pages not unmapped stay recorded).
 func (b *CUDABackend) unmapPages(from, to, g uint64) error {
+	whole := to-from > g && b.allMapped(from, to, g) && b.unmapRange(from, to-from)
 	for page := from; page < to; page += g {
 		h, ok := b.vm.handles[page]
 		if !ok {
+			continue
+		}
+		if whole {
+			delete(b.vm.handles, page)
+			if err := check("cuMemRelease", C.cuMemRelease(h)); err != nil {
+				return err
+			}
 			continue
 		}
 		if err := check("cuMemUnmap", C.cuMemUnmap(C.CUdeviceptr(page), C.size_t(g))); err != nil {
@@ -238,6 +278,16 @@ func (b *CUDABackend) unmapPages(from, to, g uint64) error {
 		}
 	}
 	return nil
+}
+
+// allMapped reports whether every page of [from, to) has a physical allocation mapped.
+func (b *CUDABackend) allMapped(from, to, g uint64) bool {
+	for page := from; page < to; page += g {
+		if _, ok := b.vm.handles[page]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // mapRange checks that [addr, addr+size) is a non-empty, granularity-aligned range inside one
