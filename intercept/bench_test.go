@@ -36,7 +36,7 @@ func BenchmarkShimOverhead(b *testing.B) {
 					b.Fatal(err)
 				}
 				sn, sr, sc := runBench(b, dir, threads)
-				checkClaimed(b, dir, uint64(2*benchPairs*threads))
+				checkRecorded(b, dir, int64(2*benchPairs*threads))
 				base, shim, rate, cpuRate = base+bn, shim+sn, rate+sr, cpuRate+sc
 			}
 			n := float64(b.N)
@@ -68,32 +68,16 @@ func runBench(b *testing.B, logDir string, threads int) (nsPerCall, perSecond, p
 	return v[0], v[1], v[2]
 }
 
-// checkClaimed asserts that the shim recorded want events in dir.
-func checkClaimed(b *testing.B, dir string, want uint64) {
-	var claimed uint64
-	for _, h := range logHeadersB(b, dir) {
-		claimed += h.Claimed
-	}
-	if claimed != want {
-		b.Fatalf("shim claimed %d records, want %d", claimed, want)
-	}
-}
-
-func logHeadersB(b *testing.B, dir string) []rawHeader {
-	paths, err := rawLogPaths(dir)
+// checkRecorded asserts that the shim recorded want events in dir and lost none.
+func checkRecorded(b *testing.B, dir string, want int64) {
+	logs, err := OpenLogs(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var hs []rawHeader
-	for _, p := range paths {
-		lf, err := openLogFile(p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		hs = append(hs, lf.log.header)
-		lf.close()
+	defer logs.Close()
+	if logs.total != want || logs.Lost() != 0 {
+		b.Fatalf("shim recorded %d events and lost %d, want %d and 0", logs.total, logs.Lost(), want)
 	}
-	return hs
 }
 
 // BenchmarkConvert converts a synthetic raw log of 1 Mi nearly sorted events (4 threads' worth of
@@ -174,7 +158,7 @@ func writeSyntheticLog(tb testing.TB, path string, pid uint32, n, spread int) {
 			recs[i+j], recs[i+spread-1-j] = recs[i+spread-1-j], recs[i+j]
 		}
 	}
-	if err := os.WriteFile(path, encodeRawLog(rawHeader{PID: pid, PPID: 1, StartMonoNs: 1, Claimed: uint64(n), Drained: uint64(n),
+	if err := os.WriteFile(path, encodeRawLog(rawHeader{PID: pid, PPID: 1, StartMonoNs: 1,
 		Command: []string{"synthetic"}}, recs), 0o644); err != nil {
 		tb.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,11 +25,13 @@ type ConvertOptions struct {
 // Summary describes what Convert wrote.
 type Summary struct {
 	Events        int64    // events written
-	Processes     int      // raw logs (processes) read
+	Processes     int      // process images (a fork, an exec) whose logs hold events
 	Devices       []int32  // device ordinals seen, ascending
 	PeakLiveBytes uint64   // peak of live device bytes (allocations minus frees), all processes together
 	AllocCallNs   int64    // total time spent inside intercepted calls, ns
-	Warnings      []string // non-fatal problems (uncommitted records skipped, ...)
+	Lost          int64    // events the shim could not write (full disk, unwritable log, ...)
+	ShimLoads     int64    // processes that loaded the shim; -1 when the directory has no control file
+	Warnings      []string // non-fatal problems, one line each (lost events, private seq counters, ...)
 }
 
 // eventSink receives converted events; *trace.Writer is one.
@@ -36,20 +39,167 @@ type eventSink interface {
 	Write(e *trace.Event) error
 }
 
-// Convert merges the raw logs in dir, in seq order, into w. It does not close w.
-//
-// Memory stays bounded: each log is cut into segments of 8192 slots, a segment is read and sorted
-// only when the merge reaches its smallest seq, and dropped once done, so nearly sorted logs (the shim
-// writes them so) keep about two segments per process in memory.
-//
-// The merge runs on the calling goroutine and hands each event straight to w, whose own goroutines
-// encode and compress full batches meanwhile (an extra goroutine between the two, with a copy of
-// each event, was slower: BenchmarkConvert).
+// Convert merges the raw logs in dir, in seq order, into w. It does not close w. It is OpenLogs,
+// Logs.Convert and Logs.Close.
 func Convert(dir string, w *trace.Writer, opts ConvertOptions) (Summary, error) {
 	if w == nil {
 		return Summary{}, errors.New("convert raw logs: nil trace writer")
 	}
 	return convert(dir, w, opts)
+}
+
+func convert(dir string, sink eventSink, opts ConvertOptions) (Summary, error) {
+	logs, err := OpenLogs(dir)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer logs.Close()
+	return logs.convert(sink, opts)
+}
+
+// Logs is the set of raw logs of one recording directory, opened and checked, ready to convert.
+type Logs struct {
+	dir     string
+	files   []*logFile
+	total   int64   // records to convert
+	control control // the control file's counters
+	sum     Summary // what is known before converting: lost events, warnings
+}
+
+// OpenLogs opens and checks every raw log in dir (reading each record once), so that bad data is
+// reported before anything is written, and counts the events the shim could not write.
+func OpenLogs(dir string) (*Logs, error) {
+	paths, err := rawLogPaths(dir)
+	if err != nil {
+		return nil, err
+	}
+	l := &Logs{dir: dir}
+	if l.control, err = readControl(dir); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, segBytes)
+	for _, p := range paths {
+		lf, err := openLogFile(p)
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		l.files = append(l.files, lf)
+		if err := lf.scan(buf); err != nil {
+			l.Close()
+			return nil, err
+		}
+		l.total += lf.records
+	}
+	l.summarizeFaults()
+	return l, nil
+}
+
+// Lost returns the number of events the shim saw but could not write.
+func (l *Logs) Lost() int64 { return l.sum.Lost }
+
+// Close closes the log files.
+func (l *Logs) Close() error {
+	for _, lf := range l.files {
+		lf.close()
+	}
+	l.files = nil
+	return nil
+}
+
+// Convert merges the logs in seq order into w, which it does not close.
+//
+// Memory stays bounded: each log is cut into runs (chunks of its log file, and its lanes), a run is
+// read and sorted only when the merge reaches its smallest seq, and dropped once done, so only the
+// runs that overlap in seq (about one per thread) are in memory at a time.
+//
+// The merge runs on the calling goroutine and hands each event straight to w, whose own goroutines
+// encode and compress full batches meanwhile (an extra goroutine between the two, with a copy of
+// each event, was slower: BenchmarkConvert).
+func (l *Logs) Convert(w *trace.Writer, opts ConvertOptions) (Summary, error) {
+	if w == nil {
+		return Summary{}, errors.New("convert raw logs: nil trace writer")
+	}
+	return l.convert(w, opts)
+}
+
+func (l *Logs) convert(sink eventSink, opts ConvertOptions) (Summary, error) {
+	c := newConverter(sink, opts, l)
+	if err := c.merge(); err != nil {
+		return c.sum, err
+	}
+	return c.finish(), nil
+}
+
+// summarizeFaults counts lost events and writes the warnings about faults the logs record.
+func (l *Logs) summarizeFaults() {
+	s := &l.sum
+	s.ShimLoads = l.control.processes
+	for _, lf := range l.files {
+		h := &lf.log.header
+		s.Lost += lf.log.lost
+		switch {
+		case h.failure() != "":
+			s.Warnings = append(s.Warnings, fmt.Sprintf("process %d (%s) stopped recording: cannot write its log: %s; %d later events were not recorded",
+				h.PID, commandLine(h.Command), h.failure(), lf.log.lost))
+		case lf.log.lost > 0:
+			s.Warnings = append(s.Warnings, fmt.Sprintf("process %d (%s): %d events were not recorded", h.PID, commandLine(h.Command), lf.log.lost))
+		}
+		if !lf.log.lanes {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("%s: lanes file missing: the events not yet flushed to the log are lost", lf.log.name))
+		}
+		if h.Flags&flagPrivateSeq != 0 && lf.records > 0 {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("%s: process %d could not map the shared seq counter; its events are ordered by a private counter", lf.log.name, h.PID))
+		}
+	}
+	if c := l.control; c.openFailed > 0 {
+		s.Lost += c.lost
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%d process(es) could not create their log; %d of their events were not recorded", c.openFailed, c.lost))
+	}
+	if l.total == 0 && s.Lost == 0 {
+		if len(l.files) == 0 && l.control.processes <= 0 {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("%s: no process loaded the shim (a static binary, or LD_PRELOAD removed?)", l.dir))
+		} else {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("%s: the program made no intercepted call", l.dir))
+		}
+	}
+}
+
+// commandLine joins a command for a message, shortened to about 40 characters.
+func commandLine(cmd []string) string {
+	s := strings.Join(cmd, " ")
+	if len(s) > 40 {
+		s = s[:37] + "..."
+	}
+	if s == "" {
+		s = "?"
+	}
+	return s
+}
+
+// control holds the counters of a recording's control file.
+type control struct {
+	processes  int64 // processes that loaded the shim; -1 without a control file
+	openFailed int64
+	lost       int64
+}
+
+// readControl reads dir's control file; a missing one gives processes -1.
+func readControl(dir string) (control, error) {
+	path := filepath.Join(dir, controlFileName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return control{processes: -1}, nil
+	}
+	if err != nil {
+		return control{}, fmt.Errorf("read raw logs: %w", err)
+	}
+	if len(b) < 32 {
+		return control{}, fmt.Errorf("%s: %d bytes, want %d", path, len(b), controlFileSize)
+	}
+	le := binary.LittleEndian
+	clamp := func(v uint64) int64 { return int64(min(v, 1<<62)) }
+	return control{processes: clamp(le.Uint64(b[8:])), openFailed: clamp(le.Uint64(b[16:])), lost: clamp(le.Uint64(b[24:]))}, nil
 }
 
 // Command returns the command line recorded in the raw logs of dir (of the first process), for the trace metadata.
@@ -88,24 +238,23 @@ func rawLogPaths(dir string) ([]string, error) {
 	return paths, nil
 }
 
-// segSlots is the number of record slots in one merge segment.
-const segSlots = 8192
+// segBytes is the size of the read buffer: one run of the shim's lanes (1024 records).
+const segBytes = 1024 * rawRecordSize
 
+// segment is a run of a log that holds records.
 type segment struct {
-	first  int64  // first slot
-	n      int64  // slots
-	minSeq uint64 // smallest seq of its committed records
-	count  int    // committed records
+	run    int    // index in the log's runs
+	minSeq uint64 // smallest seq of its records
+	count  int    // records
 }
 
 // logFile is one raw log with its segments, scanned once before the merge.
 type logFile struct {
 	f       *os.File
-	ring    *os.File // nil when there is no ring file
+	lanes   *os.File // nil when there is no lanes file
 	log     *rawLog
 	segs    []segment
 	records int64
-	skipped int64
 }
 
 func openLogFile(path string) (*logFile, error) {
@@ -119,15 +268,15 @@ func openLogFile(path string) (*logFile, error) {
 		return nil, fmt.Errorf("open raw log: %w", err)
 	}
 	lf := &logFile{f: f}
-	var ring io.ReaderAt
-	var ringSize int64
-	if rf, err := os.Open(strings.TrimSuffix(path, ".alog") + ".ring"); err == nil {
-		lf.ring = rf
-		if rst, err := rf.Stat(); err == nil {
-			ring, ringSize = rf, rst.Size()
+	var lanes io.ReaderAt
+	var lanesSize int64
+	if lfile, err := os.Open(strings.TrimSuffix(path, ".alog") + ".lanes"); err == nil {
+		lf.lanes = lfile
+		if lst, err := lfile.Stat(); err == nil {
+			lanes, lanesSize = lfile, lst.Size()
 		}
 	}
-	l, err := openRawLog(path, f, st.Size(), ring, ringSize)
+	l, err := openRawLog(path, f, st.Size(), lanes, lanesSize)
 	if err != nil {
 		lf.close()
 		return nil, err
@@ -136,20 +285,13 @@ func openLogFile(path string) (*logFile, error) {
 	return lf, nil
 }
 
-// scan reads every slot once to find each segment's smallest seq and check the records, so that bad
-// data is reported before anything is written.
-func (lf *logFile) scan(_ []rawRecord, buf []byte) error {
-	for first := int64(0); first < lf.log.slots; first += segSlots {
-		n := min(segSlots, lf.log.slots-first)
-		s := segment{first: first, n: n}
-		err := lf.log.scanSlots(first, n, buf, func(slot int64, b []byte) error {
-			if b[63] == 0 {
-				lf.skipped++
-				return nil
-			}
-			if err := checkRecordBytes(b); err != nil {
-				return fmt.Errorf("%s: record %d: %w", lf.log.name, slot, err)
-			}
+// scan reads every run once to find each one's smallest seq and check its records.
+func (lf *logFile) scan(buf []byte) error {
+	var dupBuf []byte
+	for i := range lf.log.runs {
+		s := segment{run: i}
+		var err error
+		buf, dupBuf, err = lf.log.scanRun(i, buf, dupBuf, func(b []byte) error {
 			seq := binary.LittleEndian.Uint64(b)
 			if s.count == 0 || seq < s.minSeq {
 				s.minSeq = seq
@@ -168,23 +310,11 @@ func (lf *logFile) scan(_ []rawRecord, buf []byte) error {
 	return nil
 }
 
-func convert(dir string, sink eventSink, opts ConvertOptions) (Summary, error) {
-	paths, err := rawLogPaths(dir)
-	if err != nil {
-		return Summary{}, err
+func (lf *logFile) close() {
+	lf.f.Close()
+	if lf.lanes != nil {
+		lf.lanes.Close()
 	}
-	c := newConverter(sink, opts)
-	defer c.close()
-	if err := c.open(paths); err != nil {
-		return Summary{}, err
-	}
-	if len(paths) == 0 {
-		c.sum.Warnings = append(c.sum.Warnings, fmt.Sprintf("%s: no raw logs (*.alog): the program made no intercepted call", dir))
-	}
-	if err := c.merge(); err != nil {
-		return c.sum, err
-	}
-	return c.finish(), nil
 }
 
 type liveKey struct {
@@ -207,54 +337,21 @@ type converter struct {
 	dups     int64
 	free     [][]rawRecord // segment buffers to reuse
 	readBuf  []byte
+	dupBuf   []byte
 	progress int64
 }
 
-func newConverter(sink eventSink, opts ConvertOptions) *converter {
-	return &converter{sink: sink, opts: opts, managed: map[liveKey]struct{}{},
-		readBuf: make([]byte, slotBatch*rawRecordSize)}
-}
-
-func (c *converter) open(paths []string) error {
-	recs := make([]rawRecord, 0, segSlots)
-	for _, p := range paths {
-		lf, err := openLogFile(p)
-		if err != nil {
-			return err
-		}
-		c.files = append(c.files, lf)
-		if err := lf.scan(recs, c.readBuf); err != nil {
-			return err
-		}
-		c.total += lf.records
-		if lf.skipped > 0 {
-			c.warnf("%s: %d uncommitted records skipped (a thread stopped mid-record)", p, lf.skipped)
-		}
-		if lf.log.trailing > 0 {
-			c.warnf("%s: %d bytes past the drained records (a drain was cut short; read with the ring)", p, lf.log.trailing)
-		}
-		if lf.log.lost > 0 {
-			c.warnf("%s: ring file missing or short: %d records lost", p, lf.log.lost)
-		}
-		if lf.log.header.Flags&flagPrivateSeq != 0 {
-			c.warnf("%s: process %d could not map the shared seq counter; its events are ordered by a private counter", p, lf.log.header.PID)
+func newConverter(sink eventSink, opts ConvertOptions, l *Logs) *converter {
+	c := &converter{sink: sink, opts: opts, files: l.files, total: l.total, managed: map[liveKey]struct{}{},
+		readBuf: make([]byte, segBytes)}
+	c.sum.Lost, c.sum.ShimLoads = l.sum.Lost, l.sum.ShimLoads
+	for _, lf := range l.files {
+		if lf.records > 0 {
+			c.sum.Processes++ // a process image: a forked child that execs leaves two logs
 		}
 	}
-	c.sum.Processes = len(paths)
-	return nil
-}
-
-func (c *converter) close() {
-	for _, lf := range c.files {
-		lf.close()
-	}
-}
-
-func (lf *logFile) close() {
-	lf.f.Close()
-	if lf.ring != nil {
-		lf.ring.Close()
-	}
+	c.sum.Warnings = slices.Clone(l.sum.Warnings)
+	return c
 }
 
 func (c *converter) warnf(format string, args ...any) {
@@ -309,19 +406,23 @@ func (c *converter) merge() error {
 
 // load reads and sorts a segment.
 func (c *converter) load(cu *cursor) error {
-	var buf []rawRecord
+	var recs []rawRecord
 	if n := len(c.free); n > 0 {
-		buf, c.free = c.free[n-1], c.free[:n-1]
+		recs, c.free = c.free[n-1], c.free[:n-1]
 	} else {
-		buf = make([]rawRecord, 0, segSlots)
+		recs = make([]rawRecord, 0, segBytes/rawRecordSize)
 	}
 	s := cu.lf.segs[cu.seg]
-	recs, _, err := cu.lf.log.readSlots(s.first, s.n, buf, c.readBuf)
+	var err error
+	c.readBuf, c.dupBuf, err = cu.lf.log.scanRun(s.run, c.readBuf, c.dupBuf, func(b []byte) error {
+		recs = append(recs, decodeRecord(b))
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	if len(recs) != s.count {
-		return fmt.Errorf("%s: record %d: file changed while converting", cu.lf.log.name, s.first)
+		return fmt.Errorf("%s: %s: file changed while converting", cu.lf.log.name, cu.lf.log.runs[s.run].name)
 	}
 	sortBySeq(recs)
 	cu.recs = recs

@@ -6,19 +6,31 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 
 	"github.com/allocscope/allocscope/trace"
 )
 
-// The raw per-process log written by shim.c (docs/DESIGN.md).
+// The raw per-process log written by the shim (intercept/shim/log.h, docs/DESIGN.md): a log file
+// (a header, then chunks of laneSlots records flushed from lanes) and a lanes file (groups of
+// lanes, each a 64-byte head in the group's first page and laneSlots records of its own).
 const (
-	rawMagic         = "ALSCOPE1"
-	rawVersion       = 1
-	rawHeaderSize    = 4096
-	rawRecordSize    = 64
-	rawCmdlineOffset = 72
-	flagPrivateSeq   = 1
-	maxRingSlots     = 1 << 24
+	rawMagic          = "ALSCOPE2"
+	rawMagicV1        = "ALSCOPE1"
+	rawVersion        = 2
+	rawHeaderSize     = 4096
+	rawRecordSize     = 64
+	rawCmdlineOffset  = 80
+	laneHeadSize      = 64
+	laneHeadsSize     = 4096 // the page of lane heads at the start of a lane group
+	flagPrivateSeq    = 1
+	flagFailed        = 2
+	maxLaneSlots      = 1 << 20
+	maxLanesPerGroup  = laneHeadsSize / laneHeadSize
+	controlFileName   = "control"
+	controlFileSize   = 4096
+	laneStateUnused   = 0
+	recordFunctionOff = 63
 )
 
 // functionInfo describes one intercepted entry point: what its function id in a raw record means.
@@ -30,7 +42,7 @@ type functionInfo struct {
 }
 
 // functionTable maps a raw record's function id to its entry point. It mirrors the FUNCTIONS table in
-// shim.c (TestFunctionTableMatchesShim checks that they agree); id 0 marks an uncommitted slot.
+// shim/common.h (TestFunctionTableMatchesShim checks that they agree); id 0 marks an empty slot.
 var functionTable = [...]functionInfo{
 	{},
 	{"cudaMalloc", trace.OpAlloc, trace.MemoryDevice, trace.LayerRuntime},
@@ -67,15 +79,17 @@ var functionTable = [...]functionInfo{
 
 // rawHeader is the decoded 4096-byte header of a raw log.
 type rawHeader struct {
-	PID         uint32
-	PPID        uint32
-	StartMonoNs int64
-	StartRealNs int64
-	Flags       uint64
-	Claimed     uint64 // slots claimed by writers; may exceed the records committed after a crash
-	Drained     uint64 // slots [0, Drained) are in the log file, the rest in the ring file
-	RingSlots   uint32 // slots in the ring file
-	Command     []string
+	PID           uint32
+	PPID          uint32
+	StartMonoNs   int64
+	StartRealNs   int64
+	Flags         uint64
+	Chunks        uint64 // chunks claimed by lane flushes (a chunk past the file's end was never written)
+	Lost          uint64 // events lost outside lanes
+	LaneSlots     uint32 // records per lane and per chunk
+	LanesPerGroup uint32
+	FailErrno     int32 // why recording stopped, with flagFailed
+	Command       []string
 }
 
 // rawRecord is one decoded 64-byte record.
@@ -93,23 +107,38 @@ type rawRecord struct {
 	Function   uint8
 }
 
-// rawLog reads one process's raw log: the log file's header and drained slots, then the slots still
-// in the ring file. Slot i (counted from 0 over the process's life) is in the log file when
-// i < Drained, else in the ring at i mod RingSlots.
-type rawLog struct {
-	name     string
-	r        io.ReaderAt // the log file
-	ring     io.ReaderAt // the ring file, nil if absent
-	header   rawHeader
-	slots    int64 // slots readable: Drained plus those in the ring
-	logSlots int64 // whole slots in the log file (more than Drained when a drain was cut short)
-	trailing int64 // bytes after the drained slots of the log file (a drain cut short)
-	lost     int64 // slots claimed but unreadable (the ring file is missing or short)
+// laneHead is the decoded head of one lane.
+type laneHead struct {
+	State      uint32
+	Owner      uint32
+	Count      uint32 // committed records not yet flushed
+	FlushChunk uint64 // chunk+1 of a flush in progress or cut short, else 0
+	Lost       uint64
 }
 
-// openRawLog checks and decodes the header of the log file of size bytes read from r; ring (may be
-// nil) is its ring file of ringSize bytes. name is used in errors.
-func openRawLog(name string, r io.ReaderAt, size int64, ring io.ReaderAt, ringSize int64) (*rawLog, error) {
+// recordRun is a run of record slots in one file: a chunk of the log file or the unflushed records
+// of a lane. A lane whose flush was cut short names the chunk it was being copied to (dup): the
+// records that already reached it are read from the chunk and skipped in the lane.
+type recordRun struct {
+	src  io.ReaderAt
+	off  int64 // byte offset of the first slot
+	n    int64 // slots
+	dup  *recordRun
+	name string // "chunk N" or "lane N", for errors
+}
+
+// rawLog is one process's raw log: its header, the runs of records to read, and what it lost.
+type rawLog struct {
+	name   string
+	header rawHeader
+	runs   []recordRun
+	lost   int64 // events the process counted as not logged
+	lanes  bool  // the lanes file was there
+}
+
+// openRawLog checks and decodes the header of the log file of size bytes read from r and lists its
+// record runs; lanes (may be nil) is its lanes file of lanesSize bytes. name is used in errors.
+func openRawLog(name string, r io.ReaderAt, size int64, lanes io.ReaderAt, lanesSize int64) (*rawLog, error) {
 	if size < rawHeaderSize {
 		return nil, fmt.Errorf("%s: header: file has %d bytes, a raw log has at least %d", name, size, rawHeaderSize)
 	}
@@ -121,25 +150,66 @@ func openRawLog(name string, r io.ReaderAt, size int64, ring io.ReaderAt, ringSi
 	if err != nil {
 		return nil, fmt.Errorf("%s: header: %w", name, err)
 	}
-	body := uint64(size - rawHeaderSize)
-	if h.Drained > body/rawRecordSize {
-		return nil, fmt.Errorf("%s: header: %d records drained but the file holds %d", name, h.Drained, body/rawRecordSize)
+	l := &rawLog{name: name, header: h, lost: int64(min(h.Lost, 1<<62))}
+	chunkBytes := int64(h.LaneSlots) * rawRecordSize
+	inFile := (size - rawHeaderSize + chunkBytes - 1) / chunkBytes // chunks at least partly in the file
+	for c := int64(0); c < min(int64(min(h.Chunks, 1<<40)), inFile); c++ {
+		l.runs = append(l.runs, recordRun{src: r, off: rawHeaderSize + c*chunkBytes, n: int64(h.LaneSlots),
+			name: fmt.Sprintf("chunk %d", c)})
 	}
-	l := &rawLog{name: name, r: r, header: h, slots: int64(h.Drained), logSlots: int64(body / rawRecordSize),
-		trailing: int64(body - h.Drained*rawRecordSize)}
-	inRing := min(h.Claimed-min(h.Claimed, h.Drained), uint64(h.RingSlots))
-	if ring == nil || ringSize < int64(h.RingSlots)*rawRecordSize {
-		ring, l.lost = nil, int64(inRing)
-		inRing = 0
+	if lanes != nil {
+		l.lanes = true
+		if err := l.addLanes(lanes, lanesSize, r, chunkBytes); err != nil {
+			return nil, err
+		}
 	}
-	l.ring = ring
-	l.slots += int64(inRing)
 	return l, nil
+}
+
+// addLanes appends a run for every lane of the lanes file that holds unflushed records.
+func (l *rawLog) addLanes(lanes io.ReaderAt, size int64, log io.ReaderAt, chunkBytes int64) error {
+	h := &l.header
+	groupBytes := laneHeadsSize + int64(h.LanesPerGroup)*chunkBytes
+	heads := make([]byte, laneHeadsSize)
+	for g := int64(0); g*groupBytes+laneHeadsSize <= size; g++ {
+		if _, err := lanes.ReadAt(heads, g*groupBytes); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s: lane group %d: %w", l.name, g, err)
+		}
+		for i := int64(0); i < int64(h.LanesPerGroup); i++ {
+			lh := decodeLaneHead(heads[i*laneHeadSize:])
+			lane := g*int64(h.LanesPerGroup) + i
+			if lh.State == laneStateUnused {
+				continue
+			}
+			if lh.Count > h.LaneSlots {
+				return fmt.Errorf("%s: lane %d: %d records, a lane holds %d", l.name, lane, lh.Count, h.LaneSlots)
+			}
+			l.lost += int64(min(lh.Lost, 1<<40))
+			if lh.Count == 0 {
+				continue
+			}
+			run := recordRun{src: lanes, off: g*groupBytes + laneHeadsSize + i*chunkBytes, n: int64(lh.Count),
+				name: fmt.Sprintf("lane %d", lane)}
+			if c := lh.FlushChunk; c > 0 && c <= h.Chunks && c < 1<<40 {
+				run.dup = &recordRun{src: log, off: rawHeaderSize + int64(c-1)*chunkBytes, n: int64(lh.Count),
+					name: fmt.Sprintf("chunk %d", c-1)}
+			}
+			l.runs = append(l.runs, run)
+		}
+	}
+	return nil
 }
 
 func decodeHeader(b []byte) (rawHeader, error) {
 	le := binary.LittleEndian
-	if string(b[:8]) != rawMagic {
+	switch string(b[:8]) {
+	case rawMagic:
+	case rawMagicV1:
+		return rawHeader{}, errors.New("raw log format 1, written by an earlier allocscope: convert it with that version")
+	default:
+		if bytes.Count(b, []byte{0}) == len(b) {
+			return rawHeader{}, errors.New("empty header: the process could not finish creating its log")
+		}
 		return rawHeader{}, fmt.Errorf("bad magic %q, not an allocscope raw log", b[:8])
 	}
 	if v := le.Uint32(b[8:]); v != rawVersion {
@@ -151,13 +221,16 @@ func decodeHeader(b []byte) (rawHeader, error) {
 	h := rawHeader{
 		PID: le.Uint32(b[16:]), PPID: le.Uint32(b[20:]),
 		StartMonoNs: int64(le.Uint64(b[24:])), StartRealNs: int64(le.Uint64(b[32:])),
-		Flags: le.Uint64(b[40:]), Claimed: le.Uint64(b[48:]), Drained: le.Uint64(b[56:]),
-		RingSlots: le.Uint32(b[64:]),
+		Flags: le.Uint64(b[40:]), Chunks: le.Uint64(b[48:]), Lost: le.Uint64(b[56:]),
+		LaneSlots: le.Uint32(b[64:]), LanesPerGroup: le.Uint32(b[68:]), FailErrno: int32(le.Uint32(b[72:])),
 	}
-	if h.RingSlots > maxRingSlots {
-		return rawHeader{}, fmt.Errorf("ring of %d slots exceeds %d", h.RingSlots, maxRingSlots)
+	if h.LaneSlots == 0 || h.LaneSlots > maxLaneSlots {
+		return rawHeader{}, fmt.Errorf("lanes of %d records, want 1 to %d", h.LaneSlots, maxLaneSlots)
 	}
-	n := le.Uint32(b[68:])
+	if h.LanesPerGroup == 0 || h.LanesPerGroup > maxLanesPerGroup {
+		return rawHeader{}, fmt.Errorf("%d lanes per group, want 1 to %d", h.LanesPerGroup, maxLanesPerGroup)
+	}
+	n := le.Uint32(b[76:])
 	if n > rawHeaderSize-rawCmdlineOffset {
 		return rawHeader{}, fmt.Errorf("command line length %d exceeds %d", n, rawHeaderSize-rawCmdlineOffset)
 	}
@@ -168,6 +241,23 @@ func decodeHeader(b []byte) (rawHeader, error) {
 		}
 	}
 	return h, nil
+}
+
+func decodeLaneHead(b []byte) laneHead {
+	le := binary.LittleEndian
+	return laneHead{State: le.Uint32(b[0:]), Owner: le.Uint32(b[4:]), Count: le.Uint32(b[8:]),
+		FlushChunk: le.Uint64(b[16:]), Lost: le.Uint64(b[24:])}
+}
+
+// failure describes why the process stopped recording, or "" when it did not.
+func (h *rawHeader) failure() string {
+	if h.Flags&flagFailed == 0 {
+		return ""
+	}
+	if h.FailErrno > 0 {
+		return syscall.Errno(h.FailErrno).Error()
+	}
+	return "write error"
 }
 
 // decodeRecord decodes the 64-byte slot b.
@@ -181,7 +271,7 @@ func decodeRecord(b []byte) rawRecord {
 	}
 }
 
-// check reports what is wrong with a committed record, or nil.
+// check reports what is wrong with a written record, or nil.
 func (rec *rawRecord) check() error {
 	switch {
 	case int(rec.Function) >= len(functionTable):
@@ -196,75 +286,6 @@ func (rec *rawRecord) check() error {
 	return nil
 }
 
-// slotBatch is the number of slots read at a time.
-const slotBatch = 8192
-
-// readSlots decodes the committed records of slots [first, first+n), appending them to dst. It also
-// returns how many of those slots were never committed (a writer stopped mid-record). Errors name the
-// file and the slot ("record N", counted from 0).
-func (l *rawLog) readSlots(first, n int64, dst []rawRecord, buf []byte) ([]rawRecord, int64, error) {
-	var skipped int64
-	err := l.scanSlots(first, n, buf, func(slot int64, b []byte) error {
-		if b[63] == 0 {
-			skipped++
-			return nil
-		}
-		rec := decodeRecord(b)
-		if err := rec.check(); err != nil {
-			return fmt.Errorf("%s: record %d: %w", l.name, slot, err)
-		}
-		dst = append(dst, rec)
-		return nil
-	})
-	return dst, skipped, err
-}
-
-// scanSlots calls f with the 64 bytes of each slot of [first, first+n), in order. A slot past
-// Drained is taken from the log file when a drain copied it there (and then crashed before advancing
-// Drained), else from the ring.
-func (l *rawLog) scanSlots(first, n int64, buf []byte, f func(slot int64, b []byte) error) error {
-	var logBuf []byte
-	for n > 0 {
-		src, off, k := l.locate(first, n)
-		b, err := readInto(src, off, k, buf)
-		if err != nil {
-			return fmt.Errorf("%s: record %d: %w", l.name, first, err)
-		}
-		var fromLog []byte // the log file's copy of ring slots, where it has them
-		if first >= int64(l.header.Drained) && first < l.logSlots {
-			if fromLog, err = readInto(l.r, rawHeaderSize+first*rawRecordSize, min(k, l.logSlots-first), logBuf); err != nil {
-				return fmt.Errorf("%s: record %d: %w", l.name, first, err)
-			}
-			logBuf = fromLog
-		}
-		for i := int64(0); i < k; i++ {
-			s := b[i*rawRecordSize : (i+1)*rawRecordSize]
-			if (i+1)*rawRecordSize <= int64(len(fromLog)) && fromLog[(i+1)*rawRecordSize-1] != 0 {
-				s = fromLog[i*rawRecordSize : (i+1)*rawRecordSize]
-			}
-			if err := f(first+i, s); err != nil {
-				return err
-			}
-		}
-		first += k
-		n -= k
-	}
-	return nil
-}
-
-// readInto reads k slots at off into buf (grown if needed).
-func readInto(src io.ReaderAt, off, k int64, buf []byte) ([]byte, error) {
-	if int64(cap(buf)) >= k*rawRecordSize {
-		buf = buf[:k*rawRecordSize]
-	} else {
-		buf = make([]byte, k*rawRecordSize)
-	}
-	if _, err := src.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return buf, nil
-}
-
 // checkRecordBytes is check on the encoded record b.
 func checkRecordBytes(b []byte) error {
 	rec := rawRecord{TimeNs: int64(binary.LittleEndian.Uint64(b[8:])),
@@ -272,16 +293,57 @@ func checkRecordBytes(b []byte) error {
 	return rec.check()
 }
 
-// locate returns where slot first is and how many of the n slots from it lie there contiguously.
-func (l *rawLog) locate(first, n int64) (io.ReaderAt, int64, int64) {
-	drained := int64(l.header.Drained)
-	k := min(n, slotBatch)
-	if first < drained {
-		return l.r, rawHeaderSize + first*rawRecordSize, min(k, drained-first)
+// scanRun calls f with the 64 bytes of each written record of run i, in order: empty slots (function
+// id 0) and lane records that a cut-short flush already copied to its chunk are left out. buf and
+// dupBuf are reused when large enough. Errors name the file, the run and the slot.
+func (l *rawLog) scanRun(i int, buf, dupBuf []byte, f func(b []byte) error) ([]byte, []byte, error) {
+	run := &l.runs[i]
+	buf, err := readInto(run.src, run.off, run.n, buf)
+	if err != nil {
+		return buf, dupBuf, fmt.Errorf("%s: %s: %w", l.name, run.name, err)
 	}
-	ringSlots := int64(l.header.RingSlots)
-	pos := first % ringSlots
-	return l.ring, pos * rawRecordSize, min(k, ringSlots-pos)
+	var dup []byte
+	if run.dup != nil {
+		if dupBuf, err = readInto(run.dup.src, run.dup.off, run.dup.n, dupBuf); err != nil {
+			return buf, dupBuf, fmt.Errorf("%s: %s: %w", l.name, run.dup.name, err)
+		}
+		dup = dupBuf
+	}
+	for s := int64(0); s < run.n; s++ {
+		b := buf[s*rawRecordSize : (s+1)*rawRecordSize]
+		if b[recordFunctionOff] == 0 {
+			continue
+		}
+		if dup != nil {
+			d := dup[s*rawRecordSize : (s+1)*rawRecordSize]
+			if d[recordFunctionOff] != 0 && bytes.Equal(d[:8], b[:8]) {
+				continue
+			}
+		}
+		if err := checkRecordBytes(b); err != nil {
+			return buf, dupBuf, fmt.Errorf("%s: %s: record %d: %w", l.name, run.name, s, err)
+		}
+		if err := f(b); err != nil {
+			return buf, dupBuf, err
+		}
+	}
+	return buf, dupBuf, nil
+}
+
+// readInto reads k slots at off into buf (grown if needed); what lies past the end of the file reads
+// as empty slots.
+func readInto(src io.ReaderAt, off, k int64, buf []byte) ([]byte, error) {
+	if int64(cap(buf)) >= k*rawRecordSize {
+		buf = buf[:k*rawRecordSize]
+	} else {
+		buf = make([]byte, k*rawRecordSize)
+	}
+	n, err := src.ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	clear(buf[n:])
+	return buf, nil
 }
 
 // event converts a record of the process described by h into a trace event.

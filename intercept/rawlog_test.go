@@ -16,10 +16,11 @@ import (
 	"github.com/allocscope/allocscope/trace"
 )
 
-// The Go function table and the one in shim.c must agree id by id.
+// The Go function table and the one in shim/common.h must agree id by id.
 func TestFunctionTableMatchesShim(t *testing.T) {
 	re := regexp.MustCompile(`X\((\d+), (\w+), (\w+), (\w+), (\w+)\)`)
-	matches := re.FindAllStringSubmatch(string(shimSource), -1)
+	files, _ := shimFiles()
+	matches := re.FindAllStringSubmatch(string(files["common.h"]), -1)
 	if len(matches) != len(functionTable)-1 {
 		t.Fatalf("shim.c has %d functions, rawlog.go %d", len(matches), len(functionTable)-1)
 	}
@@ -37,7 +38,7 @@ func TestFunctionTableMatchesShim(t *testing.T) {
 }
 
 func TestOpenRawLogRejectsBadHeaders(t *testing.T) {
-	good := encodeRawLog(rawHeader{PID: 7, Claimed: 1, Drained: 1}, []rawRecord{{Seq: 1, TimeNs: 5, Function: 1}})
+	good := encodeRawLog(rawHeader{PID: 7}, []rawRecord{{Seq: 1, TimeNs: 5, Function: 1}})
 	cases := []struct {
 		name   string
 		mutate func(b []byte) []byte
@@ -45,11 +46,13 @@ func TestOpenRawLogRejectsBadHeaders(t *testing.T) {
 	}{
 		{"short", func(b []byte) []byte { return b[:100] }, "x.alog: header: file has 100 bytes, a raw log has at least 4096"},
 		{"magic", func(b []byte) []byte { copy(b, "NOTALOG!"); return b }, `x.alog: header: bad magic "NOTALOG!", not an allocscope raw log`},
-		{"version", func(b []byte) []byte { b[8] = 9; return b }, "x.alog: header: format version 9, this allocscope reads version 1"},
+		{"format 1", func(b []byte) []byte { copy(b, "ALSCOPE1"); return b }, "x.alog: header: raw log format 1, written by an earlier allocscope: convert it with that version"},
+		{"zeros", func(b []byte) []byte { clear(b); return b }, "x.alog: header: empty header: the process could not finish creating its log"},
+		{"version", func(b []byte) []byte { b[8] = 9; return b }, "x.alog: header: format version 9, this allocscope reads version 2"},
 		{"record size", func(b []byte) []byte { b[12] = 32; return b }, "x.alog: header: record size 32, want 64"},
-		{"command line", func(b []byte) []byte { b[68], b[69] = 0xff, 0xff; return b }, "x.alog: header: command line length 65535 exceeds 4024"},
-		{"ring", func(b []byte) []byte { b[67] = 2; return b }, "x.alog: header: ring of 33554432 slots exceeds 16777216"},
-		{"drained", func(b []byte) []byte { b[56] = 2; return b }, "x.alog: header: 2 records drained but the file holds 1"},
+		{"lane slots", func(b []byte) []byte { b[64], b[65] = 0, 0; return b }, "x.alog: header: lanes of 0 records, want 1 to 1048576"},
+		{"lanes per group", func(b []byte) []byte { b[68] = 65; return b }, "x.alog: header: 65 lanes per group, want 1 to 64"},
+		{"command line", func(b []byte) []byte { b[76], b[77] = 0xff, 0xff; return b }, "x.alog: header: command line length 65535 exceeds 4016"},
 	}
 	for _, c := range cases {
 		b := c.mutate(slices.Clone(good))
@@ -60,62 +63,60 @@ func TestOpenRawLogRejectsBadHeaders(t *testing.T) {
 	}
 }
 
-func TestReadSlotsRejectsCorruptRecords(t *testing.T) {
+func TestScanRunRejectsCorruptRecords(t *testing.T) {
 	cases := []struct {
 		rec  rawRecord
 		want string
 	}{
-		{rawRecord{Function: 31}, "x.alog: record 1: unknown function id 31"},
-		{rawRecord{Function: 1, Device: -2}, "x.alog: record 1: device ordinal -2"},
-		{rawRecord{Function: 1, TimeNs: -1}, "x.alog: record 1: negative time -1 ns"},
-		{rawRecord{Function: 1, DurationNs: -5}, "x.alog: record 1: negative duration -5 ns"},
+		{rawRecord{Function: 31}, "x.alog: chunk 0: record 1: unknown function id 31"},
+		{rawRecord{Function: 1, Device: -2}, "x.alog: chunk 0: record 1: device ordinal -2"},
+		{rawRecord{Function: 1, TimeNs: -1}, "x.alog: chunk 0: record 1: negative time -1 ns"},
+		{rawRecord{Function: 1, DurationNs: -5}, "x.alog: chunk 0: record 1: negative duration -5 ns"},
 	}
 	for _, c := range cases {
 		recs := []rawRecord{{Seq: 0, Function: 1}, c.rec}
-		b := encodeRawLog(rawHeader{Claimed: 2, Drained: 2}, recs)
+		b := encodeRawLog(rawHeader{}, recs)
 		l, err := openRawLog("x.alog", bytes.NewReader(b), int64(len(b)), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = l.readSlots(0, l.slots, nil, nil)
-		if err == nil || err.Error() != c.want {
+		if _, err = readAllRecords(l); err == nil || err.Error() != c.want {
 			t.Errorf("error %v, want %q", err, c.want)
 		}
 	}
+	lanes := encodeLanes(rawHeader{}, []testLane{{head: laneHead{State: 2, Count: 1025}}})
+	b := encodeRawLog(rawHeader{}, nil)
+	if _, err := openRawLog("x.alog", bytes.NewReader(b), int64(len(b)), bytes.NewReader(lanes), int64(len(lanes))); err == nil ||
+		err.Error() != "x.alog: lane 0: 1025 records, a lane holds 1024" {
+		t.Errorf("lane count: %v", err)
+	}
 }
 
-// A log whose last records are still in the ring file (the process was killed): the drained slots come
-// from the log file, the rest from the ring; uncommitted slots are skipped and counted.
-func TestRawLogReadsRingTail(t *testing.T) {
-	const ringSlots = 8
-	var drained []rawRecord
-	for i := range 16 {
-		drained = append(drained, rawRecord{Seq: uint64(i), TimeNs: 1, Function: 1, Size: uint64(i)})
+// A log as a killed process leaves it: two full chunks, a third chunk claimed but never written
+// (past the end of the file), lanes with unflushed records (one owned, one freed by an exited thread,
+// one never used, one emptied), a lane whose flush was cut short after the first two of its three
+// records reached chunk 1, and events counted as lost in the header and the lanes.
+func TestRawLogReadsChunksAndLanes(t *testing.T) {
+	h := rawHeader{PID: 3, LaneSlots: 4, LanesPerGroup: 2, Chunks: 3, Lost: 5}
+	rec := func(seq uint64) rawRecord { return rawRecord{Seq: seq, TimeNs: 1, Function: 1, Size: seq} }
+	var chunks []rawRecord
+	for _, seq := range []uint64{0, 1, 2, 3, 10, 11, 0, 0} { // chunk 1: two records then never written
+		chunks = append(chunks, rec(seq))
 	}
-	// Slots 16..21 live in the ring at 0..5; slot 19 was never committed; ring slots 6 and 7 are
-	// outside [Drained, Claimed) and are not read.
-	ring := make([]byte, ringSlots*rawRecordSize)
-	for i := 16; i < 22; i++ {
-		if i != 19 {
-			encodeRecord(ring[(i%ringSlots)*rawRecordSize:], &rawRecord{Seq: uint64(i), TimeNs: 1, Function: 2, Size: uint64(i)})
-		}
-	}
-	main := encodeRawLog(rawHeader{Claimed: 22, Drained: 16, RingSlots: ringSlots}, drained)
-	// A drain cut short: slots 16 and 17 reached the log file; the drain then uncommitted ring slot 16
-	// (0) and died before advancing Drained. Slot 16 must come from the log file, 17 from either.
-	tail := make([]byte, 3*rawRecordSize)
-	encodeRecord(tail, &rawRecord{Seq: 16, TimeNs: 1, Function: 2, Size: 16})
-	encodeRecord(tail[rawRecordSize:], &rawRecord{Seq: 17, TimeNs: 1, Function: 2, Size: 17})
-	main = append(main, tail...)
-	clear(ring[:rawRecordSize])
-	l, err := openRawLog("x.alog", bytes.NewReader(main), int64(len(main)), bytes.NewReader(ring), int64(len(ring)))
+	chunks[6], chunks[7] = rawRecord{}, rawRecord{}
+	log := encodeRawLog(h, chunks)
+	lanes := encodeLanes(h, []testLane{
+		{laneHead{State: 1, Count: 2, Lost: 1}, []rawRecord{rec(4), rec(5), rec(99)}}, // 99: stale, past count
+		{laneHead{State: 2, Count: 1}, []rawRecord{rec(6)}},
+		{laneHead{State: 0}, []rawRecord{rec(98)}},
+		{laneHead{State: 1, Count: 0, Lost: 2}, []rawRecord{rec(97)}},
+		{laneHead{State: 1, Count: 3, FlushChunk: 2}, []rawRecord{rec(10), rec(11), rec(12)}},
+	})
+	l, err := openRawLog("x.alog", bytes.NewReader(log), int64(len(log)), bytes.NewReader(lanes), int64(len(lanes)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.slots != 22 || l.trailing != 3*rawRecordSize || l.lost != 0 {
-		t.Fatalf("slots %d trailing %d lost %d, want 22, 192, 0", l.slots, l.trailing, l.lost)
-	}
-	recs, skipped, err := l.readSlots(0, l.slots, nil, make([]byte, 3*rawRecordSize))
+	recs, err := readAllRecords(l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,14 +124,15 @@ func TestRawLogReadsRingTail(t *testing.T) {
 	for _, r := range recs {
 		seqs = append(seqs, r.Seq)
 	}
-	want := []uint64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 21}
-	if !slices.Equal(seqs, want) || skipped != 1 {
-		t.Errorf("seqs %v skipped %d, want %v and 1", seqs, skipped, want)
+	if want := []uint64{0, 1, 2, 3, 10, 11, 4, 5, 6, 12}; !slices.Equal(seqs, want) || l.lost != 8 {
+		t.Errorf("seqs %v lost %d, want %v and 8", seqs, l.lost, want)
 	}
-	// Without the ring file the tail is reported lost.
-	l, err = openRawLog("x.alog", bytes.NewReader(main), int64(len(main)), nil, 0)
-	if err != nil || l.slots != 16 || l.lost != 6 {
-		t.Errorf("no ring: slots %d lost %d err %v, want 16, 6", l.slots, l.lost, err)
+	if len(l.runs) != 5 || l.runs[0].name != "chunk 0" || l.runs[4].name != "lane 4" {
+		t.Errorf("runs %d: %+v", len(l.runs), l.runs)
+	}
+	// Without the lanes file only the chunks are read.
+	if l, err = openRawLog("x.alog", bytes.NewReader(log), int64(len(log)), nil, 0); err != nil || len(l.runs) != 2 || l.lanes {
+		t.Errorf("no lanes: %d runs, lanes %v, err %v; want 2 runs", len(l.runs), l.lanes, err)
 	}
 }
 
@@ -138,7 +140,7 @@ func TestRawLogReadsRingTail(t *testing.T) {
 // seq order, pairs frees of managed memory with their allocation, and computes the summary.
 func TestConvertMergesOutOfOrderLogs(t *testing.T) {
 	dir := t.TempDir()
-	const n = 3 * segSlots
+	const n = 3 * testLaneSlots
 	var a, b []rawRecord
 	for i := range n {
 		seq := uint64(2 * i)
@@ -175,7 +177,6 @@ func TestConvertMergesOutOfOrderLogs(t *testing.T) {
 
 func writeLog(t *testing.T, path string, h rawHeader, recs []rawRecord) {
 	t.Helper()
-	h.Claimed, h.Drained = uint64(len(recs)), uint64(len(recs))
 	for i := range recs {
 		if recs[i].TimeNs == 0 {
 			recs[i].TimeNs = 1
@@ -185,28 +186,32 @@ func writeLog(t *testing.T, path string, h rawHeader, recs []rawRecord) {
 	if err := os.WriteFile(path, encodeRawLog(h, recs), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(strings.TrimSuffix(path, ".alog")+".lanes", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Managed memory freed by cudaFree is reported as managed and does not count against device bytes;
-// uncommitted slots, duplicate seqs and private counters become warnings.
+// empty slots are skipped; duplicate seqs, private counters and lost events become warnings.
 func TestConvertSummaryAndWarnings(t *testing.T) {
 	dir := t.TempDir()
 	recs := []rawRecord{
 		{Seq: 0, Function: 6, Size: 4096, Address: 0x300000000000, Device: -1}, // cudaMallocManaged
 		{Seq: 1, Function: 1, Size: 1000, Address: 0x200000000000, Device: 2},  // cudaMalloc
-		{}, // uncommitted
+		{}, // an empty slot
 		{Seq: 2, Function: 2, Size: 4096, Address: 0x300000000000, Device: -1}, // cudaFree of the managed block
 		{Seq: 2, Function: 25, Size: 1 << 21, Address: 0x1000, Device: 3},      // cuMemCreate, duplicate seq
 		{Seq: 3, Function: 2, Size: 1000, Address: 0x200000000000, Device: 2},
 		{Seq: 4, Function: 1, Size: 1 << 40, Result: 2, Device: -1}, // failed cudaMalloc
 	}
-	writeLog(t, filepath.Join(dir, "9-9.alog"), rawHeader{PID: 9, Flags: flagPrivateSeq}, recs)
+	writeLog(t, filepath.Join(dir, "9-9.alog"), rawHeader{PID: 9, Flags: flagPrivateSeq | flagFailed, FailErrno: 28,
+		Lost: 12, Command: []string{"prog", "arg"}}, recs)
 	events, sum := convertDir(t, dir)
 	if events[2].Memory != trace.MemoryManaged || events[2].Function != "cudaFree" {
 		t.Errorf("free of managed memory: %s", testcuda.Render(&events[2]))
 	}
 	want := []string{
-		dir + "/9-9.alog: 1 uncommitted records skipped (a thread stopped mid-record)",
+		"process 9 (prog arg) stopped recording: cannot write its log: no space left on device; 12 later events were not recorded",
 		dir + "/9-9.alog: process 9 could not map the shared seq counter; its events are ordered by a private counter",
 		"1 events share their seq with the event before (logs from more than one recording in one directory?)",
 	}
@@ -214,7 +219,7 @@ func TestConvertSummaryAndWarnings(t *testing.T) {
 		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(sum.Warnings, "\n"), strings.Join(want, "\n"))
 	}
 	sum.Warnings = nil
-	checkSummary(t, sum, Summary{Events: 6, Processes: 1, Devices: []int32{2, 3}, PeakLiveBytes: 1000 + 1<<21})
+	checkSummary(t, sum, Summary{Events: 6, Processes: 1, Devices: []int32{2, 3}, PeakLiveBytes: 1000 + 1<<21, Lost: 12, ShimLoads: -1})
 }
 
 func TestConvertErrors(t *testing.T) {
@@ -233,7 +238,7 @@ func TestConvertErrors(t *testing.T) {
 	writeLog(t, filepath.Join(dir, "1-1.alog"), rawHeader{}, []rawRecord{{Seq: 0, Function: 1}, {Seq: 1, Function: 99}})
 	var events eventList
 	_, err = convert(dir, &events, ConvertOptions{})
-	if err == nil || err.Error() != dir+"/1-1.alog: record 1: unknown function id 99" {
+	if err == nil || err.Error() != dir+"/1-1.alog: chunk 0: record 1: unknown function id 99" {
 		t.Errorf("corrupt record: %v", err)
 	}
 	if len(events) != 0 {

@@ -1,5 +1,6 @@
-// Package intercept holds allocscope's LD_PRELOAD shim (C source in shim/shim.c, embedded; Go refuses .c files in a package without cgo), the code that builds and
-// locates it, and the reader that turns its raw per-process logs into a trace.
+// Package intercept holds allocscope's LD_PRELOAD shim (C source in shim/, embedded; Go refuses .c
+// files in a package without cgo), the code that builds and locates it, and the reader that turns
+// its raw per-process logs into a trace.
 //
 // The shim is compiled on first use with the system C compiler into a cache directory keyed by the hash
 // of its source. A recording sets EnvLogDir; every process that loads the shim then writes its events
@@ -9,7 +10,7 @@ package intercept
 
 import (
 	"crypto/sha256"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,22 +26,39 @@ const EnvLogDir = "ALLOCSCOPE_LOG_DIR"
 // ShimFileName is the name of the compiled shim inside its cache directory.
 const ShimFileName = "liballocscope.so"
 
-// seqFileName is the shared sequence counter in a log directory; seqFileSize its size.
-const (
-	seqFileName = "seq"
-	seqFileSize = 4096
-)
+// shimFS holds the shim's C source: shim.c, which includes the headers beside it.
+//
+//go:embed shim/*.c shim/*.h
+var shimFS embed.FS
 
-//go:embed shim/shim.c
-var shimSource []byte
+// shimFiles returns the shim's source files by name, and their names in order.
+func shimFiles() (map[string][]byte, []string) {
+	entries, err := shimFS.ReadDir("shim")
+	if err != nil {
+		panic(fmt.Sprintf("intercept: embedded shim source: %v", err)) // fixed at build time
+	}
+	files := map[string][]byte{}
+	var names []string
+	for _, e := range entries {
+		b, err := shimFS.ReadFile("shim/" + e.Name())
+		if err != nil {
+			panic(fmt.Sprintf("intercept: embedded shim source: %v", err))
+		}
+		files[e.Name()] = b
+		names = append(names, e.Name())
+	}
+	return files, names
+}
 
-// ShimSource returns the C source of the shim.
-func ShimSource() []byte { return append([]byte(nil), shimSource...) }
-
-// shimHash is the content hash that names a compiled shim's cache directory.
+// shimHash is the content hash of the shim's source files that names a compiled shim's cache directory.
 func shimHash() string {
-	sum := sha256.Sum256(shimSource)
-	return hex.EncodeToString(sum[:])[:16]
+	files, names := shimFiles()
+	h := sha256.New()
+	for _, n := range names {
+		fmt.Fprintf(h, "%s %d\n", n, len(files[n]))
+		h.Write(files[n])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // DefaultCacheDir returns the directory where compiled shims are cached (os.UserCacheDir()/allocscope).
@@ -79,10 +97,13 @@ func BuildShim(out string) error {
 		return fmt.Errorf("build shim %s: %w", out, err)
 	}
 	defer os.RemoveAll(tmp)
-	src := filepath.Join(tmp, "shim.c")
-	if err := os.WriteFile(src, shimSource, 0o644); err != nil {
-		return fmt.Errorf("build shim %s: %w", out, err)
+	files, _ := shimFiles()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+			return fmt.Errorf("build shim %s: %w", out, err)
+		}
 	}
+	src := filepath.Join(tmp, "shim.c")
 	lib := filepath.Join(tmp, ShimFileName)
 	if err := compileShim(src, lib); err != nil {
 		return fmt.Errorf("build shim %s: %w", out, err)
@@ -111,33 +132,37 @@ func compileShim(src, lib string) error {
 	return nil
 }
 
-// PrepareLogDir creates dir (if needed) and the shared sequence-counter file in it. An existing counter
-// file is kept, so that a directory can collect several runs without reusing sequence numbers.
+// PrepareLogDir creates dir (if needed) and the control file in it, which holds the sequence
+// counter every process of the recording shares and the counts of processes that loaded the shim or
+// could not create their log. An existing control file is kept, so that a directory can collect
+// several runs without reusing sequence numbers. The file is written, not just sized, so that a
+// full disk cannot fault the processes that map it.
 func PrepareLogDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create log directory %s: %w", dir, err)
 	}
-	path := filepath.Join(dir, seqFileName)
+	path := filepath.Join(dir, controlFileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, os.ErrExist) {
 		st, serr := os.Stat(path)
 		if serr != nil {
-			return fmt.Errorf("check sequence counter %s: %w", path, serr)
+			return fmt.Errorf("check control file %s: %w", path, serr)
 		}
-		if st.Size() < 8 {
-			return fmt.Errorf("sequence counter %s: %d bytes, want %d", path, st.Size(), seqFileSize)
+		if st.Size() < controlFileSize {
+			return fmt.Errorf("control file %s: %d bytes, want %d", path, st.Size(), controlFileSize)
 		}
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("create sequence counter %s: %w", path, err)
+		return fmt.Errorf("create control file %s: %w", path, err)
 	}
-	if err := f.Truncate(seqFileSize); err != nil {
-		f.Close()
-		return fmt.Errorf("create sequence counter %s: %w", path, err)
+	_, err = f.Write(make([]byte, controlFileSize))
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("create sequence counter %s: %w", path, err)
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("create control file %s: %w", path, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -65,9 +66,9 @@ func TestPrepareLogDir(t *testing.T) {
 	if err := PrepareLogDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	seq := filepath.Join(dir, "seq")
-	if st, err := os.Stat(seq); err != nil || st.Size() != 4096 {
-		t.Fatalf("seq file: %v, %v", st, err)
+	seq := filepath.Join(dir, "control")
+	if st, err := os.Stat(seq); err != nil || st.Size() != 4096 || st.Sys().(*syscall.Stat_t).Blocks == 0 {
+		t.Fatalf("control file (written, not sparse): %v, %v", st, err)
 	}
 	if err := os.WriteFile(seq, append([]byte{42}, make([]byte, 4095)...), 0o644); err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func TestPrepareLogDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := PrepareLogDir(dir); err == nil || !strings.Contains(err.Error(), "1 bytes, want 4096") {
-		t.Errorf("short counter: %v", err)
+		t.Errorf("short control file: %v", err)
 	}
 }
 

@@ -29,6 +29,7 @@ type Info struct {
 	RecorderVersion string    // allocscope version that wrote the file
 	DriverVersion   string    // CUDA driver version, when known
 	GPUNames        []string  // GPU names by ordinal, when known
+	LostEvents      int64     // calls the recorder saw but could not write (the trace lacks them)
 }
 
 // Schema metadata keys. Every key is written; optional values are written as "" (or "[]").
@@ -41,6 +42,7 @@ const (
 	metaRecorderVersion = "allocscope.recorder_version"
 	metaDriverVersion   = "allocscope.driver_version"
 	metaGPUNames        = "allocscope.gpu_names"
+	metaLostEvents      = "allocscope.lost_events"
 )
 
 // metadata encodes info as Arrow schema metadata. The format version written is always
@@ -55,9 +57,9 @@ func (info Info) metadata() arrow.Metadata {
 		source = SourceAllocscope
 	}
 	keys := []string{metaFormatVersion, metaSource, metaCommand, metaHost, metaStartTime,
-		metaRecorderVersion, metaDriverVersion, metaGPUNames}
+		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents}
 	values := []string{strconv.Itoa(FormatVersion), source, jsonStrings(info.Command), info.Host, start,
-		info.RecorderVersion, info.DriverVersion, jsonStrings(info.GPUNames)}
+		info.RecorderVersion, info.DriverVersion, jsonStrings(info.GPUNames), strconv.FormatInt(info.LostEvents, 10)}
 	return arrow.NewMetadata(keys, values)
 }
 
@@ -93,6 +95,11 @@ func infoFromMetadata(md arrow.Metadata) (Info, error) {
 	}
 	if info.GPUNames, err = metaStrings(md, metaGPUNames); err != nil {
 		return info, err
+	}
+	if s, _ := metaValue(md, metaLostEvents); s != "" {
+		if info.LostEvents, err = strconv.ParseInt(s, 10, 64); err != nil || info.LostEvents < 0 {
+			return info, fmt.Errorf("schema metadata %q: bad count %q", metaLostEvents, s)
+		}
 	}
 	if s, _ := metaValue(md, metaStartTime); s != "" {
 		if info.StartTime, err = time.Parse(time.RFC3339Nano, s); err != nil {

@@ -44,7 +44,7 @@ func newConvertCommand(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printSummary(stderr, sum, 0, output)
+			printSummary(stderr, sum, 0, output, false)
 			return nil
 		},
 	}
@@ -92,14 +92,15 @@ func convertOutput(dir string) string {
 	return out
 }
 
-// writeTrace merges the raw logs of dir into the Arrow trace output. On failure it removes what it
-// wrote of output, so that no truncated trace is left behind.
-func writeTrace(dir, output string, info trace.Info, stderr io.Writer) (intercept.Summary, error) {
+// writeTrace merges the raw logs of dir into the Arrow trace output, drawing a progress bar on
+// progress for large conversions (io.Discard: none). On failure it removes what it wrote of output,
+// so that no truncated trace is left behind.
+func writeTrace(dir, output string, info trace.Info, progress io.Writer) (intercept.Summary, error) {
 	out, err := os.Create(output)
 	if err != nil {
 		return intercept.Summary{}, fmt.Errorf("create trace: %w", err)
 	}
-	sum, err := convertDir(dir, out, info, stderr)
+	sum, err := convertDir(dir, out, info, progress)
 	if cerr := out.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("write trace %s: %w", output, cerr)
 	}
@@ -109,15 +110,22 @@ func writeTrace(dir, output string, info trace.Info, stderr io.Writer) (intercep
 	return sum, err
 }
 
-// convertDir merges the raw logs of dir into an Arrow trace written to out.
-func convertDir(dir string, out *os.File, info trace.Info, stderr io.Writer) (intercept.Summary, error) {
+// convertDir merges the raw logs of dir into an Arrow trace written to out, with a progress bar on
+// progress.
+func convertDir(dir string, out *os.File, info trace.Info, progress io.Writer) (intercept.Summary, error) {
+	logs, err := intercept.OpenLogs(dir)
+	if err != nil {
+		return intercept.Summary{}, fmt.Errorf("convert raw logs %s: %w", dir, err)
+	}
+	defer logs.Close()
+	info.LostEvents = logs.Lost()
 	bw := bufio.NewWriterSize(out, 1<<20)
 	w, err := trace.NewWriter(bw, info)
 	if err != nil {
 		return intercept.Summary{}, fmt.Errorf("write trace %s: %w", out.Name(), err)
 	}
-	progress, finish := newProgress(stderr)
-	sum, err := intercept.Convert(dir, w, intercept.ConvertOptions{Progress: progress})
+	bar, finish := newProgress(progress)
+	sum, err := logs.Convert(w, intercept.ConvertOptions{Progress: bar})
 	finish()
 	if err != nil {
 		w.Close()
@@ -133,11 +141,12 @@ func convertDir(dir string, out *os.File, info trace.Info, stderr io.Writer) (in
 }
 
 // newProgress returns a Progress callback for intercept.Convert that shows a bar on w once the
-// total passes progressThreshold events, and a function that finishes the bar.
+// total passes progressThreshold events, and a function that finishes the bar. It draws nothing on
+// io.Discard (record -q): it does not even make the bar.
 func newProgress(w io.Writer) (progress func(done, total int64), finish func()) {
 	var bar *progressbar.ProgressBar
 	progress = func(done, total int64) {
-		if total < progressThreshold {
+		if total < progressThreshold || w == io.Discard {
 			return
 		}
 		if bar == nil {

@@ -22,9 +22,9 @@ func TestConvertKeptRaw(t *testing.T) {
 	direct, directInfo := testcuda.ReadTrace(t, out)
 	raw := out + ".raw"
 	logs, _ := filepath.Glob(filepath.Join(raw, "*.alog"))
-	rings, _ := filepath.Glob(filepath.Join(raw, "*.ring"))
-	if len(logs) != 1 || len(rings) != 1 {
-		t.Fatalf("%s holds logs %v and rings %v, want one of each", raw, logs, rings)
+	lanes, _ := filepath.Glob(filepath.Join(raw, "*.lanes"))
+	if len(logs) != 1 || len(lanes) != 1 {
+		t.Fatalf("%s holds logs %v and lanes %v, want one of each", raw, logs, lanes)
 	}
 	const summary = "allocscope: 55 events from 1 process(es), device(s) 0,1, peak live 2.01 MiB"
 	other := filepath.Join(t.TempDir(), "other.arrow")
@@ -105,7 +105,7 @@ func TestConvertBadInput(t *testing.T) {
 		{missing, "read raw logs: stat " + missing + ": no such file or directory"},
 		{empty, empty + ": no raw logs (*.alog)"},
 		{short, short + "/10-20.alog: header: file has 13 bytes, a raw log has at least 4096"},
-		{badRecord.dir, "convert raw logs " + badRecord.dir + ": " + badRecord.log + ": record 10: unknown function id 238"},
+		{badRecord.dir, "convert raw logs " + badRecord.dir + ": " + badRecord.log + ": lane 0: record 10: unknown function id 238"},
 	}
 	for _, tc := range tests {
 		out := filepath.Join(dir, "out.arrow")
@@ -121,25 +121,25 @@ func TestConvertBadInput(t *testing.T) {
 type rawRun struct{ dir, log string }
 
 // corruptRun records plain with --keep-raw and overwrites the function id of its 11th record (in
-// the ring file: 55 records are never drained) with 238.
+// the first lane of the lanes file: 55 records are never flushed) with 238.
 func corruptRun(t *testing.T, env *testcuda.Env, out string) rawRun {
 	t.Helper()
 	if code, _, _ := runMain(t, "-q", "--keep-raw", "-o", out, "--shim", env.Shim, "--", env.Prog("plain")); code != 7 {
 		t.Fatalf("record exit code %d, want 7", code)
 	}
-	rings, _ := filepath.Glob(filepath.Join(out+".raw", "*.ring"))
-	if len(rings) != 1 {
-		t.Fatalf("rings %v, want one", rings)
+	lanes, _ := filepath.Glob(filepath.Join(out+".raw", "*.lanes"))
+	if len(lanes) != 1 {
+		t.Fatalf("lanes %v, want one", lanes)
 	}
-	f, err := os.OpenFile(rings[0], os.O_WRONLY, 0)
+	f, err := os.OpenFile(lanes[0], os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := f.WriteAt([]byte{238}, 10*64+63); err != nil {
+	if _, err := f.WriteAt([]byte{238}, 4096+10*64+63); err != nil {
 		t.Fatal(err)
 	}
-	return rawRun{dir: out + ".raw", log: rings[0][:len(rings[0])-len(".ring")] + ".alog"}
+	return rawRun{dir: out + ".raw", log: lanes[0][:len(lanes[0])-len(".lanes")] + ".alog"}
 }
 
 func writeFile(t *testing.T, path string, data []byte) {

@@ -22,9 +22,15 @@ import (
 const envRunRecord = "ALLOCSCOPE_TEST_RUN_RECORD"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envHoldLog) != "" {
+		os.Exit(holdLog())
+	}
 	if os.Getenv(envRunRecord) == "1" {
 		os.Unsetenv(envRunRecord)
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if os.Getenv(envSpawnHolder) != "" {
+		os.Exit(spawnHolder())
 	}
 	code := m.Run()
 	testcuda.Cleanup()

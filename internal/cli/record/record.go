@@ -46,6 +46,7 @@ type options struct {
 	logDir  string
 	keepRaw bool
 	quiet   bool
+	wait    time.Duration
 }
 
 // NewCommand returns the cobra command `record` with its subcommands `convert` and `shim`.
@@ -56,8 +57,9 @@ func NewCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Record every GPU memory allocation of a program into an Arrow trace",
 		Long: `record runs program with allocscope's LD_PRELOAD shim, which logs every CUDA device-memory
 allocation and free (runtime and driver API, however the program resolves them) into per-process raw
-logs. When the program ends, record merges the logs into one Arrow IPC trace and prints a summary.
-record exits with the program's exit code (128+N when a signal N ended it).`,
+logs. When the program ends, record waits a while (--wait) for the processes it started that still
+run, merges the logs into one Arrow IPC trace and prints a summary. record exits with the program's
+exit code (128+N when a signal N ended it), warnings or not.`,
 		Example: `  record -o run.arrow -- python train.py
   record -- ./my_cuda_service --flag
   record convert run.arrow.raw -o run.arrow   # raw logs left behind by a killed record`,
@@ -79,7 +81,10 @@ record exits with the program's exit code (128+N when a signal N ended it).`,
 	f.StringVar(&opt.shim, "shim", "", "use this prebuilt shim library instead of compiling the embedded one")
 	f.StringVar(&opt.logDir, "log-dir", "", "directory for the raw per-process logs (default <output>.raw)")
 	f.BoolVar(&opt.keepRaw, "keep-raw", false, "keep the raw logs after converting them")
-	f.BoolVarP(&opt.quiet, "quiet", "q", false, "print no summary")
+	f.BoolVarP(&opt.quiet, "quiet", "q", false,
+		"print nothing but errors and warnings about events lost or not recorded (no summary, no progress bar)")
+	f.DurationVar(&opt.wait, "wait", 10*time.Second, "after the program exits, wait up to this long for the "+
+		"processes it started that still run and hold a raw log (so that the trace has all their events); 0: do not wait")
 	cmd.AddCommand(newConvertCommand(stdout, stderr), newShimCommand(stdout))
 	return cmd
 }
@@ -90,7 +95,8 @@ func defaultOutput(now time.Time) string {
 }
 
 // shimPath returns the shim library to preload: the --shim one, or the embedded source compiled
-// into the cache.
+// into the cache. Either must pass intercept.CheckShim: ld.so silently skips a library it cannot
+// use, and the trace would be empty.
 func shimPath(flag string) (string, error) {
 	if flag != "" {
 		abs, err := filepath.Abs(flag)
@@ -100,7 +106,7 @@ func shimPath(flag string) (string, error) {
 		if _, err := os.Stat(abs); err != nil {
 			return "", fmt.Errorf("shim: %w", err)
 		}
-		return abs, nil
+		return abs, intercept.CheckShim(abs)
 	}
 	cache, err := intercept.DefaultCacheDir()
 	if err != nil {
@@ -110,7 +116,7 @@ func shimPath(flag string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("build shim (use --shim PATH on machines without a C compiler): %w", err)
 	}
-	return path, nil
+	return path, intercept.CheckShim(path)
 }
 
 // preloadValue appends lib to an existing LD_PRELOAD value.

@@ -23,7 +23,8 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
 // runRecord runs the program under the shim, then converts its raw logs. Nothing is run when the
-// program, the shim, the trace file or the raw log directory is unusable.
+// program, the shim, the trace file or the raw log directory is unusable. With -q it prints only
+// errors and warnings.
 func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	if opt.output == "" {
@@ -32,31 +33,22 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	if opt.logDir == "" {
 		opt.logDir = opt.output + ".raw"
 	}
-	if _, err := exec.LookPath(args[0]); err != nil {
-		return fmt.Errorf("program %s: %w", args[0], lookPathCause(err))
-	}
-	lib, err := shimPath(opt.shim)
+	lib, created, err := prepareRun(opt, args)
 	if err != nil {
 		return err
 	}
-	if strings.ContainsAny(lib, ": ") {
-		return fmt.Errorf("shim path %q contains a colon or space, which LD_PRELOAD cannot hold", lib)
-	}
-	if err := checkWritable(opt.output); err != nil {
-		return err
-	}
-	created, err := prepareLogDir(opt.logDir)
-	if err != nil {
-		return err
+	notice := stderr
+	if opt.quiet {
+		notice = io.Discard
 	}
 	childStart := time.Now()
-	code, runErr := runChild(args, lib, opt.logDir, stdout, stderr)
+	code, runErr := runProgram(opt, args, lib, stdout, stderr, notice)
 	elapsed := time.Since(childStart)
 	if runErr != nil {
 		removeRawLogs(opt.logDir, created)
 		return runErr
 	}
-	sum, err := writeTrace(opt.logDir, opt.output, traceInfo(args, start), stderr)
+	sum, err := writeTrace(opt.logDir, opt.output, traceInfo(args, start), notice)
 	if err != nil {
 		fmt.Fprintf(stderr, "record: %v\nrecord: raw logs kept in %s; convert them with `record convert %s -o %s`\n",
 			err, opt.logDir, opt.logDir, opt.output)
@@ -65,10 +57,57 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	if !opt.keepRaw {
 		removeRawLogs(opt.logDir, created)
 	}
-	if !opt.quiet {
-		printSummary(stderr, sum, elapsed, opt.output)
-	}
+	printSummary(stderr, sum, elapsed, opt.output, opt.quiet)
 	return exitCodeError{code: code}
+}
+
+// prepareRun checks the program, the shim and the trace file, and prepares the raw log directory. It
+// returns the shim to preload and whether the directory was created (see prepareLogDir).
+func prepareRun(opt options, args []string) (lib string, created bool, err error) {
+	if _, err := exec.LookPath(args[0]); err != nil {
+		return "", false, fmt.Errorf("program %s: %w", args[0], lookPathCause(err))
+	}
+	lib, err = shimPath(opt.shim)
+	if err != nil {
+		return "", false, err
+	}
+	if strings.ContainsAny(lib, ": ") {
+		return "", false, fmt.Errorf("shim path %q contains a colon or space, which LD_PRELOAD cannot hold", lib)
+	}
+	if err := checkWritable(opt.output); err != nil {
+		return "", false, err
+	}
+	created, err = prepareLogDir(opt.logDir)
+	return lib, created, err
+}
+
+// runProgram runs the program (runChild), then waits up to opt.wait for the processes it started
+// that still hold a raw log. A SIGINT or SIGTERM that reaches record during that wait ends it; one
+// that arrives while the program runs is only forwarded to it.
+func runProgram(opt options, args []string, lib string, stdout, stderr, notice io.Writer) (int, error) {
+	// Caught from before the start, so that none arriving after the program ended kills record
+	// before it converts.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	code, err := runChild(args, lib, opt.logDir, stdout, stderr)
+	if err != nil || opt.wait <= 0 {
+		return code, err
+	}
+	for len(sigs) > 0 {
+		<-sigs // sent while the program ran, and forwarded to it
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sigs:
+			close(stop)
+		case <-done:
+		}
+	}()
+	waitForLogs(opt.logDir, opt.wait, stop, notice, stderr)
+	return code, nil
 }
 
 // lookPathCause strips what exec.LookPath repeats of the program's name from its error:
@@ -127,7 +166,7 @@ func prepareLogDir(dir string) (created bool, err error) {
 // removeRawLogs deletes what the recording wrote into dir (the sequence counter, raw logs and
 // rings), and dir itself when it was created for the recording and nothing else is in it.
 func removeRawLogs(dir string, created bool) {
-	for _, pattern := range []string{"seq", "*.alog", "*.ring"} {
+	for _, pattern := range []string{"control", "*.alog", "*.lanes"} {
 		paths, _ := filepath.Glob(filepath.Join(dir, pattern))
 		for _, p := range paths {
 			os.Remove(p)

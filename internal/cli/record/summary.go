@@ -9,8 +9,26 @@ import (
 	"github.com/allocscope/allocscope/intercept"
 )
 
-// printSummary writes the short report record prints after converting.
-func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, output string) {
+// printSummary writes the short report record prints after converting; quiet writes only its
+// warnings (events lost or not recorded), which -q does not silence.
+func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, output string, quiet bool) {
+	if !quiet {
+		printCounts(w, s, elapsed)
+	}
+	for _, warn := range s.Warnings {
+		fmt.Fprintf(w, "allocscope: warning: %s\n", warn)
+	}
+	if s.Lost > 0 {
+		fmt.Fprintf(w, "allocscope: warning: %s events were not recorded: the trace lacks them (%s recorded)\n",
+			groupDigits(s.Lost), groupDigits(s.Events))
+	}
+	if !quiet {
+		fmt.Fprintf(w, "allocscope: wrote %s\n", output)
+	}
+}
+
+// printCounts writes the summary's events line and time line.
+func printCounts(w io.Writer, s intercept.Summary, elapsed time.Duration) {
 	devs := make([]string, len(s.Devices))
 	for i, d := range s.Devices {
 		devs[i] = fmt.Sprint(d)
@@ -28,10 +46,6 @@ func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, outpu
 	} else {
 		fmt.Fprintf(w, "allocscope: %s inside allocation calls\n", inCalls.Round(time.Microsecond))
 	}
-	for _, warn := range s.Warnings {
-		fmt.Fprintf(w, "allocscope: warning: %s\n", warn)
-	}
-	fmt.Fprintf(w, "allocscope: wrote %s\n", output)
 }
 
 // formatBytes prints n with a binary unit.
@@ -46,4 +60,16 @@ func formatBytes(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.2f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// groupDigits prints n with thousands separators: 930,367.
+func groupDigits(n int64) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + groupDigits(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -57,6 +58,11 @@ func TestUsageErrors(t *testing.T) {
 	writeFile(t, earlier, nil)
 	out := filepath.Join(dir, "out.arrow")
 	shim := []string{"--shim", env.Shim}
+	noABI := filepath.Join(dir, "libother.so")
+	writeFile(t, noABI+".c", []byte("int other_symbol;\n"))
+	if msg, err := exec.Command("cc", "-shared", "-fPIC", "-o", noABI, noABI+".c").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, msg)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -77,6 +83,12 @@ func TestUsageErrors(t *testing.T) {
 				busy + ".raw` or remove them"},
 		{"missing shim", slices.Concat([]string{"-o", out, "--shim", filepath.Join(dir, "none.so"), "--"}, prog),
 			"shim: stat " + filepath.Join(dir, "none.so") + ": no such file or directory"},
+		{"shim not an ELF file", slices.Concat([]string{"-o", out, "--shim", file, "--"}, prog),
+			"shim " + file + ": not an allocscope shim: not an ELF file"},
+		{"shim a directory", slices.Concat([]string{"-o", out, "--shim", dir, "--"}, prog),
+			"shim " + dir + ": not an allocscope shim: a directory"},
+		{"shim without the ABI symbol", slices.Concat([]string{"-o", out, "--shim", noABI, "--"}, prog),
+			"shim " + noABI + ": not an allocscope shim (no symbol allocscope_shim_abi_2; built by another allocscope version?)"},
 		{"unknown flag", []string{"--bogus", "--", "true"}, "unknown flag: --bogus"},
 		{"convert without a directory", []string{"convert"}, "accepts 1 arg(s), received 0"},
 	}
@@ -115,7 +127,7 @@ func TestNoIntercepted(t *testing.T) {
 	}
 	lines := strings.SplitAfter(stderr, "\n")
 	if len(lines) != 5 || lines[0] != "allocscope: 0 events from 0 process(es), device(s) none, peak live 0 B\n" ||
-		lines[2] != "allocscope: warning: "+out+".raw: no raw logs (*.alog): the program made no intercepted call\n" ||
+		lines[2] != "allocscope: warning: "+out+".raw: the program made no intercepted call\n" ||
 		lines[3] != "allocscope: wrote "+out+"\n" {
 		t.Errorf("stderr:\n%s", stderr)
 	}

@@ -1,0 +1,337 @@
+/*
+ * Hook bodies: what every hooked call does around the real one. Each body takes the real function,
+ * the function id and the program's return address, calls the real function with the program's
+ * arguments, and logs one record; the program's return value and errno are passed back unchanged.
+ *
+ * Nesting. t_depth counts this thread's hooks in progress; t_frame[d] says what hook d is doing. A
+ * driver call made while the hook below it is a runtime call inside its real call is the runtime's
+ * own (cudaMalloc reaching cuMemAlloc_v2) and passes through unrecorded: a runtime call that reaches
+ * the driver is one event. Any other call made while a hook is in progress comes from a signal
+ * handler that interrupted it, and is recorded at the next depth, in a lane of its own. (A handler's
+ * driver call that interrupts a runtime call's real call cannot be told from the runtime's own and
+ * passes through.)
+ */
+#ifndef ALLOCSCOPE_HOOKS_H
+#define ALLOCSCOPE_HOOKS_H
+
+#include "common.h"
+#include "addrmap.h"
+#include "clock.h"
+#include "log.h"
+
+enum { FRAME_RUNTIME = 1, FRAME_IN_CALL = 2 };
+
+static int g_enabled;   /* logging on: ALLOCSCOPE_LOG_DIR was set at start-up */
+static int g_init_done;
+static void shim_init(void);
+
+static TLS int t_depth;
+static TLS unsigned char t_frame[MAX_DEPTH];
+
+static struct addr_map g_addrs;   /* device/host/managed addresses */
+static struct addr_map g_handles; /* cuMemCreate handles */
+
+/* hook_enter returns the depth at which to record this call, or -1 to pass it straight through. */
+static inline int hook_enter(int fid) {
+	if (UNLIKELY(!__atomic_load_n(&g_init_done, __ATOMIC_ACQUIRE)))
+		shim_init(); /* a call from another library's constructor, before ours ran */
+	if (UNLIKELY(!__atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE)))
+		return -1;
+	int d = t_depth;
+	if (d > 0) {
+		if (t_frame[d - 1] == (FRAME_RUNTIME | FRAME_IN_CALL) && fid >= FID_FIRST_DRIVER)
+			return -1;
+		if (d >= MAX_DEPTH) {
+			count_lost(-1);
+			return -1;
+		}
+	}
+	t_depth = d + 1;
+	SIGNAL_FENCE();
+	t_frame[d] = fid < FID_FIRST_DRIVER ? FRAME_RUNTIME : 0;
+	return d;
+}
+
+static inline void hook_call_begin(int d, int fid) {
+	SIGNAL_FENCE();
+	t_frame[d] = (fid < FID_FIRST_DRIVER ? FRAME_RUNTIME : 0) | FRAME_IN_CALL;
+	SIGNAL_FENCE();
+}
+
+static inline void hook_call_end(int d) {
+	SIGNAL_FENCE();
+	t_frame[d] &= (unsigned char)~FRAME_IN_CALL;
+	SIGNAL_FENCE();
+}
+
+static inline void hook_leave(int d) {
+	SIGNAL_FENCE();
+	t_depth = d;
+}
+
+/* emit logs one record at depth d, or counts it as lost. */
+static inline void emit(int d, uint64_t seq, int fid, int tsc, uint64_t t0, uint64_t t1, uint64_t addr,
+			uint64_t size, uint64_t stream, void *callsite, int result, int device) {
+	struct record *r = log_slot(d);
+	if (UNLIKELY(r == NULL)) {
+		count_lost(d);
+		return;
+	}
+	r->seq = seq;
+	r->time_ns = clock_ns(tsc, t0);
+	r->duration_ns = clock_duration(tsc, t0, t1);
+	r->address = addr;
+	r->size = size;
+	r->stream = stream;
+	r->callsite = (uint64_t)(uintptr_t)callsite;
+	r->tid = current_tid();
+	r->result = (uint16_t)result;
+	r->device = (int8_t)(device < -1 || device > 127 ? -1 : device);
+	r->function = (uint8_t)fid;
+	log_commit(d);
+}
+
+/* ---- current device (real cuCtxGetDevice, resolved once) ---------------------------------------- */
+
+typedef CUresult (*cuCtxGetDevice_fn)(CUdevice *);
+static cuCtxGetDevice_fn g_ctx_get_device;
+
+static int current_device(void) {
+	cuCtxGetDevice_fn f = __atomic_load_n(&g_ctx_get_device, __ATOMIC_ACQUIRE);
+	if (f == NULL) {
+		void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		if (h == NULL)
+			return -1;
+		dlsym_fn rd = get_real_dlsym();
+		f = rd ? (cuCtxGetDevice_fn)rd(h, "cuCtxGetDevice") : NULL;
+		dlclose(h);
+		if (f == NULL)
+			return -1;
+		__atomic_store_n(&g_ctx_get_device, f, __ATOMIC_RELEASE);
+	}
+	CUdevice d = -1;
+	if (f(&d) != 0)
+		return -1;
+	return d;
+}
+
+/* ---- the three shapes of hook ------------------------------------------------------------------- */
+
+/* The real call, timed, with the frame marked as inside it. */
+#define TIMED_CALL(D, FID, CALL, R, TSC, T0, T1)                                                        \
+	int TSC = clock_mode();                                                                          \
+	uint64_t T0 = clock_read(TSC);                                                                   \
+	hook_call_begin(D, FID);                                                                         \
+	int R = CALL;                                                                                    \
+	hook_call_end(D);                                                                                \
+	uint64_t T1 = clock_read(TSC)
+
+/* An allocation: seq taken after the real call. */
+#define ALLOC_BODY(CALL, FID, IS_DEVICE, OUT_ADDR, SIZE_EXPR, STREAM, MAP)                                 \
+	do {                                                                                             \
+		int d_ = hook_enter(FID);                                                                \
+		if (d_ < 0)                                                                              \
+			return CALL;                                                                     \
+		TIMED_CALL(d_, FID, CALL, r_, tsc_, t0_, t1_);                                           \
+		int e_ = errno;                                                                          \
+		uint64_t addr_ = r_ == 0 ? (uint64_t)(OUT_ADDR) : 0;                                     \
+		uint64_t size_ = (uint64_t)(SIZE_EXPR);                                                  \
+		int dev_ = (r_ == 0 && (IS_DEVICE)) ? current_device() : -1;                             \
+		if (addr_ != 0 && (MAP) != NULL)                                                         \
+			map_insert((MAP), addr_, pack_val(size_, dev_));                                 \
+		emit(d_, take_seq(), FID, tsc_, t0_, t1_, addr_, size_, (uint64_t)(uintptr_t)(STREAM),  \
+		     cs, r_, dev_);                                                                      \
+		hook_leave(d_);                                                                          \
+		errno = e_;                                                                              \
+		return r_;                                                                               \
+	} while (0)
+
+/* A free: seq and size taken before the real call; the map entry comes back if the call fails. */
+#define FREE_BODY(CALL, FID, MAP, KEY, STREAM)                                                           \
+	do {                                                                                             \
+		int d_ = hook_enter(FID);                                                                \
+		if (d_ < 0)                                                                              \
+			return CALL;                                                                     \
+		int e0_ = errno;                                                                         \
+		uint64_t key_ = (uint64_t)(KEY);                                                         \
+		uint64_t seq_ = take_seq();                                                              \
+		uint64_t v_ = map_find(MAP, key_, 1);                                                    \
+		errno = e0_;                                                                             \
+		TIMED_CALL(d_, FID, CALL, r_, tsc_, t0_, t1_);                                           \
+		int e_ = errno;                                                                          \
+		if (r_ != 0 && v_ != 0)                                                                  \
+			map_insert(MAP, key_, v_);                                                       \
+		emit(d_, seq_, FID, tsc_, t0_, t1_, key_, val_size(v_), (uint64_t)(uintptr_t)(STREAM),  \
+		     cs, r_, val_device(v_));                                                            \
+		hook_leave(d_);                                                                          \
+		errno = e_;                                                                              \
+		return r_;                                                                               \
+	} while (0)
+
+/* A call that carries its own size (map, unmap, address free): seq after the call. */
+#define PLAIN_BODY(CALL, FID, ADDR, SIZE, STREAM, DEVICE_EXPR)                                           \
+	do {                                                                                             \
+		int d_ = hook_enter(FID);                                                                \
+		if (d_ < 0)                                                                              \
+			return CALL;                                                                     \
+		TIMED_CALL(d_, FID, CALL, r_, tsc_, t0_, t1_);                                           \
+		int e_ = errno;                                                                          \
+		int dev_ = (DEVICE_EXPR);                                                                \
+		emit(d_, take_seq(), FID, tsc_, t0_, t1_, (uint64_t)(ADDR), (uint64_t)(SIZE),           \
+		     (uint64_t)(STREAM), cs, r_, dev_);                                                  \
+		hook_leave(d_);                                                                          \
+		errno = e_;                                                                              \
+		return r_;                                                                               \
+	} while (0)
+
+#define PTR(p) ((uint64_t)(uintptr_t)(p))
+
+/* Function pointer types, and one body per function taking the real pointer and the callsite. */
+typedef cudaError_t (*cudaMalloc_fn)(void **, size_t);
+typedef cudaError_t (*cudaFree_fn)(void *);
+typedef cudaError_t (*cudaMallocAsync_fn)(void **, size_t, cudaStream_t);
+typedef cudaError_t (*cudaFreeAsync_fn)(void *, cudaStream_t);
+typedef cudaError_t (*cudaMallocFromPoolAsync_fn)(void **, size_t, cudaMemPool_t, cudaStream_t);
+typedef cudaError_t (*cudaMallocManaged_fn)(void **, size_t, unsigned int);
+typedef cudaError_t (*cudaMallocPitch_fn)(void **, size_t *, size_t, size_t);
+typedef cudaError_t (*cudaMalloc3D_fn)(struct cudaPitchedPtr *, struct cudaExtent);
+typedef cudaError_t (*cudaMallocHost_fn)(void **, size_t);
+typedef cudaError_t (*cudaHostAlloc_fn)(void **, size_t, unsigned int);
+typedef cudaError_t (*cudaFreeHost_fn)(void *);
+typedef CUresult (*cuMemAlloc_v2_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*cuMemFree_v2_fn)(CUdeviceptr);
+typedef CUresult (*cuMemAllocPitch_v2_fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+typedef CUresult (*cuMemAllocManaged_fn)(CUdeviceptr *, size_t, unsigned int);
+typedef CUresult (*cuMemAllocAsync_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*cuMemFreeAsync_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*cuMemAllocFromPoolAsync_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef CUresult (*cuMemAllocHost_v2_fn)(void **, size_t);
+typedef CUresult (*cuMemHostAlloc_fn)(void **, size_t, unsigned int);
+typedef CUresult (*cuMemFreeHost_fn)(void *);
+typedef CUresult (*cuMemCreate_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
+typedef CUresult (*cuMemRelease_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*cuMemMap_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+typedef CUresult (*cuMemUnmap_fn)(CUdeviceptr, size_t);
+typedef CUresult (*cuMemAddressReserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*cuMemAddressFree_fn)(CUdeviceptr, size_t);
+typedef CUresult (*cuGetProcAddress_fn)(const char *, void **, int, unsigned long long);
+typedef CUresult (*cuGetProcAddress_v2_fn)(const char *, void **, int, unsigned long long, void *);
+typedef cudaError_t (*cudaGetDriverEntryPoint_fn)(const char *, void **, unsigned long long, void *);
+typedef cudaError_t (*cudaGetDriverEntryPointByVersion_fn)(const char *, void **, unsigned int,
+							    unsigned long long, void *);
+
+#define BODY static inline __attribute__((always_inline))
+
+BODY cudaError_t b_cudaMalloc(cudaMalloc_fn f, int fid, void *cs, void **p, size_t n) {
+	ALLOC_BODY(f(p, n), fid, 1, PTR(*p), n, 0, &g_addrs);
+}
+BODY cudaError_t b_cudaFree(cudaFree_fn f, int fid, void *cs, void *p) {
+	FREE_BODY(f(p), fid, &g_addrs, PTR(p), 0);
+}
+BODY cudaError_t b_cudaMallocAsync(cudaMallocAsync_fn f, int fid, void *cs, void **p, size_t n, cudaStream_t s) {
+	ALLOC_BODY(f(p, n, s), fid, 1, PTR(*p), n, s, &g_addrs);
+}
+BODY cudaError_t b_cudaFreeAsync(cudaFreeAsync_fn f, int fid, void *cs, void *p, cudaStream_t s) {
+	FREE_BODY(f(p, s), fid, &g_addrs, PTR(p), s);
+}
+BODY cudaError_t b_cudaMallocFromPoolAsync(cudaMallocFromPoolAsync_fn f, int fid, void *cs, void **p, size_t n,
+					   cudaMemPool_t pool, cudaStream_t s) {
+	ALLOC_BODY(f(p, n, pool, s), fid, 1, PTR(*p), n, s, &g_addrs);
+}
+BODY cudaError_t b_cudaMallocManaged(cudaMallocManaged_fn f, int fid, void *cs, void **p, size_t n, unsigned fl) {
+	ALLOC_BODY(f(p, n, fl), fid, 0, PTR(*p), n, 0, &g_addrs);
+}
+BODY cudaError_t b_cudaMallocPitch(cudaMallocPitch_fn f, int fid, void *cs, void **p, size_t *pitch, size_t w,
+				   size_t h) {
+	ALLOC_BODY(f(p, pitch, w, h), fid, 1, PTR(*p), r_ == 0 ? *pitch * h : w * h, 0, &g_addrs);
+}
+BODY cudaError_t b_cudaMalloc3D(cudaMalloc3D_fn f, int fid, void *cs, struct cudaPitchedPtr *pp,
+				struct cudaExtent e) {
+	ALLOC_BODY(f(pp, e), fid, 1, PTR(pp->ptr), r_ == 0 ? pp->pitch * e.height * e.depth : e.width * e.height * e.depth,
+		   0, &g_addrs);
+}
+BODY cudaError_t b_cudaMallocHost(cudaMallocHost_fn f, int fid, void *cs, void **p, size_t n) {
+	ALLOC_BODY(f(p, n), fid, 0, PTR(*p), n, 0, &g_addrs);
+}
+BODY cudaError_t b_cudaHostAlloc(cudaHostAlloc_fn f, int fid, void *cs, void **p, size_t n, unsigned fl) {
+	ALLOC_BODY(f(p, n, fl), fid, 0, PTR(*p), n, 0, &g_addrs);
+}
+BODY cudaError_t b_cudaFreeHost(cudaFreeHost_fn f, int fid, void *cs, void *p) {
+	FREE_BODY(f(p), fid, &g_addrs, PTR(p), 0);
+}
+BODY CUresult b_cuMemAlloc_v2(cuMemAlloc_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t n) {
+	ALLOC_BODY(f(p, n), fid, 1, *p, n, 0, &g_addrs);
+}
+BODY CUresult b_cuMemFree_v2(cuMemFree_v2_fn f, int fid, void *cs, CUdeviceptr p) {
+	FREE_BODY(f(p), fid, &g_addrs, p, 0);
+}
+BODY CUresult b_cuMemAllocPitch_v2(cuMemAllocPitch_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t *pitch,
+				   size_t w, size_t h, unsigned el) {
+	ALLOC_BODY(f(p, pitch, w, h, el), fid, 1, *p, r_ == 0 ? *pitch * h : w * h, 0, &g_addrs);
+}
+BODY CUresult b_cuMemAllocManaged(cuMemAllocManaged_fn f, int fid, void *cs, CUdeviceptr *p, size_t n,
+				  unsigned fl) {
+	ALLOC_BODY(f(p, n, fl), fid, 0, *p, n, 0, &g_addrs);
+}
+BODY CUresult b_cuMemAllocAsync(cuMemAllocAsync_fn f, int fid, void *cs, CUdeviceptr *p, size_t n, CUstream s) {
+	ALLOC_BODY(f(p, n, s), fid, 1, *p, n, s, &g_addrs);
+}
+BODY CUresult b_cuMemFreeAsync(cuMemFreeAsync_fn f, int fid, void *cs, CUdeviceptr p, CUstream s) {
+	FREE_BODY(f(p, s), fid, &g_addrs, p, s);
+}
+BODY CUresult b_cuMemAllocFromPoolAsync(cuMemAllocFromPoolAsync_fn f, int fid, void *cs, CUdeviceptr *p,
+					size_t n, CUmemoryPool pool, CUstream s) {
+	ALLOC_BODY(f(p, n, pool, s), fid, 1, *p, n, s, &g_addrs);
+}
+BODY CUresult b_cuMemAllocHost_v2(cuMemAllocHost_v2_fn f, int fid, void *cs, void **p, size_t n) {
+	ALLOC_BODY(f(p, n), fid, 0, PTR(*p), n, 0, &g_addrs);
+}
+BODY CUresult b_cuMemHostAlloc(cuMemHostAlloc_fn f, int fid, void *cs, void **p, size_t n, unsigned fl) {
+	ALLOC_BODY(f(p, n, fl), fid, 0, PTR(*p), n, 0, &g_addrs);
+}
+BODY CUresult b_cuMemFreeHost(cuMemFreeHost_fn f, int fid, void *cs, void *p) {
+	FREE_BODY(f(p), fid, &g_addrs, PTR(p), 0);
+}
+
+static int prop_device(const void *prop) {
+	const struct memAllocPropHead *h = (const struct memAllocPropHead *)prop;
+	if (h != NULL && h->locationType == CU_MEM_LOCATION_TYPE_DEVICE)
+		return h->locationId;
+	return -1;
+}
+
+BODY CUresult b_cuMemCreate(cuMemCreate_fn f, int fid, void *cs, CUmemGenericAllocationHandle *h, size_t n,
+			    const void *prop, unsigned long long fl) {
+	int d = hook_enter(fid);
+	if (d < 0)
+		return f(h, n, prop, fl);
+	TIMED_CALL(d, fid, f(h, n, prop, fl), r, tsc, t0, t1);
+	int e = errno;
+	uint64_t handle = r == 0 ? *h : 0;
+	int dev = r == 0 ? prop_device(prop) : -1;
+	if (handle != 0)
+		map_insert(&g_handles, handle, pack_val(n, dev));
+	emit(d, take_seq(), fid, tsc, t0, t1, handle, n, 0, cs, r, dev);
+	hook_leave(d);
+	errno = e;
+	return r;
+}
+BODY CUresult b_cuMemRelease(cuMemRelease_fn f, int fid, void *cs, CUmemGenericAllocationHandle h) {
+	FREE_BODY(f(h), fid, &g_handles, h, 0);
+}
+BODY CUresult b_cuMemMap(cuMemMap_fn f, int fid, void *cs, CUdeviceptr p, size_t n, size_t off,
+			 CUmemGenericAllocationHandle h, unsigned long long fl) {
+	PLAIN_BODY(f(p, n, off, h, fl), fid, p, n, h, val_device(map_find(&g_handles, h, 0)));
+}
+BODY CUresult b_cuMemUnmap(cuMemUnmap_fn f, int fid, void *cs, CUdeviceptr p, size_t n) {
+	PLAIN_BODY(f(p, n), fid, p, n, 0, -1);
+}
+BODY CUresult b_cuMemAddressReserve(cuMemAddressReserve_fn f, int fid, void *cs, CUdeviceptr *p, size_t n,
+				    size_t align, CUdeviceptr addr, unsigned long long fl) {
+	ALLOC_BODY(f(p, n, align, addr, fl), fid, 0, *p, n, 0, (struct addr_map *)NULL);
+}
+BODY CUresult b_cuMemAddressFree(cuMemAddressFree_fn f, int fid, void *cs, CUdeviceptr p, size_t n) {
+	PLAIN_BODY(f(p, n), fid, p, n, 0, -1);
+}
+
+#endif

@@ -1,0 +1,486 @@
+/*
+ * Symbol resolution: variants, paths, wrappers, and the dlsym override.
+ *
+ * How calls are seen:
+ *   - plain symbol binding: the shim exports every hooked name; the real one comes from dlsym(RTLD_NEXT)
+ *     (so another interposer loaded after the shim is called in turn), else from an object loaded before
+ *     the shim;
+ *   - dlsym on a dlopen'ed libcuda / libcudart: the shim overrides dlsym and hands back its wrappers;
+ *   - cuGetProcAddress / cuGetProcAddress_v2 (static cudart), including the lookup of "cuGetProcAddress";
+ *   - cudaGetDriverEntryPoint / cudaGetDriverEntryPointByVersion.
+ * Each way of resolving a function (a "path") has its own wrapper and its own slot for the real
+ * pointer, so a wrapper always calls the function the program would have called without the shim.
+ * If a path hands out a second, different real pointer for a function, that one is returned unwrapped.
+ * A resolver that hands out one of the shim's own exports (a driver linked without -Bsymbolic takes
+ * its functions' addresses through the GOT, which binds them to the preloaded shim) meant its own
+ * definition: that is looked up in the resolver's object, never through RTLD_NEXT from the shim.
+ */
+#ifndef ALLOCSCOPE_RESOLVE_H
+#define ALLOCSCOPE_RESOLVE_H
+
+#include "common.h"
+#include "hooks.h"
+
+HIDDEN dlsym_fn real_dlsym_fn; /* read by the dlsym trampoline */
+
+/* get_real_dlsym finds the dlsym after the shim (libc's, or another interposer's). The trampoline
+ * calls it when a dlsym(RTLD_NEXT, ...) comes before the shim's constructor ran. */
+HIDDEN __attribute__((used)) dlsym_fn get_real_dlsym(void) {
+	dlsym_fn f = __atomic_load_n(&real_dlsym_fn, __ATOMIC_ACQUIRE);
+	if (LIKELY(f != NULL))
+		return f;
+	f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	if (f == NULL)
+		f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+	if (f == NULL)
+		f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17"); /* aarch64 */
+	__atomic_store_n(&real_dlsym_fn, f, __ATOMIC_RELEASE);
+	return f;
+}
+
+enum { P_NEXT, P_DLSYM, P_GPA, P_EP, NPATHS };
+
+/* Every interposed entry point. R: runtime (paths NEXT, DLSYM), D: driver (all four paths). */
+#define VARIANTS(R, D)                                                                                   \
+	R(cudaMalloc, cudaError_t, (void **p, size_t n), (p, n))                                         \
+	R(cudaFree, cudaError_t, (void *p), (p))                                                         \
+	R(cudaMallocAsync, cudaError_t, (void **p, size_t n, cudaStream_t s), (p, n, s))                 \
+	R(cudaFreeAsync, cudaError_t, (void *p, cudaStream_t s), (p, s))                                 \
+	R(cudaMallocFromPoolAsync, cudaError_t, (void **p, size_t n, cudaMemPool_t m, cudaStream_t s),   \
+	  (p, n, m, s))                                                                                  \
+	R(cudaMallocManaged, cudaError_t, (void **p, size_t n, unsigned fl), (p, n, fl))                 \
+	R(cudaMallocPitch, cudaError_t, (void **p, size_t *pi, size_t w, size_t h), (p, pi, w, h))       \
+	R(cudaMalloc3D, cudaError_t, (struct cudaPitchedPtr * p, struct cudaExtent e), (p, e))           \
+	R(cudaMallocHost, cudaError_t, (void **p, size_t n), (p, n))                                     \
+	R(cudaHostAlloc, cudaError_t, (void **p, size_t n, unsigned fl), (p, n, fl))                     \
+	R(cudaFreeHost, cudaError_t, (void *p), (p))                                                     \
+	R(cudaGetDriverEntryPoint, cudaError_t, (const char *sym, void **fp, unsigned long long fl, void *st), \
+	  (sym, fp, fl, st))                                                                             \
+	R(cudaGetDriverEntryPointByVersion, cudaError_t,                                                 \
+	  (const char *sym, void **fp, unsigned int v, unsigned long long fl, void *st), (sym, fp, v, fl, st)) \
+	D(cuMemAlloc_v2, cuMemAlloc_v2, (CUdeviceptr * p, size_t n), (p, n))                             \
+	D(cuMemFree_v2, cuMemFree_v2, (CUdeviceptr p), (p))                                              \
+	D(cuMemAllocPitch_v2, cuMemAllocPitch_v2, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned e), \
+	  (p, pi, w, h, e))                                                                              \
+	D(cuMemAllocManaged, cuMemAllocManaged, (CUdeviceptr * p, size_t n, unsigned fl), (p, n, fl))    \
+	D(cuMemAllocAsync, cuMemAllocAsync, (CUdeviceptr * p, size_t n, CUstream s), (p, n, s))          \
+	D(cuMemAllocAsync_ptsz, cuMemAllocAsync, (CUdeviceptr * p, size_t n, CUstream s), (p, n, s))     \
+	D(cuMemFreeAsync, cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s))                           \
+	D(cuMemFreeAsync_ptsz, cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s))                      \
+	D(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, (CUdeviceptr * p, size_t n, CUmemoryPool m, CUstream s), \
+	  (p, n, m, s))                                                                                  \
+	D(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync,                                         \
+	  (CUdeviceptr * p, size_t n, CUmemoryPool m, CUstream s), (p, n, m, s))                         \
+	D(cuMemAllocHost_v2, cuMemAllocHost_v2, (void **p, size_t n), (p, n))                            \
+	D(cuMemHostAlloc, cuMemHostAlloc, (void **p, size_t n, unsigned fl), (p, n, fl))                 \
+	D(cuMemFreeHost, cuMemFreeHost, (void *p), (p))                                                  \
+	D(cuMemCreate, cuMemCreate, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), \
+	  (h, n, pr, fl))                                                                                \
+	D(cuMemRelease, cuMemRelease, (CUmemGenericAllocationHandle h), (h))                             \
+	D(cuMemMap, cuMemMap, (CUdeviceptr p, size_t n, size_t o, CUmemGenericAllocationHandle h, unsigned long long fl), \
+	  (p, n, o, h, fl))                                                                              \
+	D(cuMemUnmap, cuMemUnmap, (CUdeviceptr p, size_t n), (p, n))                                     \
+	D(cuMemAddressReserve, cuMemAddressReserve,                                                      \
+	  (CUdeviceptr * p, size_t n, size_t al, CUdeviceptr ad, unsigned long long fl), (p, n, al, ad, fl)) \
+	D(cuMemAddressFree, cuMemAddressFree, (CUdeviceptr p, size_t n), (p, n))                         \
+	D(cuGetProcAddress, cuGetProcAddress, (const char *sym, void **fp, int v, unsigned long long fl), \
+	  (sym, fp, v, fl))                                                                              \
+	D(cuGetProcAddress_v2, cuGetProcAddress_v2,                                                      \
+	  (const char *sym, void **fp, int v, unsigned long long fl, void *st), (sym, fp, v, fl, st))
+
+enum {
+#define V_R(name, ...) V_##name,
+#define V_D(name, ...) V_##name,
+	VARIANTS(V_R, V_D)
+#undef V_R
+#undef V_D
+	NVARIANTS
+};
+
+static const char *const variant_names[NVARIANTS] = {
+#define N_R(name, ...) #name,
+#define N_D(name, ...) #name,
+	VARIANTS(N_R, N_D)
+#undef N_R
+#undef N_D
+};
+
+static void *g_real[NVARIANTS][NPATHS];
+static int is_wrapper(void *p);
+
+/* A search of every loaded object for a definition of name that is not the shim's own. */
+struct elsewhere_search {
+	dlsym_fn rd;
+	const char *name;
+	void *found;
+	const char *shim_name;
+};
+
+static int elsewhere_visit(struct dl_phdr_info *info, size_t size, void *data) {
+	(void)size;
+	struct elsewhere_search *s = data;
+	if (info->dlpi_name != NULL && strcmp(info->dlpi_name, s->shim_name) == 0)
+		return 1; /* objects after the shim are RTLD_NEXT's business (or not global at all) */
+	if (info->dlpi_name == NULL || info->dlpi_name[0] == '\0')
+		return 0; /* the main program: RTLD_NEXT already looked there */
+	void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+	if (h == NULL)
+		return 0;
+	void *p = s->rd(h, s->name);
+	dlclose(h);
+	if (p != NULL && !is_wrapper(p)) {
+		s->found = p;
+		return 1;
+	}
+	return 0;
+}
+
+/* real_elsewhere finds the real function when it is defined only in an object loaded BEFORE the shim
+ * (LD_PRELOAD=libcudart.so:shim.so), where RTLD_NEXT cannot see it. Only objects ahead of the shim in
+ * load order are searched: those are in the global scope, as a plain lookup would see them. */
+static void *real_elsewhere(dlsym_fn rd, const char *name) {
+	struct elsewhere_search s = {rd, name, NULL, NULL};
+	Dl_info self;
+	if (dladdr((void *)&real_elsewhere, &self) == 0)
+		return NULL;
+	s.shim_name = self.dli_fname;
+	dl_iterate_phdr(elsewhere_visit, &s);
+	return s.found;
+}
+
+/* real_in_object looks name up in the object that holds addr and its dependencies (not the global
+ * scope, where the shim's export would shadow it); NULL when that gives nothing but a wrapper. */
+static void *real_in_object(const void *addr, const char *name) {
+	Dl_info info;
+	dlsym_fn rd = get_real_dlsym();
+	if (rd == NULL || addr == NULL || dladdr(addr, &info) == 0 || info.dli_fname == NULL ||
+	    info.dli_fname[0] == '\0')
+		return NULL;
+	void *h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+	if (h == NULL)
+		return NULL;
+	void *p = rd(h, name);
+	dlclose(h);
+	return p != NULL && !is_wrapper(p) ? p : NULL;
+}
+
+/* The NEXT path: the definition after the shim, looked up until found. */
+static void *real_next(int v) {
+	void *p = __atomic_load_n(&g_real[v][P_NEXT], __ATOMIC_ACQUIRE);
+	if (LIKELY(p != NULL))
+		return p;
+	dlsym_fn rd = get_real_dlsym();
+	if (rd == NULL)
+		return NULL;
+	int e = errno;
+	p = rd(RTLD_NEXT, variant_names[v]);
+	if (p == NULL || is_wrapper(p))
+		p = real_elsewhere(rd, variant_names[v]);
+	errno = e;
+	if (p != NULL)
+		__atomic_store_n(&g_real[v][P_NEXT], p, __ATOMIC_RELEASE);
+	return p;
+}
+
+static void *install(int v, int path, void *real);
+static int variant_versioned(const char *sym, long version, unsigned long long flags);
+static int export_variant(void *p);
+
+/* resolve_versioned turns what the real resolver (the function at resolver) handed out for sym into
+ * the wrapper of path. */
+static void *resolve_versioned(const char *sym, long version, unsigned long long flags, void *real, int path,
+			       const void *resolver) {
+	if (real == NULL || sym == NULL || !__atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE))
+		return real;
+	int ev = export_variant(real);
+	if (ev >= 0) {
+		void *own = real_in_object(resolver, variant_names[ev]);
+		if (own == NULL)
+			return real; /* the export finds the real function as a plain call would */
+		real = own;
+	} else if (is_wrapper(real)) {
+		return real;
+	}
+	int v = variant_versioned(sym, version, flags);
+	if (v < 0)
+		return real;
+	return install(v, path, real);
+}
+
+BODY CUresult b_cuGetProcAddress(cuGetProcAddress_fn f, int path, void *cs, const char *sym, void **fp, int v,
+				 unsigned long long fl) {
+	(void)cs;
+	(void)path;
+	CUresult r = f(sym, fp, v, fl);
+	int e = errno;
+	if (r == 0 && fp != NULL)
+		*fp = resolve_versioned(sym, v, fl, *fp, P_GPA, (const void *)f);
+	errno = e;
+	return r;
+}
+BODY CUresult b_cuGetProcAddress_v2(cuGetProcAddress_v2_fn f, int path, void *cs, const char *sym, void **fp,
+				    int v, unsigned long long fl, void *st) {
+	(void)cs;
+	(void)path;
+	CUresult r = f(sym, fp, v, fl, st);
+	int e = errno;
+	if (r == 0 && fp != NULL)
+		*fp = resolve_versioned(sym, v, fl, *fp, P_GPA, (const void *)f);
+	errno = e;
+	return r;
+}
+BODY cudaError_t b_cudaGetDriverEntryPoint(cudaGetDriverEntryPoint_fn f, int path, void *cs, const char *sym,
+					   void **fp, unsigned long long fl, void *st) {
+	(void)cs;
+	(void)path;
+	cudaError_t r = f(sym, fp, fl, st);
+	int e = errno;
+	if (r == 0 && fp != NULL)
+		*fp = resolve_versioned(sym, LONG_MAX, fl, *fp, P_EP, (const void *)f);
+	errno = e;
+	return r;
+}
+BODY cudaError_t b_cudaGetDriverEntryPointByVersion(cudaGetDriverEntryPointByVersion_fn f, int path, void *cs,
+						    const char *sym, void **fp, unsigned int v,
+						    unsigned long long fl, void *st) {
+	(void)cs;
+	(void)path;
+	cudaError_t r = f(sym, fp, v, fl, st);
+	int e = errno;
+	if (r == 0 && fp != NULL)
+		*fp = resolve_versioned(sym, (long)v, fl, *fp, P_EP, (const void *)f);
+	errno = e;
+	return r;
+}
+
+/* Map a body's first "fid" argument: the ptsz variants share a body with their own function id; the
+ * resolvers get the path instead. */
+#define FID_ARG_cudaMalloc FID_cudaMalloc
+#define FID_ARG_cudaFree FID_cudaFree
+#define FID_ARG_cudaMallocAsync FID_cudaMallocAsync
+#define FID_ARG_cudaFreeAsync FID_cudaFreeAsync
+#define FID_ARG_cudaMallocFromPoolAsync FID_cudaMallocFromPoolAsync
+#define FID_ARG_cudaMallocManaged FID_cudaMallocManaged
+#define FID_ARG_cudaMallocPitch FID_cudaMallocPitch
+#define FID_ARG_cudaMalloc3D FID_cudaMalloc3D
+#define FID_ARG_cudaMallocHost FID_cudaMallocHost
+#define FID_ARG_cudaHostAlloc FID_cudaHostAlloc
+#define FID_ARG_cudaFreeHost FID_cudaFreeHost
+#define FID_ARG_cudaGetDriverEntryPoint 0
+#define FID_ARG_cudaGetDriverEntryPointByVersion 0
+#define FID_ARG_cuMemAlloc_v2 FID_cuMemAlloc_v2
+#define FID_ARG_cuMemFree_v2 FID_cuMemFree_v2
+#define FID_ARG_cuMemAllocPitch_v2 FID_cuMemAllocPitch_v2
+#define FID_ARG_cuMemAllocManaged FID_cuMemAllocManaged
+#define FID_ARG_cuMemAllocAsync FID_cuMemAllocAsync
+#define FID_ARG_cuMemAllocAsync_ptsz FID_cuMemAllocAsync_ptsz
+#define FID_ARG_cuMemFreeAsync FID_cuMemFreeAsync
+#define FID_ARG_cuMemFreeAsync_ptsz FID_cuMemFreeAsync_ptsz
+#define FID_ARG_cuMemAllocFromPoolAsync FID_cuMemAllocFromPoolAsync
+#define FID_ARG_cuMemAllocFromPoolAsync_ptsz FID_cuMemAllocFromPoolAsync_ptsz
+#define FID_ARG_cuMemAllocHost_v2 FID_cuMemAllocHost_v2
+#define FID_ARG_cuMemHostAlloc FID_cuMemHostAlloc
+#define FID_ARG_cuMemFreeHost FID_cuMemFreeHost
+#define FID_ARG_cuMemCreate FID_cuMemCreate
+#define FID_ARG_cuMemRelease FID_cuMemRelease
+#define FID_ARG_cuMemMap FID_cuMemMap
+#define FID_ARG_cuMemUnmap FID_cuMemUnmap
+#define FID_ARG_cuMemAddressReserve FID_cuMemAddressReserve
+#define FID_ARG_cuMemAddressFree FID_cuMemAddressFree
+#define FID_ARG_cuGetProcAddress 0
+#define FID_ARG_cuGetProcAddress_v2 0
+
+#define MISSING_RESULT(name) (#name[1] == 'u' && #name[2] == 'd' ? CUDA_ERROR_UNKNOWN_RUNTIME : CUDA_ERROR_NOT_FOUND)
+
+/* One wrapper per (variant, path). The NEXT wrapper is the exported symbol. */
+#define WRAP_NEXT(name, ret, body, params, args)                                                         \
+	EXPORT ret name params {                                                                         \
+		void *cs = __builtin_return_address(0);                                                  \
+		body##_fn f = (body##_fn)real_next(V_##name);                                            \
+		if (UNLIKELY(f == NULL))                                                                 \
+			return MISSING_RESULT(name);                                                     \
+		return b_##body(f, FID_ARG_##name, cs, UNPAREN args);                                    \
+	}                                                                                                \
+	/* the export's own address, which no earlier LD_PRELOAD library can interpose */              \
+	extern __typeof__(name) name##__self __attribute__((alias(#name), visibility("hidden")));
+#define WRAP_PATH(name, ret, body, path, params, args)                                                   \
+	static ret name##__##path params {                                                               \
+		void *cs = __builtin_return_address(0);                                                  \
+		body##_fn f = (body##_fn)__atomic_load_n(&g_real[V_##name][path], __ATOMIC_ACQUIRE);      \
+		return b_##body(f, FID_ARG_##name, cs, UNPAREN args);                                    \
+	}
+#define UNPAREN(...) __VA_ARGS__
+
+#define W_R(name, ret, params, args)                                                                     \
+	WRAP_NEXT(name, ret, name, params, args)                                                         \
+	WRAP_PATH(name, ret, name, P_DLSYM, params, args)
+#define W_D(name, body, params, args)                                                                    \
+	WRAP_NEXT(name, CUresult, body, params, args)                                                    \
+	WRAP_PATH(name, CUresult, body, P_DLSYM, params, args)                                           \
+	WRAP_PATH(name, CUresult, body, P_GPA, params, args)                                             \
+	WRAP_PATH(name, CUresult, body, P_EP, params, args)
+VARIANTS(W_R, W_D)
+#undef W_R
+#undef W_D
+
+/* Every wrapper, by variant and path: static data, relocated by ld.so before any constructor runs. */
+static void *const g_wrapper[NVARIANTS][NPATHS] = {
+#define G_R(name, ...) [V_##name] = {(void *)&name##__self, (void *)&name##__P_DLSYM, NULL, NULL},
+#define G_D(name, ...)                                                                                   \
+	[V_##name] = {(void *)&name##__self, (void *)&name##__P_DLSYM, (void *)&name##__P_GPA,           \
+		      (void *)&name##__P_EP},
+	VARIANTS(G_R, G_D)
+#undef G_R
+#undef G_D
+};
+
+static int is_wrapper(void *p) {
+	for (int v = 0; v < NVARIANTS; v++)
+		for (int path = 0; path < NPATHS; path++)
+			if (p != NULL && g_wrapper[v][path] == p)
+				return 1;
+	return 0;
+}
+
+/* export_variant returns the variant whose exported wrapper p is, or -1. */
+static int export_variant(void *p) {
+	for (int v = 0; v < NVARIANTS; v++)
+		if (p != NULL && g_wrapper[v][P_NEXT] == p)
+			return v;
+	return -1;
+}
+
+/* install records real as the function behind (v, path) and returns the wrapper; a different real
+ * pointer for a slot already taken is returned as it is, so no call is ever routed to the wrong one. */
+static void *install(int v, int path, void *real) {
+	void *w = g_wrapper[v][path];
+	if (w == NULL)
+		return real;
+	void *cur = NULL;
+	if (__atomic_compare_exchange_n(&g_real[v][path], &cur, real, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return w;
+	return cur == real ? w : real;
+}
+
+static int variant_by_name(const char *name) {
+	for (int v = 0; v < NVARIANTS; v++)
+		if (strcmp(variant_names[v], name) == 0)
+			return v;
+	return -1;
+}
+
+/* variant_versioned maps a cuGetProcAddress-style request (base name, CUDA version, flags) to a variant. */
+static int variant_versioned(const char *sym, long version, unsigned long long flags) {
+	static const struct {
+		const char *base;
+		long min_version; /* below it: an older ABI we do not hook (or, for cuGetProcAddress, the v1) */
+		int variant, ptsz_variant, old_variant;
+	} table[] = {
+		{"cuMemAlloc", 3020, V_cuMemAlloc_v2, -1, -1},
+		{"cuMemFree", 3020, V_cuMemFree_v2, -1, -1},
+		{"cuMemAllocPitch", 3020, V_cuMemAllocPitch_v2, -1, -1},
+		{"cuMemAllocHost", 3020, V_cuMemAllocHost_v2, -1, -1},
+		{"cuMemAllocManaged", 0, V_cuMemAllocManaged, -1, -1},
+		{"cuMemHostAlloc", 0, V_cuMemHostAlloc, -1, -1},
+		{"cuMemFreeHost", 0, V_cuMemFreeHost, -1, -1},
+		{"cuMemAllocAsync", 0, V_cuMemAllocAsync, V_cuMemAllocAsync_ptsz, -1},
+		{"cuMemFreeAsync", 0, V_cuMemFreeAsync, V_cuMemFreeAsync_ptsz, -1},
+		{"cuMemAllocFromPoolAsync", 0, V_cuMemAllocFromPoolAsync, V_cuMemAllocFromPoolAsync_ptsz, -1},
+		{"cuMemCreate", 0, V_cuMemCreate, -1, -1},
+		{"cuMemRelease", 0, V_cuMemRelease, -1, -1},
+		{"cuMemMap", 0, V_cuMemMap, -1, -1},
+		{"cuMemUnmap", 0, V_cuMemUnmap, -1, -1},
+		{"cuMemAddressReserve", 0, V_cuMemAddressReserve, -1, -1},
+		{"cuMemAddressFree", 0, V_cuMemAddressFree, -1, -1},
+		{"cuGetProcAddress", 12000, V_cuGetProcAddress_v2, -1, V_cuGetProcAddress},
+	};
+	if (sym[0] != 'c' || sym[1] != 'u' || (sym[2] != 'M' && sym[2] != 'G'))
+		return -1;
+	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+		if (strcmp(table[i].base, sym) != 0)
+			continue;
+		if (version < table[i].min_version)
+			return table[i].old_variant;
+		if ((flags & PER_THREAD_DEFAULT_STREAM_FLAG) && table[i].ptsz_variant >= 0)
+			return table[i].ptsz_variant;
+		return table[i].variant;
+	}
+	int v = variant_by_name(sym); /* a full variant name such as "cuMemAlloc_v2" */
+	return v >= V_cuMemAlloc_v2 ? v : -1;
+}
+
+/* ---- dlsym override ----------------------------------------------------------------------------- */
+
+/* dlsym_c serves every dlsym call except RTLD_NEXT ones, which the trampoline below sends straight to
+ * the real dlsym so that "next" is computed from the caller, not from the shim. */
+HIDDEN void *dlsym_c(void *handle, const char *name) {
+	dlsym_fn rd = get_real_dlsym();
+	if (rd == NULL)
+		return NULL;
+	void *p = rd(handle, name);
+	if (p == NULL || name == NULL || name[0] != 'c' || name[1] != 'u')
+		return p;
+	int v = variant_by_name(name);
+	if (v < 0)
+		return p;
+	if (p == g_wrapper[v][P_NEXT]) {
+		/* Our own export: visible only if the program could have found the real one. */
+		return real_next(v) != NULL ? p : NULL;
+	}
+	if (!__atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE) || is_wrapper(p))
+		return p;
+	return install(v, P_DLSYM, p);
+}
+
+/* dlsym: RTLD_NEXT goes to the real dlsym by a tail jump (the caller's return address stays the one it
+ * sees), resolving the real dlsym first when no constructor has yet: another library's constructor
+ * may call dlsym(RTLD_NEXT, ...) before the shim's runs. */
+#if defined(__x86_64__)
+__asm__(".text\n"
+	".globl dlsym\n"
+	".type dlsym,@function\n"
+	"dlsym:\n"
+	"	cmpq $-1, %rdi\n"
+	"	jne 1f\n"
+	"	movq real_dlsym_fn(%rip), %rax\n"
+	"	testq %rax, %rax\n"
+	"	jz 2f\n"
+	"	jmp *%rax\n"
+	"2:	pushq %rdi\n"
+	"	pushq %rsi\n"
+	"	subq $8, %rsp\n"
+	"	call get_real_dlsym\n"
+	"	addq $8, %rsp\n"
+	"	popq %rsi\n"
+	"	popq %rdi\n"
+	"	testq %rax, %rax\n"
+	"	jz 1f\n"
+	"	jmp *%rax\n"
+	"1:	jmp dlsym_c\n"
+	".size dlsym, .-dlsym\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+	".globl dlsym\n"
+	".type dlsym,%function\n"
+	"dlsym:\n"
+	"	cmn x0, #1\n"
+	"	b.ne 1f\n"
+	"	adrp x16, real_dlsym_fn\n"
+	"	ldr x16, [x16, :lo12:real_dlsym_fn]\n"
+	"	cbz x16, 2f\n"
+	"	br x16\n"
+	"2:	stp x29, x30, [sp, #-32]!\n"
+	"	stp x0, x1, [sp, #16]\n"
+	"	bl get_real_dlsym\n"
+	"	mov x16, x0\n"
+	"	ldp x0, x1, [sp, #16]\n"
+	"	ldp x29, x30, [sp], #32\n"
+	"	cbz x16, 1f\n"
+	"	br x16\n"
+	"1:	b dlsym_c\n"
+	".size dlsym, .-dlsym\n");
+#else
+EXPORT void *dlsym(void *handle, const char *name) { return dlsym_c(handle, name); }
+#endif
+
+#endif
