@@ -229,7 +229,7 @@ static void log_forget(void) {
 		munmap(g_hdr, HEADER_SIZE);
 	g_hdr = NULL;
 	if (g_log_fd >= 0)
-		close(g_log_fd); /* the parent's descriptor keeps its flock */
+		close(g_log_fd); /* the parent's own descriptor keeps its flock */
 	if (g_lanes_fd >= 0)
 		close(g_lanes_fd);
 	g_log_fd = g_lanes_fd = -1;

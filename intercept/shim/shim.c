@@ -27,11 +27,16 @@
 /* The raw-log format this shim writes; `record --shim` refuses a library without it. */
 EXPORT const int allocscope_shim_abi_2 = 2;
 
-/* In a forked child: forget the parent's log and open the child's own. */
+/* In a forked child: forget the parent's log and open the child's own. The descriptor of the
+ * parent's log, which shares the parent's flock, is closed only once the child holds its own: record,
+ * waiting for the processes that hold a log, never sees a gap between the two, even when the parent
+ * exits at once (a daemon's double fork). */
 static void atfork_child(void) {
 	t_tid = 0;
 	if (!__atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE))
 		return;
+	int parent_log = g_log_fd;
+	g_log_fd = -1;
 	log_forget();
 	if (g_ctl != NULL)
 		__atomic_fetch_add(&g_ctl->processes, 1, __ATOMIC_RELAXED);
@@ -39,6 +44,8 @@ static void atfork_child(void) {
 		g_private_seq = (uint64_t)getpid() << 40;
 	__atomic_store_n(&g_log_state, LOG_OFF, __ATOMIC_RELEASE);
 	log_open();
+	if (parent_log >= 0)
+		close(parent_log);
 }
 
 static void shim_init(void) {

@@ -1,6 +1,7 @@
 // Package testcuda builds, once per test binary, what tests need to run programs under allocscope's
 // shim without a GPU: the fake CUDA runtime and driver of testdata/fakecuda (libcudart.so,
-// libcuda.so.1), the C test programs of testdata/progs and the shim itself (from
+// libcuda.so.1, and a variant of the driver in exported/libcuda.so.1), the C test programs of
+// testdata/progs, the preloadable libraries of testdata/preload and the shim itself (from
 // intercept/shim/shim.c, with the flags intercept.BuildShim uses), all with the system C compiler
 // ($CC, else cc). It also runs those programs and compares the events they produce with expected
 // listings. It imports no allocscope package but trace, so intercept's own tests can use it.
@@ -11,6 +12,7 @@ package testcuda
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -21,6 +23,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // shimFileName is the file name of the compiled shim.
@@ -35,13 +38,19 @@ type Env struct {
 	// programs find the libraries through their run path ($ORIGIN), so no LD_LIBRARY_PATH is needed.
 	LibDir string
 	// Shim is the shim library compiled from intercept/shim/shim.c.
-	Shim  string
-	progs map[string]string
+	Shim string
+	// ExportedDriver is a variant of the fake driver (driver.c built with -DFAKE_PROC_EXPORTED, so
+	// without -Bsymbolic and with a cuGetProcAddress that hands out the library's own exported
+	// functions, as their addresses resolve through the dynamic linker). It lives in a directory of
+	// its own (LibDir/exported/libcuda.so.1) and is meant to be dlopen'ed by path.
+	ExportedDriver string
+	progs          map[string]string
+	preloads       map[string]string
 }
 
 // unlinked names the programs that reach the fake driver by dlopen only, so that they must not be
 // linked with the fake libraries; every other program is linked with -lcudart -lcuda.
-var unlinked = map[string]bool{"static_cudart": true, "cupy_style": true}
+var unlinked = map[string]bool{"static_cudart": true, "cupy_style": true, "gpa_local": true}
 
 // startDir is the working directory when the test binary started (tests may t.Chdir later).
 var startDir, startDirErr = os.Getwd()
@@ -76,6 +85,16 @@ func (e *Env) Prog(name string) string {
 	p, ok := e.progs[name]
 	if !ok {
 		panic(fmt.Sprintf("testcuda: no test program %q in testdata/progs", name))
+	}
+	return p
+}
+
+// Preload returns the path of the shared library built from testdata/preload/<name>.c
+// (LibDir/lib<name>.so). It panics on a name that has no source there.
+func (e *Env) Preload(name string) string {
+	p, ok := e.preloads[name]
+	if !ok {
+		panic(fmt.Sprintf("testcuda: no preload library %q in testdata/preload", name))
 	}
 	return p
 }
@@ -119,10 +138,21 @@ func build() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &Env{LibDir: dir, Shim: filepath.Join(dir, shimFileName), progs: map[string]string{}}
+	env := &Env{LibDir: dir, Shim: filepath.Join(dir, shimFileName),
+		ExportedDriver: filepath.Join(dir, "exported", "libcuda.so.1"),
+		progs:          map[string]string{}, preloads: map[string]string{}}
 	for _, src := range sources {
 		name := strings.TrimSuffix(filepath.Base(src), ".c")
 		env.progs[name] = filepath.Join(dir, name)
+	}
+	preloads, err := filepath.Glob(filepath.Join(testdata, "preload", "*.c"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	for _, src := range preloads {
+		name := strings.TrimSuffix(filepath.Base(src), ".c")
+		env.preloads[name] = filepath.Join(dir, "lib"+name+".so")
 	}
 	if err := env.compileAll(testdata); err != nil {
 		os.RemoveAll(dir)
@@ -149,6 +179,19 @@ func (e *Env) compileAll(testdata string) error {
 	run(func() error {
 		src := filepath.Join(testdata, "..", "intercept", "shim", "shim.c")
 		return compile("-shared", "-fPIC", "-O2", "-o", e.Shim, src, "-ldl", "-lpthread")
+	})
+	for name, out := range e.preloads {
+		src := filepath.Join(testdata, "preload", name+".c")
+		run(func() error {
+			return compile("-shared", "-fPIC", "-O2", "-I", fake, "-o", out, src, "-ldl", "-lpthread")
+		})
+	}
+	run(func() error {
+		if err := os.MkdirAll(filepath.Dir(e.ExportedDriver), 0o755); err != nil {
+			return err
+		}
+		return compile("-shared", "-fPIC", "-O2", "-DFAKE_PROC_EXPORTED", "-Wl,-soname,libcuda.so.1",
+			"-o", e.ExportedDriver, filepath.Join(fake, "driver.c"), "-lpthread")
 	})
 	run(func() error {
 		if err := e.compileLibraries(fake); err != nil {
@@ -228,4 +271,62 @@ func signalOf(ps *os.ProcessState) syscall.Signal {
 		return ws.Signal()
 	}
 	return 0
+}
+
+// RunTimeout is how long RunWith lets a program run when its context has no deadline of its own.
+const RunTimeout = 60 * time.Second
+
+// RunWith runs the program name (a name of testdata/progs, or a path when it contains a slash)
+// with args, LD_LIBRARY_PATH set to LibDir, LD_PRELOAD set to the preload libraries in that order
+// (none: no LD_PRELOAD at all; pass e.Shim among them to record), ALLOCSCOPE_LOG_DIR set to logDir
+// when it is not empty, and the extra "KEY=value" variables of env last. The program runs in a
+// process group of its own; when ctx ends (or after RunTimeout without a deadline) the whole group is
+// killed and t fails with what the program wrote so far, so a hang fails the test instead of
+// stalling go test. It also fails t when the program cannot be started.
+func (e *Env) RunWith(t testing.TB, ctx context.Context, logDir string, preload, env []string, name string,
+	args ...string) Result {
+	t.Helper()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, RunTimeout)
+		defer cancel()
+	}
+	path := name
+	if !strings.Contains(name, "/") {
+		path = e.Prog(name)
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+e.LibDir)
+	if len(preload) > 0 {
+		cmd.Env = append(cmd.Env, "LD_PRELOAD="+strings.Join(preload, ":"))
+	}
+	if logDir != "" {
+		cmd.Env = append(cmd.Env, envLogDir+"="+logDir)
+	}
+	cmd.Env = append(cmd.Env, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second // output pipes held open by an escaped descendant
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %q: no end after %v (hang or deadlock?), killed: %v\nstdout:\n%s\nstderr:\n%s", name, args,
+			time.Since(start).Round(time.Millisecond), err, tail(stdout.String()), tail(stderr.String()))
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run %s: %v", name, err)
+	}
+	return Result{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: cmd.ProcessState.ExitCode(),
+		Signal: signalOf(cmd.ProcessState)}
+}
+
+// tail returns at most the last 2000 bytes of s.
+func tail(s string) string {
+	if len(s) > 2000 {
+		return "..." + s[len(s)-2000:]
+	}
+	return s
 }

@@ -5,13 +5,28 @@
  * Every exported memory function (cuCtx* and cuInit are not counted: the shim calls cuCtxGetDevice) counts itself as an "exported" call; cuGetProcAddress hands out distinct
  * internal functions that count as "proc-address" calls, so a test can tell which one the shim called.
  * Each driver call sets errno to 0x5eed on purpose: the shim must leave the errno the real call left.
+ *
+ * Built with -DFAKE_PROC_EXPORTED, cuGetProcAddress hands out the exported functions themselves instead
+ * (their addresses come through the dynamic linker, as in a library linked without -Bsymbolic: with
+ * an LD_PRELOAD library exporting the same names, they resolve to that library's functions).
+ *
+ * Opt-in behaviours, read from the environment at load time:
+ *   FAKECUDA_FRESH=1       device memory is never reused: pure bump allocation that wraps to the
+ *                          region's start when exhausted, so every allocation gets a new address
+ *                          (as cudaMallocAsync pools, VMM and bump allocators do).
+ *   FAKECUDA_RAISE=SIG:K   raise(SIG) from inside the K-th cuMemAlloc_v2 call of the process (K >= 1,
+ *                          exported and proc-address calls counted together), once.
+ * A signal handler may allocate and free while the interrupted thread is inside the allocator: the
+ * handler's calls use a second per-thread cache.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -40,7 +55,11 @@ struct thread_cache {
 	int nfree;
 	uint64_t free_addr[FREE_LIST], free_size[FREE_LIST];
 };
-static __thread struct thread_cache caches[3];
+static __thread struct thread_cache caches[2][3]; /* [nested in a signal handler][region] */
+static __thread int in_region;
+static int fresh_addresses;
+static int raise_signal;
+static long raise_at, alloc_calls;
 static __thread int current_device = 0;
 static __thread long calls_exported, calls_gpa;
 
@@ -50,6 +69,11 @@ static uint64_t handle_next = FAKE_HANDLE_BASE;
 static uint64_t handle_size[MAX_HANDLES];
 
 __attribute__((constructor)) static void fake_init(void) {
+	const char *v = getenv("FAKECUDA_FRESH");
+	fresh_addresses = v != NULL && strcmp(v, "1") == 0;
+	v = getenv("FAKECUDA_RAISE");
+	if (v != NULL && sscanf(v, "%d:%ld", &raise_signal, &raise_at) != 2)
+		raise_signal = 0;
 	for (int i = 0; i < 3; i++) {
 		struct region *r = &regions[i];
 		void *p = mmap((void *)r->base, r->size, r->prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
@@ -71,16 +95,26 @@ __attribute__((constructor)) static void fake_init(void) {
 		fprintf(stderr, "fakecuda: cannot map the VA region\n");
 }
 
-static CUresult region_alloc(int ri, CUdeviceptr *out, size_t n) {
+/* Entering and leaving the allocator: a signal handler that allocates meanwhile gets the nested cache. */
+static struct thread_cache *cache_enter(int ri) {
+	int depth = in_region++;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	return &caches[depth > 0][ri];
+}
+static void cache_leave(void) {
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	in_region--;
+}
+
+static CUresult region_alloc_in(int ri, struct thread_cache *c, CUdeviceptr *out, size_t n) {
 	struct region *r = &regions[ri];
-	struct thread_cache *c = &caches[ri];
 	if (n == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (n > ONE_TIB || !r->ok)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	uint64_t rounded = (n + FAKE_GRAIN - 1) & ~(FAKE_GRAIN - 1);
 	uint64_t addr = 0;
-	for (int i = c->nfree - 1; i >= 0; i--) {
+	for (int i = fresh_addresses && ri == R_DEVICE ? -1 : c->nfree - 1; i >= 0; i--) {
 		if (c->free_size[i] == rounded) {
 			addr = c->free_addr[i];
 			c->nfree--;
@@ -93,6 +127,8 @@ static CUresult region_alloc(int ri, CUdeviceptr *out, size_t n) {
 		if (c->cur + rounded > c->end) {
 			uint64_t len = rounded > FAKE_ARENA ? (rounded + FAKE_ARENA - 1) & ~(FAKE_ARENA - 1) : FAKE_ARENA;
 			uint64_t off = __atomic_fetch_add(&r->next, len, __ATOMIC_RELAXED);
+			if (fresh_addresses && ri == R_DEVICE && len == FAKE_ARENA)
+				off %= r->size; /* wrap: the region is a multiple of the arena */
 			if (off + len > r->size)
 				return CUDA_ERROR_OUT_OF_MEMORY;
 			c->cur = r->base + off;
@@ -106,9 +142,14 @@ static CUresult region_alloc(int ri, CUdeviceptr *out, size_t n) {
 	return CUDA_SUCCESS;
 }
 
-static CUresult region_free(int ri, uint64_t addr) {
+static CUresult region_alloc(int ri, CUdeviceptr *out, size_t n) {
+	CUresult res = region_alloc_in(ri, cache_enter(ri), out, n);
+	cache_leave();
+	return res;
+}
+
+static CUresult region_free_in(int ri, struct thread_cache *c, uint64_t addr) {
 	struct region *r = &regions[ri];
-	struct thread_cache *c = &caches[ri];
 	if (addr < r->base || addr >= r->base + r->size || (addr - r->base) % FAKE_GRAIN != 0 || !r->ok)
 		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t v = __atomic_exchange_n(&r->meta[(addr - r->base) / FAKE_GRAIN], 0, __ATOMIC_ACQ_REL);
@@ -120,6 +161,12 @@ static CUresult region_free(int ri, uint64_t addr) {
 		c->nfree++;
 	}
 	return CUDA_SUCCESS;
+}
+
+static CUresult region_free(int ri, uint64_t addr) {
+	CUresult res = region_free_in(ri, cache_enter(ri), addr);
+	cache_leave();
+	return res;
 }
 
 static int which_region(uint64_t addr) {
@@ -143,6 +190,8 @@ static CUresult i_cuCtxSetCurrent(CUcontext ctx) {
 	return CUDA_SUCCESS;
 }
 static CUresult i_cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+	if (raise_signal != 0 && __atomic_add_fetch(&alloc_calls, 1, __ATOMIC_RELAXED) == raise_at)
+		raise(raise_signal);
 	if (p == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	return region_alloc(R_DEVICE, p, n);
@@ -292,33 +341,39 @@ void fakecuda_calls(long *exported, long *via_proc_address) {
 	*via_proc_address = calls_gpa;
 }
 
+#ifdef FAKE_PROC_EXPORTED
+#define PROC(name) ((void *)name)
+#else
+#define PROC(name) ((void *)gpa_##name)
+#endif
+
 /* cuGetProcAddress: base name + the CUDA version the caller was built for + flags pick the function. */
 static const struct {
 	const char *name;
 	int min_version; /* below it: not found (an older ABI the fake does not have) */
 	void *fn, *ptsz, *old;
 } proc_table[] = {
-	{"cuInit", 2000, (void *)gpa_cuInit, NULL, NULL},
-	{"cuCtxGetDevice", 2000, (void *)gpa_cuCtxGetDevice, NULL, NULL},
-	{"cuCtxSetCurrent", 4000, (void *)gpa_cuCtxSetCurrent, NULL, NULL},
-	{"cuMemAlloc", 3020, (void *)gpa_cuMemAlloc_v2, NULL, NULL},
-	{"cuMemFree", 3020, (void *)gpa_cuMemFree_v2, NULL, NULL},
-	{"cuMemAllocPitch", 3020, (void *)gpa_cuMemAllocPitch_v2, NULL, NULL},
-	{"cuMemAllocManaged", 6000, (void *)gpa_cuMemAllocManaged, NULL, NULL},
-	{"cuMemAllocAsync", 11020, (void *)gpa_cuMemAllocAsync, (void *)gpa_cuMemAllocAsync_ptsz, NULL},
-	{"cuMemFreeAsync", 11020, (void *)gpa_cuMemFreeAsync, (void *)gpa_cuMemFreeAsync_ptsz, NULL},
-	{"cuMemAllocFromPoolAsync", 11020, (void *)gpa_cuMemAllocFromPoolAsync,
-	 (void *)gpa_cuMemAllocFromPoolAsync_ptsz, NULL},
-	{"cuMemAllocHost", 3020, (void *)gpa_cuMemAllocHost_v2, NULL, NULL},
-	{"cuMemHostAlloc", 2020, (void *)gpa_cuMemHostAlloc, NULL, NULL},
-	{"cuMemFreeHost", 2000, (void *)gpa_cuMemFreeHost, NULL, NULL},
-	{"cuMemCreate", 10020, (void *)gpa_cuMemCreate, NULL, NULL},
-	{"cuMemRelease", 10020, (void *)gpa_cuMemRelease, NULL, NULL},
-	{"cuMemMap", 10020, (void *)gpa_cuMemMap, NULL, NULL},
-	{"cuMemUnmap", 10020, (void *)gpa_cuMemUnmap, NULL, NULL},
-	{"cuMemAddressReserve", 10020, (void *)gpa_cuMemAddressReserve, NULL, NULL},
-	{"cuMemAddressFree", 10020, (void *)gpa_cuMemAddressFree, NULL, NULL},
-	{"cuGetProcAddress", 12000, (void *)gpa_cuGetProcAddress_v2, NULL, (void *)gpa_cuGetProcAddress},
+	{"cuInit", 2000, PROC(cuInit), NULL, NULL},
+	{"cuCtxGetDevice", 2000, PROC(cuCtxGetDevice), NULL, NULL},
+	{"cuCtxSetCurrent", 4000, PROC(cuCtxSetCurrent), NULL, NULL},
+	{"cuMemAlloc", 3020, PROC(cuMemAlloc_v2), NULL, NULL},
+	{"cuMemFree", 3020, PROC(cuMemFree_v2), NULL, NULL},
+	{"cuMemAllocPitch", 3020, PROC(cuMemAllocPitch_v2), NULL, NULL},
+	{"cuMemAllocManaged", 6000, PROC(cuMemAllocManaged), NULL, NULL},
+	{"cuMemAllocAsync", 11020, PROC(cuMemAllocAsync), PROC(cuMemAllocAsync_ptsz), NULL},
+	{"cuMemFreeAsync", 11020, PROC(cuMemFreeAsync), PROC(cuMemFreeAsync_ptsz), NULL},
+	{"cuMemAllocFromPoolAsync", 11020, PROC(cuMemAllocFromPoolAsync),
+	 PROC(cuMemAllocFromPoolAsync_ptsz), NULL},
+	{"cuMemAllocHost", 3020, PROC(cuMemAllocHost_v2), NULL, NULL},
+	{"cuMemHostAlloc", 2020, PROC(cuMemHostAlloc), NULL, NULL},
+	{"cuMemFreeHost", 2000, PROC(cuMemFreeHost), NULL, NULL},
+	{"cuMemCreate", 10020, PROC(cuMemCreate), NULL, NULL},
+	{"cuMemRelease", 10020, PROC(cuMemRelease), NULL, NULL},
+	{"cuMemMap", 10020, PROC(cuMemMap), NULL, NULL},
+	{"cuMemUnmap", 10020, PROC(cuMemUnmap), NULL, NULL},
+	{"cuMemAddressReserve", 10020, PROC(cuMemAddressReserve), NULL, NULL},
+	{"cuMemAddressFree", 10020, PROC(cuMemAddressFree), NULL, NULL},
+	{"cuGetProcAddress", 12000, PROC(cuGetProcAddress_v2), NULL, PROC(cuGetProcAddress)},
 };
 
 static CUresult i_cuGetProcAddress_v2(const char *sym, void **fn, int version, cuuint64_t flags, void *status) {

@@ -5,7 +5,7 @@
  * The fake hands out deterministic addresses: each kind of memory lives in a fixed region, each thread
  * bump-allocates in 64 MiB arenas of it (the first thread to allocate gets the region's base), sizes are
  * rounded up to 512 bytes, and a freed block is reused (last freed first) by the next allocation of the
- * same rounded size on the same thread.
+ * same rounded size on the same thread (never, with FAKECUDA_FRESH=1: see driver.c).
  */
 #ifndef FAKECUDA_H
 #define FAKECUDA_H

@@ -4,6 +4,8 @@
 //                           M cudaMallocAsync/cudaFreeAsync pairs on a non-default stream.
 //   alloc_loop bench K S    K cudaMallocAsync/cudaFreeAsync pairs of S bytes on one stream with a
 //                           retaining pool; prints the median ns per pair (for shim overhead).
+//   alloc_loop threads T N  T threads, each N cudaMalloc/cudaFree pairs (sizes 256 B .. 1 MiB) at
+//                           once; prints the expected counts (for the recorder's many-thread case).
 //   alloc_loop costs        median cost of cudaMalloc+cudaFree and of cudaMallocAsync+cudaFreeAsync
 //                           (retaining pool) pairs for sizes 256 B .. 1 GiB (README's figures).
 //
@@ -16,6 +18,8 @@
 #include <stdint.h>
 #include <time.h>
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
@@ -75,6 +79,25 @@ static int run_bench(int k, size_t s) {
   return 0;
 }
 
+static int run_threads(int threads, int n) {
+  CHECK(cudaFree(0));
+  std::atomic<long> failures{0};
+  std::vector<std::thread> pool;
+  int64_t t0 = now_ns();
+  for (int t = 0; t < threads; t++)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        size_t s = (size_t)256 << ((t + i) % 13);
+        if (cudaMalloc(&p, s) != cudaSuccess || cudaFree(p) != cudaSuccess) failures++;
+      }
+    });
+  for (auto &th : pool) th.join();
+  printf("expected: cudaMalloc=%d cudaFree=%d threads=%d failures=%ld wall_ms=%.1f\n", threads * n, threads * n,
+         threads, failures.load(), (now_ns() - t0) / 1e6);
+  return failures.load() == 0 ? 0 : 4;
+}
+
 static int64_t median_pair(size_t s, int n, bool async, cudaStream_t st) {
   std::vector<int64_t> t(n);
   for (int i = 0; i < n; i++) {
@@ -115,6 +138,10 @@ static int run_costs() {
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "costs") == 0) return run_costs();
   if (argc == 4 && strcmp(argv[1], "bench") == 0) return run_bench(atoi(argv[2]), strtoull(argv[3], 0, 10));
-  if (argc != 3) { fprintf(stderr, "usage: alloc_loop N M | alloc_loop bench K S | alloc_loop costs\n"); return 2; }
+  if (argc == 4 && strcmp(argv[1], "threads") == 0) return run_threads(atoi(argv[2]), atoi(argv[3]));
+  if (argc != 3) {
+    fprintf(stderr, "usage: alloc_loop N M | alloc_loop bench K S | alloc_loop threads T N | alloc_loop costs\n");
+    return 2;
+  }
   return run_counts(atoi(argv[1]), atoi(argv[2]));
 }
