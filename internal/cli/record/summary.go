@@ -40,10 +40,14 @@ func printCounts(w io.Writer, s intercept.Summary, elapsed time.Duration) {
 	fmt.Fprintf(w, "allocscope: %d events from %d process(es), device(s) %s, peak live %s\n",
 		s.Events, s.Processes, devices, formatBytes(s.PeakLiveBytes))
 	inCalls := time.Duration(s.AllocCallNs)
-	if elapsed > 0 {
+	switch {
+	case elapsed > 0 && inCalls > elapsed: // threads at once: the sum passes the wall time
+		fmt.Fprintf(w, "allocscope: %s inside allocation calls, summed over threads (%.1fx the %s wall time)\n",
+			inCalls.Round(time.Millisecond), inCalls.Seconds()/elapsed.Seconds(), elapsed.Round(time.Millisecond))
+	case elapsed > 0:
 		fmt.Fprintf(w, "allocscope: %s inside allocation calls (%.2f%% of %s wall time)\n",
 			inCalls.Round(time.Microsecond), 100*inCalls.Seconds()/elapsed.Seconds(), elapsed.Round(time.Millisecond))
-	} else {
+	default:
 		fmt.Fprintf(w, "allocscope: %s inside allocation calls\n", inCalls.Round(time.Microsecond))
 	}
 }
