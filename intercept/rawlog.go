@@ -154,12 +154,13 @@ func openRawLog(name string, r io.ReaderAt, size int64, lanes io.ReaderAt, lanes
 	chunkBytes := int64(h.LaneSlots) * rawRecordSize
 	inFile := (size - rawHeaderSize + chunkBytes - 1) / chunkBytes // chunks at least partly in the file
 	for c := int64(0); c < min(int64(min(h.Chunks, 1<<40)), inFile); c++ {
-		l.runs = append(l.runs, recordRun{src: r, off: rawHeaderSize + c*chunkBytes, n: int64(h.LaneSlots),
+		off := rawHeaderSize + c*chunkBytes
+		l.runs = append(l.runs, recordRun{src: r, off: off, n: slotsIn(size, off, int64(h.LaneSlots)),
 			name: fmt.Sprintf("chunk %d", c)})
 	}
 	if lanes != nil {
 		l.lanes = true
-		if err := l.addLanes(lanes, lanesSize, r, chunkBytes); err != nil {
+		if err := l.addLanes(lanes, lanesSize, r, size, chunkBytes); err != nil {
 			return nil, err
 		}
 	}
@@ -167,7 +168,7 @@ func openRawLog(name string, r io.ReaderAt, size int64, lanes io.ReaderAt, lanes
 }
 
 // addLanes appends a run for every lane of the lanes file that holds unflushed records.
-func (l *rawLog) addLanes(lanes io.ReaderAt, size int64, log io.ReaderAt, chunkBytes int64) error {
+func (l *rawLog) addLanes(lanes io.ReaderAt, size int64, log io.ReaderAt, logSize, chunkBytes int64) error {
 	h := &l.header
 	groupBytes := laneHeadsSize + int64(h.LanesPerGroup)*chunkBytes
 	heads := make([]byte, laneHeadsSize)
@@ -188,16 +189,22 @@ func (l *rawLog) addLanes(lanes io.ReaderAt, size int64, log io.ReaderAt, chunkB
 			if lh.Count == 0 {
 				continue
 			}
-			run := recordRun{src: lanes, off: g*groupBytes + laneHeadsSize + i*chunkBytes, n: int64(lh.Count),
-				name: fmt.Sprintf("lane %d", lane)}
+			off := g*groupBytes + laneHeadsSize + i*chunkBytes
+			run := recordRun{src: lanes, off: off, n: slotsIn(size, off, int64(lh.Count)), name: fmt.Sprintf("lane %d", lane)}
 			if c := lh.FlushChunk; c > 0 && c <= h.Chunks && c < 1<<40 {
-				run.dup = &recordRun{src: log, off: rawHeaderSize + int64(c-1)*chunkBytes, n: int64(lh.Count),
-					name: fmt.Sprintf("chunk %d", c-1)}
+				doff := rawHeaderSize + int64(c-1)*chunkBytes
+				run.dup = &recordRun{src: log, off: doff, n: slotsIn(logSize, doff, run.n), name: fmt.Sprintf("chunk %d", c-1)}
 			}
 			l.runs = append(l.runs, run)
 		}
 	}
 	return nil
+}
+
+// slotsIn returns how many of n slots from byte off lie in a file of size bytes: a run never reads (or
+// allocates) past the end of its file, whatever its header says.
+func slotsIn(size, off, n int64) int64 {
+	return max(0, min(n, (size-off)/rawRecordSize))
 }
 
 func decodeHeader(b []byte) (rawHeader, error) {
@@ -314,7 +321,7 @@ func (l *rawLog) scanRun(i int, buf, dupBuf []byte, f func(b []byte) error) ([]b
 		if b[recordFunctionOff] == 0 {
 			continue
 		}
-		if dup != nil {
+		if dup != nil && (s+1)*rawRecordSize <= int64(len(dup)) {
 			d := dup[s*rawRecordSize : (s+1)*rawRecordSize]
 			if d[recordFunctionOff] != 0 && bytes.Equal(d[:8], b[:8]) {
 				continue
