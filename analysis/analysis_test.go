@@ -43,7 +43,7 @@ func TestHandmadeStatistics(t *testing.T) {
 		}
 	}
 	check("events", tr.Events, uint64(11))
-	check("layer", tr.RequestLayer, "native")
+	check("layer", tr.RequestLayer, "device")
 	check("allocs", s.Allocs, uint64(5))
 	check("alloc bytes", s.AllocBytes, uint64(1000+3<<20+600+5000+70000))
 	check("frees", s.Frees, uint64(2))

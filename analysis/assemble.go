@@ -5,12 +5,13 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/sim"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
 
 // assemble builds the report of one stream from the stages' results.
 func assemble(name string, st *stats.Result, rec *recommendation, outs []sim.Outcome) *model.TraceReport {
-	tr := &model.TraceReport{Name: name, Events: st.Events, RequestLayer: st.RequestLayer,
+	tr := &model.TraceReport{Name: name, Events: st.Events, RequestLayer: string(st.RequestLayer),
 		Requests: st.Requests, Upstream: st.Upstream, Groups: st.Groups, Anomalies: st.Anomalies}
 	tr.SizeClasses = sizeClassPlan(st, rec)
 	for _, o := range outs {
@@ -47,7 +48,7 @@ func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 		if s.Size == 0 || s.Size > sc.LargeThreshold || len(p.Classes) == 0 {
 			continue
 		}
-		c := &p.Classes[sizeclass.ClassOf(rec.plan.Classes, s.Size)]
+		c := &p.Classes[pool.ClassOf(rec.plan.Classes, s.Size)]
 		c.Requests += s.Count
 		c.PeakLive += s.AtPeak
 		c.WasteAtPk += s.AtPeak * (c.Size - s.Size)
@@ -81,7 +82,7 @@ func simulation(o sim.Outcome, st *stats.Result) model.Simulation {
 // with expandable segments when the snapshot maps memory, else with the default settings.
 func fidelity(st *stats.Result, outs []sim.Outcome) *model.Fidelity {
 	real := st.NativeSegments + st.NativeMaps
-	if st.RequestLayer != "framework" || real == 0 {
+	if st.RequestLayer != requests.Framework || real == 0 {
 		return nil
 	}
 	name := "pytorch"

@@ -11,6 +11,7 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/sim"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -85,7 +86,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		return nil, nil, fmt.Errorf("%s: empty trace: no events", name)
 	}
 	warns = append(warns, st.Warnings...)
-	stream := sim.Stream{Framework: st.RequestLayer == "framework"}
+	stream := st.RequestLayer
 	rec, err := chooseSizeClasses(name, open, st, stream, opts, &warns)
 	if err != nil {
 		return nil, nil, err
@@ -117,7 +118,7 @@ func traceInfo(src Source) *model.TraceInfo {
 
 // chooseSizeClasses plans the classes for every candidate threshold, replays the trace through
 // them (sizing pass), keeps the best candidate and fits its arena.
-func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.Stream, opts Options,
+func chooseSizeClasses(name string, open opener, st *stats.Result, stream requests.Layer, opts Options,
 	warns *[]string) (*recommendation, error) {
 	plans := make([]sizeclass.Plan, len(sizeclass.Thresholds))
 	cands := make([]sim.Candidate, len(plans))
@@ -155,7 +156,7 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream sim.St
 
 // simulate runs every what-if policy (simulation pass), then re-simulates the recommended one
 // with a grown arena while it needed growth beyond its plan (verification).
-func simulate(open opener, stream sim.Stream, rec *recommendation, st *stats.Result, opts Options) ([]sim.Outcome, error) {
+func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats.Result, opts Options) ([]sim.Outcome, error) {
 	policies := whatIfPolicies(rec, st, opts.Capacity)
 	paged, withPaged := rec.pagedPolicy()
 	withPaged = withPaged && opts.Arena != ArenaFixed
@@ -307,7 +308,7 @@ func contenders(sizings []sim.Sizing, peakLive uint64) []int {
 // smaller than the grown best-fit arena's peak, searching every placement strategy (pool.Fits) of
 // every contender in the same passes. It returns each candidate's strategy that needs the least,
 // pool.FitBest on a tie and for the others.
-func fitArenas(open opener, stream sim.Stream, plans []sizeclass.Plan, sizings []sim.Sizing, which []int,
+func fitArenas(open opener, stream requests.Layer, plans []sizeclass.Plan, sizings []sim.Sizing, which []int,
 	peakLive uint64, opts Options) ([]pool.Fit, error) {
 	searches := make([][]arenaSearch, len(sizings))
 	for _, c := range which {
@@ -375,7 +376,7 @@ func prune(searches [][]arenaSearch, sizings []sim.Sizing, peakLive uint64) {
 }
 
 // arenaRound makes one pass of probes for every search and narrows each by its results.
-func arenaRound(open opener, stream sim.Stream, plans []sizeclass.Plan, searches [][]arenaSearch, opts Options) error {
+func arenaRound(open opener, stream requests.Layer, plans []sizeclass.Plan, searches [][]arenaSearch, opts Options) error {
 	var probes []sim.ArenaProbe
 	var owners []*arenaSearch
 	var counts []int

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"github.com/allocscope/allocscope/internal/requests"
 	"math"
 	"strings"
 
@@ -65,7 +66,7 @@ func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Si
 func orderedStreams(st *stats.Result) int {
 	streams := map[uint64]bool{}
 	for _, g := range st.Groups {
-		if g.Allocs > 0 && (g.Stream != 0 || st.RequestLayer == "framework") {
+		if g.Allocs > 0 && (g.Stream != 0 || st.RequestLayer == requests.Framework) {
 			streams[g.Stream] = true
 		}
 	}

@@ -145,16 +145,22 @@ func (p *sizeClassPool) classFor(size uint64) int {
 	if size > p.threshold {
 		return -1
 	}
-	lo, hi := 0, len(p.sizes)
+	return ClassOf(p.sizes, size)
+}
+
+// ClassOf returns the index of the smallest of the ascending class sizes that holds size bytes, or
+// -1 when none does: the size-class policy's class of a request (below its threshold).
+func ClassOf(sizes []uint64, size uint64) int {
+	lo, hi := 0, len(sizes)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if p.sizes[mid] < size {
+		if sizes[mid] < size {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	if lo == len(p.sizes) {
+	if lo == len(sizes) {
 		return -1
 	}
 	return lo

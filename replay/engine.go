@@ -151,9 +151,9 @@ type runner struct {
 
 func newRunner(t *Trace, b Backend, cfg pool.Config, opt Options) *runner {
 	r := &runner{t: t, b: b, cfg: cfg, opt: opt,
-		addrs: make([]uint64, t.slots), sizes: make([]uint64, t.slots)}
+		addrs: make([]uint64, t.Slots), sizes: make([]uint64, t.Slots)}
 	if opt.Touch {
-		r.patterns = make([]byte, t.slots)
+		r.patterns = make([]byte, t.Slots)
 	}
 	return r
 }

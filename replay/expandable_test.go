@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"github.com/allocscope/allocscope/internal/requests"
 	"strings"
 	"testing"
 
@@ -39,24 +40,13 @@ func predict(t *testing.T, tr *Trace, cfg pool.Config) (pool.Stats, pool.Stats) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := make([]uint64, tr.slots)
-	for _, o := range tr.ops {
-		if o.isAlloc() {
-			if addrs[o.slot], err = a.Alloc(o.size, tr.streams[o.streamIndex()]); err != nil {
-				t.Fatal(err)
-			}
-		} else if err := a.Free(addrs[o.slot], tr.streams[o.streamIndex()]); err != nil {
-			t.Fatal(err)
-		} else {
-			addrs[o.slot] = 0
-		}
+	f := requests.NewFeeder(a)
+	f.Feed(tr.Ops, tr.Streams)
+	if err := f.FreeLive(tr.Streams[0]); err != nil {
+		t.Fatal(err)
 	}
-	for _, addr := range addrs {
-		if addr != 0 {
-			if err := a.Free(addr, tr.streams[0]); err != nil {
-				t.Fatal(err)
-			}
-		}
+	if s := a.Stats(); s.Failures != 0 {
+		t.Fatalf("prediction: %d failed allocations", s.Failures)
 	}
 	return a.Stats(), a.PeakStats()
 }

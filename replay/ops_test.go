@@ -2,6 +2,7 @@ package replay
 
 import (
 	"errors"
+	"github.com/allocscope/allocscope/internal/requests"
 	"reflect"
 	"strings"
 	"testing"
@@ -31,13 +32,14 @@ func TestExtractSmallTrace(t *testing.T) {
 		t.Errorf("stats = %+v\nwant    %+v", tr.Stats, want)
 	}
 	// cudaMalloc and cudaFree synchronize: every op has the sync bit.
-	wantOps := []op{{1000, 0, 0 | syncBit}, {3000, 1, 1 | syncBit}, {0, 0, 0 | syncBit}, {1000, 0, 0 | syncBit},
-		{2000, 2, 1 | syncBit}, {0, 1, 1 | syncBit}, {0, 2, 1 | syncBit}}
-	if !reflect.DeepEqual(tr.ops, wantOps) {
-		t.Errorf("ops = %v, want %v", tr.ops, wantOps)
+	op := requests.NewOp
+	wantOps := []requests.Op{op(1000, 0, 0, true), op(3000, 1, 1, true), op(0, 0, 0, true), op(1000, 0, 0, true),
+		op(2000, 2, 1, true), op(0, 1, 1, true), op(0, 2, 1, true)}
+	if !reflect.DeepEqual(tr.Ops, wantOps) {
+		t.Errorf("ops = %v, want %v", tr.Ops, wantOps)
 	}
-	if tr.slots != 3 || tr.Ops() != 7 || len(tr.Warnings) != 0 || !reflect.DeepEqual(tr.streams, []uint64{0, 7}) {
-		t.Errorf("slots %d, ops %d, warnings %q, streams %v; want 3, 7, none, [0 7]", tr.slots, tr.Ops(), tr.Warnings, tr.streams)
+	if tr.Slots != 3 || len(tr.Ops) != 7 || len(tr.Warnings) != 0 || !reflect.DeepEqual(tr.Streams, []uint64{0, 7}) {
+		t.Errorf("slots %d, ops %d, warnings %q, streams %v; want 3, 7, none, [0 7]", tr.Slots, len(tr.Ops), tr.Warnings, tr.Streams)
 	}
 }
 
@@ -66,8 +68,8 @@ func TestExtractSkipsAndCounts(t *testing.T) {
 	if tr.Stats != want {
 		t.Errorf("stats = %+v\nwant    %+v", tr.Stats, want)
 	}
-	if tr.Ops() != 7 { // 4 allocs, 2 frees, 1 inserted free
-		t.Errorf("ops = %d, want 7", tr.Ops())
+	if len(tr.Ops) != 7 { // 4 allocs, 2 frees, 1 inserted free
+		t.Errorf("ops = %d, want 7", len(tr.Ops))
 	}
 	wantWarnings := []string{
 		"1 frees of addresses that were not live: reported, not replayed",
@@ -132,9 +134,15 @@ func FuzzExtract(f *testing.F) {
 			t.Fatal(err)
 		}
 		s := tr.Stats
-		if uint64(tr.Ops()) != s.Allocs+s.Frees+s.ImplicitFrees || s.Events != uint64(len(b.events)) {
+		requestOps := 0
+		for _, o := range tr.Ops {
+			if o.IsAlloc() || o.IsFree() {
+				requestOps++
+			}
+		}
+		if uint64(requestOps) != s.Allocs+s.Frees+s.ImplicitFrees || s.Events != uint64(len(b.events)) {
 			t.Fatalf("ops %d != allocs %d + frees %d + implicit %d, or events %d != %d",
-				tr.Ops(), s.Allocs, s.Frees, s.ImplicitFrees, s.Events, len(b.events))
+				requestOps, s.Allocs, s.Frees, s.ImplicitFrees, s.Events, len(b.events))
 		}
 		if s.Allocs != s.Frees+s.ImplicitFrees+s.LiveAtEnd {
 			t.Fatalf("allocs %d != frees %d + implicit %d + live at end %d", s.Allocs, s.Frees, s.ImplicitFrees, s.LiveAtEnd)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -124,7 +125,7 @@ func (r *runner) begin(ps *passState) error {
 	if err != nil {
 		return fmt.Errorf("build %s allocator: %w", cfg.Policy, err)
 	}
-	ps.alloc, ps.d = a, allocatorDriver{a: a, handles: r.t.streams}
+	ps.alloc, ps.d = a, allocatorDriver{a: a, handles: r.t.Streams}
 	ps.syncer, _ = a.(pool.Syncer)
 	return nil
 }
@@ -141,26 +142,29 @@ func (r *runner) destroyStreams(ps *passState) error {
 // replayOps runs every request, timing each call into the allocator.
 func (r *runner) replayOps(ps *passState) {
 	clock, sinceProgress := r.opt.Clock, 0
-	for i, o := range r.t.ops {
-		if o.isAlloc() {
+	for i, o := range r.t.Ops {
+		switch {
+		case o.IsAlloc():
 			t0 := clock()
-			addr, err := ps.d.alloc(o.size, o.streamIndex())
+			addr, err := ps.d.alloc(o.Size, o.StreamIndex())
 			dt := clock() - t0
 			ps.elapsed += dt
 			ps.acc.allocLat.record(dt)
 			r.afterAlloc(ps, i, o, addr, err)
-		} else if addr := r.addrs[o.slot]; addr != 0 {
-			r.beforeFree(ps, o.slot, addr)
+		case !o.IsFree(): // a sync point only
+		case r.addrs[o.Slot] != 0:
+			addr := r.addrs[o.Slot]
+			r.beforeFree(ps, o.Slot, addr)
 			t0 := clock()
-			err := ps.d.free(addr, o.streamIndex())
+			err := ps.d.free(addr, o.StreamIndex())
 			dt := clock() - t0
 			ps.elapsed += dt
 			ps.acc.freeLat.record(dt)
-			r.afterFree(ps, i, o.slot, err)
-		} else {
+			r.afterFree(ps, i, o.Slot, err)
+		default:
 			ps.acc.SkippedFrees++
 		}
-		if o.syncs() {
+		if o.Syncs() {
 			r.syncPoint(ps, i)
 		}
 		if sinceProgress++; sinceProgress == progressEvery {
@@ -177,7 +181,7 @@ func (r *runner) replayOps(ps *passState) {
 // also read around each device synchronization at the trace's sync points, whose time is taken
 // out of the chunk's: it is the program's waiting, not the allocator's.
 func (r *runner) timeOps(ps *passState) {
-	clock, ops := r.opt.Clock, r.t.ops
+	clock, ops := r.opt.Clock, r.t.Ops
 	for start := 0; start < len(ops); start += progressEvery {
 		end := min(start+progressEvery, len(ops))
 		synced := ps.syncNs
@@ -189,27 +193,30 @@ func (r *runner) timeOps(ps *passState) {
 }
 
 // timeChunk runs ops, the requests from index start on, for timeOps.
-func (r *runner) timeChunk(ps *passState, start int, ops []op) {
+func (r *runner) timeChunk(ps *passState, start int, ops []requests.Op) {
 	d, addrs := ps.d, r.addrs
 	for j, o := range ops {
-		if o.isAlloc() {
-			addr, err := d.alloc(o.size, o.streamIndex())
+		switch {
+		case o.IsAlloc():
+			addr, err := d.alloc(o.Size, o.StreamIndex())
 			if err != nil || addr == 0 {
 				r.timedAllocFailed(ps, start+j, o, addr, err)
 			} else {
-				addrs[o.slot], r.sizes[o.slot] = addr, o.size
+				addrs[o.Slot], r.sizes[o.Slot] = addr, o.Size
 				ps.allocs++
 			}
-		} else if addr := addrs[o.slot]; addr != 0 {
-			if err := d.free(addr, o.streamIndex()); err != nil {
+		case !o.IsFree(): // a sync point only
+		case addrs[o.Slot] != 0:
+			addr := addrs[o.Slot]
+			if err := d.free(addr, o.StreamIndex()); err != nil {
 				ps.acc.TimedFreeErrors++
 				ps.acc.problem("timed repetition %d, request %d: free %#x: %v", ps.rep+1, start+j, addr, err)
 			} else {
 				ps.frees++
 			}
-			addrs[o.slot] = 0
+			addrs[o.Slot] = 0
 		}
-		if o.syncs() && (ps.syncer != nil || ps.devSync) {
+		if o.Syncs() && (ps.syncer != nil || ps.devSync) {
 			r.timedSync(ps, start+j)
 		}
 	}
@@ -230,13 +237,13 @@ func (r *runner) timedSync(ps *passState, i int) {
 	}
 }
 
-func (r *runner) timedAllocFailed(ps *passState, i int, o op, addr uint64, err error) {
+func (r *runner) timedAllocFailed(ps *passState, i int, o requests.Op, addr uint64, err error) {
 	if err == nil && addr == 0 {
 		err = errors.New("allocator returned address 0")
 	}
 	ps.failures++
 	ps.acc.TimedFailures++
-	ps.acc.problem("timed repetition %d, request %d: alloc %d bytes: %v", ps.rep+1, i, o.size, err)
+	ps.acc.problem("timed repetition %d, request %d: alloc %d bytes: %v", ps.rep+1, i, o.Size, err)
 }
 
 // syncPoint follows the program where it synchronized with the device, in a checked pass. A
@@ -271,7 +278,7 @@ func (r *runner) syncDevice(ps *passState) error {
 	return err
 }
 
-func (r *runner) afterAlloc(ps *passState, i int, o op, addr uint64, err error) {
+func (r *runner) afterAlloc(ps *passState, i int, o requests.Op, addr uint64, err error) {
 	acc := ps.acc
 	if err == nil && addr == 0 {
 		err = errors.New("allocator returned address 0")
@@ -281,23 +288,23 @@ func (r *runner) afterAlloc(ps *passState, i int, o op, addr uint64, err error) 
 		if errors.Is(err, pool.ErrOutOfMemory) {
 			acc.OOMs++
 		}
-		acc.problem("repetition %d, request %d: alloc %d bytes: %v", ps.rep+1, i, o.size, err)
+		acc.problem("repetition %d, request %d: alloc %d bytes: %v", ps.rep+1, i, o.Size, err)
 		return
 	}
 	ps.allocs++
-	r.addrs[o.slot], r.sizes[o.slot] = addr, o.size
-	ps.liveBytes += o.size
+	r.addrs[o.Slot], r.sizes[o.Slot] = addr, o.Size
+	ps.liveBytes += o.Size
 	ps.peakLive = max(ps.peakLive, ps.liveBytes)
 	if ps.live != nil {
-		r.verifyAlloc(ps, i, addr, o.size)
+		r.verifyAlloc(ps, i, addr, o.Size)
 	}
 	if r.patterns != nil {
 		pattern := byte(i%255) + 1
-		r.patterns[o.slot] = pattern
+		r.patterns[o.Slot] = pattern
 		acc.Touched++
-		if err := r.b.Touch(addr, o.size, pattern); err != nil {
+		if err := r.b.Touch(addr, o.Size, pattern); err != nil {
 			acc.TouchFailures++
-			acc.problem("repetition %d, request %d: touch %d bytes at %#x: %v", ps.rep+1, i, o.size, addr, err)
+			acc.problem("repetition %d, request %d: touch %d bytes at %#x: %v", ps.rep+1, i, o.Size, addr, err)
 		}
 	}
 	r.sampleMemory(ps)

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"github.com/allocscope/allocscope/internal/requests"
 	"runtime"
 	"slices"
 	"testing"
@@ -63,7 +64,7 @@ func BenchmarkRealTracePool(b *testing.B) {
 	for _, rt := range realTraces {
 		b.Run(rt.name, func(b *testing.B) {
 			tr, cfg := loadRealTrace(b, rt.trace, rt.config)
-			addrs := make([]uint64, tr.slots)
+			addrs := make([]uint64, tr.Slots)
 			runs := opRuns(tr)
 			var durs [][]int64
 			runtime.LockOSThread()
@@ -83,7 +84,7 @@ func BenchmarkRealTracePool(b *testing.B) {
 					closeBenchPool(b, a, addrs)
 				}
 			}
-			ops := float64(b.N) * float64(len(tr.ops))
+			ops := float64(b.N) * float64(len(tr.Ops))
 			b.ReportMetric(float64(wall.Nanoseconds())/ops, "ns/op")
 			b.ReportMetric(float64(cpu.Nanoseconds())/ops, "cpu-ns/op")
 			reportSplit(b, runs, durs)
@@ -99,11 +100,11 @@ type opRun struct {
 
 func opRuns(tr *Trace) []opRun {
 	var runs []opRun
-	for _, o := range tr.ops {
-		if n := len(runs); n > 0 && runs[n-1].alloc == o.isAlloc() {
+	for _, o := range tr.Ops {
+		if n := len(runs); n > 0 && runs[n-1].alloc == o.IsAlloc() {
 			runs[n-1].ops++
 		} else {
-			runs = append(runs, opRun{alloc: o.isAlloc(), ops: 1})
+			runs = append(runs, opRun{alloc: o.IsAlloc(), ops: 1})
 		}
 	}
 	return runs
@@ -155,23 +156,23 @@ func closeBenchPool(b *testing.B, a pool.Allocator, addrs []uint64) {
 }
 
 func replayPoolOps(b *testing.B, a pool.Allocator, tr *Trace, addrs []uint64) {
-	for _, o := range tr.ops {
+	for _, o := range tr.Ops {
 		replayPoolOp(b, a, tr, addrs, o)
 	}
 }
 
-func replayPoolOp(b *testing.B, a pool.Allocator, tr *Trace, addrs []uint64, o op) {
-	stream := tr.streams[o.streamIndex()]
-	if o.isAlloc() {
-		addr, err := a.Alloc(o.size, stream)
+func replayPoolOp(b *testing.B, a pool.Allocator, tr *Trace, addrs []uint64, o requests.Op) {
+	stream := tr.Streams[o.StreamIndex()]
+	if o.IsAlloc() {
+		addr, err := a.Alloc(o.Size, stream)
 		if err != nil {
 			b.Fatal(err)
 		}
-		addrs[o.slot] = addr
-	} else if err := a.Free(addrs[o.slot], stream); err != nil {
+		addrs[o.Slot] = addr
+	} else if err := a.Free(addrs[o.Slot], stream); err != nil {
 		b.Fatal(err)
 	} else {
-		addrs[o.slot] = 0
+		addrs[o.Slot] = 0
 	}
 }
 
@@ -180,8 +181,8 @@ func replayPoolOp(b *testing.B, a pool.Allocator, tr *Trace, addrs []uint64, o o
 func replayPoolOpsSplit(b *testing.B, a pool.Allocator, tr *Trace, addrs []uint64, runs int) []int64 {
 	durs := make([]int64, 0, runs)
 	t0 := time.Now().UnixNano()
-	for i, o := range tr.ops {
-		if i > 0 && o.isAlloc() != tr.ops[i-1].isAlloc() {
+	for i, o := range tr.Ops {
+		if i > 0 && o.IsAlloc() != tr.Ops[i-1].IsAlloc() {
 			t := time.Now().UnixNano()
 			durs = append(durs, t-t0)
 			t0 = t
@@ -218,7 +219,7 @@ func BenchmarkRealTraceReplay(b *testing.B) {
 				clock += rep.ClockOverheadNs
 			}
 			n := float64(b.N)
-			b.ReportMetric(float64(allocator)/n/float64(tr.Ops()), "allocator-ns/op")
+			b.ReportMetric(float64(allocator)/n/float64(len(tr.Ops)), "allocator-ns/op")
 			b.ReportMetric(alloc/n, "alloc-mean-ns")
 			b.ReportMetric(free/n, "free-mean-ns")
 			b.ReportMetric(float64(clock)/n, "clock-ns")

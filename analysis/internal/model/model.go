@@ -21,7 +21,7 @@ type TraceReport struct {
 	Name         string         `json:"name"`
 	Info         *TraceInfo     `json:"info,omitempty"` // the trace's metadata, when it has some
 	Events       uint64         `json:"events"`
-	RequestLayer string         `json:"request_layer"` // "framework" when the trace has framework events, else "native"
+	RequestLayer string         `json:"request_layer"` // "framework" when the trace has framework allocations, else "device"
 	Requests     *Stats         `json:"requests"`      // the user-level requests, all groups together
 	Upstream     *Stats         `json:"upstream,omitempty"`
 	Groups       []*Stats       `json:"groups"` // requests per process, device and stream

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"github.com/allocscope/allocscope/internal/requests"
 	"io"
 	"sync"
 	"testing"
@@ -35,12 +36,12 @@ func benchPolicies() []Policy {
 }
 
 // benchRun replays the source each iteration makes through each policy alone, in events per second.
-func benchRun(b *testing.B, source func() Source) {
+func benchRun(b *testing.B, source func() requests.Source) {
 	for _, p := range benchPolicies() {
 		b.Run(p.Name, func(b *testing.B) {
 			cpu := benchutil.CPU()
 			for b.Loop() {
-				outs, err := Run(source(), Stream{}, []Policy{p}, 0, nil, nil)
+				outs, err := Run(source(), requests.Device, []Policy{p}, 0, nil, nil)
 				if err != nil || outs[0].Err != nil {
 					b.Fatal(err, outs[0].Err)
 				}
@@ -53,14 +54,14 @@ func benchRun(b *testing.B, source func() Source) {
 // BenchmarkPolicy measures each policy's simulation of a synthetic trace generated on the fly, in
 // events per second (the generator's time included).
 func BenchmarkPolicy(b *testing.B) {
-	benchRun(b, func() Source { return synth.New(benchEvents) })
+	benchRun(b, func() requests.Source { return synth.New(benchEvents) })
 }
 
 // BenchmarkPolicyInMemory is BenchmarkPolicy on the same events generated beforehand and held in
 // memory, so that the policy's own cost (plus Run's batch copy) is what is measured.
 func BenchmarkPolicyInMemory(b *testing.B) {
 	events := memEvents(b)
-	benchRun(b, func() Source { return &memSource{events: events} })
+	benchRun(b, func() requests.Source { return &memSource{events: events} })
 }
 
 var (
@@ -110,14 +111,14 @@ func (s *memSource) Next() ([]trace.Event, error) {
 // own goroutine), and each iteration replays the requests, in the reader's batches, through a
 // fresh replayer of the policy. Mevents/s counts the trace's events.
 func BenchmarkPolicyReplay(b *testing.B) {
-	batches := classifiedBatches(b)
+	batches, handles := classifiedBatches(b)
 	for _, p := range benchPolicies() {
 		b.Run(p.Name, func(b *testing.B) {
 			cpu := benchutil.CPU()
 			for b.Loop() {
-				r := newReplayer(p, Stream{}, 0, nil)
+				r := newReplayer(p, 0, nil)
 				for _, batch := range batches {
-					r.batch(batch)
+					r.batch(batch, handles)
 				}
 				if out := r.finish(); out.Err != nil || out.Stats.Allocs == 0 {
 					b.Fatal(out.Err, out.Stats)
@@ -128,18 +129,19 @@ func BenchmarkPolicyReplay(b *testing.B) {
 	}
 }
 
-// classifiedBatches returns the requests of BenchmarkPolicy's synthetic trace, batch by batch.
-func classifiedBatches(b *testing.B) [][]request {
-	src, cl := synth.New(benchEvents), &classifier{}
-	var batches [][]request
+// classifiedBatches returns the ops of BenchmarkPolicy's synthetic trace, batch by batch, and the
+// stream handles.
+func classifiedBatches(b *testing.B) ([][]requests.Op, []uint64) {
+	src, x := synth.New(benchEvents), requests.NewExtractor(requests.Device)
+	var batches [][]requests.Op
 	for {
 		batch, err := src.Next()
 		if errors.Is(err, io.EOF) {
-			return batches
+			return batches, x.Handles()
 		}
 		if err != nil {
 			b.Fatal(err)
 		}
-		batches = append(batches, cl.convert(batch, nil))
+		batches = append(batches, x.Append(batch, nil))
 	}
 }

@@ -1,8 +1,8 @@
 package sim
 
 import (
+	"github.com/allocscope/allocscope/internal/requests"
 	"io"
-	"slices"
 	"testing"
 
 	"github.com/allocscope/allocscope/pool"
@@ -40,7 +40,7 @@ func (fixedDurations) Free(size uint64) float64  { return 500 }
 
 func TestRunRaw(t *testing.T) {
 	raw := Policy{Name: "raw", Config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyRaw}}
-	outs, err := Run(&source{events: small()}, Stream{}, []Policy{raw}, 0, fixedDurations{}, nil)
+	outs, err := Run(&source{events: small()}, requests.Device, []Policy{raw}, 0, fixedDurations{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestRunRaw(t *testing.T) {
 
 func TestRunCapacityFailures(t *testing.T) {
 	raw := Policy{Name: "raw", Config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyRaw}}
-	outs, err := Run(&source{events: small()}, Stream{}, []Policy{raw}, 2<<20, nil, nil)
+	outs, err := Run(&source{events: small()}, requests.Device, []Policy{raw}, 2<<20, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestSizeSlotsAndArena(t *testing.T) {
 	events := append(small(), ev(trace.OpAlloc, 0x5000, 900), ev(trace.OpAlloc, 0x6000, 100))
 	cands := []Candidate{{Threshold: 4096, Classes: []uint64{1024}, LargePeakLiveBytes: 3 << 20},
 		{Threshold: 1 << 20, Classes: []uint64{1024, 5120}, LargePeakLiveBytes: 3 << 20}}
-	sz, err := Size(&source{events: events}, Stream{}, cands, nil)
+	sz, err := Size(&source{events: events}, requests.Device, cands, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestFitArena(t *testing.T) {
 			in = append(in, ArenaProbe{Threshold: 4096, Bytes: mb << 20, Fit: f})
 		}
 	}
-	probes, err := FitArena(&source{events: events}, Stream{}, in, nil)
+	probes, err := FitArena(&source{events: events}, requests.Device, in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestFitArena(t *testing.T) {
 			t.Errorf("%s arena of %d MiB: %d failures, want %d", p.Fit, p.Bytes>>20, p.Failures, want[i])
 		}
 	}
-	sz, err := Size(&source{events: events}, Stream{}, []Candidate{{Threshold: 4096, Classes: []uint64{1024},
+	sz, err := Size(&source{events: events}, requests.Device, []Candidate{{Threshold: 4096, Classes: []uint64{1024},
 		LargePeakLiveBytes: 10 << 20}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -135,56 +135,13 @@ func (panicky) Close() error                              { return nil }
 
 // TestPolicyPanicBecomesError: a policy that panics yields an error outcome, not a crash.
 func TestPolicyPanicBecomesError(t *testing.T) {
-	r := &replayer{alloc: panicky{}, up: newCounting(0, nil)}
+	r := &replayer{alloc: panicky{}, feed: requests.NewFeeder(panicky{}), up: newCounting(0, nil)}
 	r.out.Policy.Name = "broken"
-	cl := &classifier{}
-	r.batch(cl.convert(small(), nil))
-	r.batch(cl.convert(small(), nil))
+	x := requests.NewExtractor(requests.Device)
+	r.batch(x.Append(small(), nil), x.Handles())
+	r.batch(x.Append(small(), nil), x.Handles())
 	o := r.finish()
 	if o.Err == nil || o.Err.Error() != "policy broken: internal error: boom" {
 		t.Fatalf("outcome error = %v", o.Err)
-	}
-}
-
-// TestClassifierConvert: events become requests with their block's slot, size and stream; events that
-// neither request nor synchronize are dropped; synchronous native calls are marked.
-func TestClassifierConvert(t *testing.T) {
-	events := append(small()[:2], trace.Event{Op: trace.OpMap, Memory: trace.MemoryVirtual, Address: 0x9000, Size: 10},
-		trace.Event{Op: trace.OpAlloc, Address: 0x5000, Size: 64, Stream: 7, PID: 1, Function: "cudaMallocAsync"},
-		trace.Event{Op: trace.OpFree, Address: 0x5000, Stream: 7, PID: 1, Function: "cudaFreeAsync"})
-	cl := &classifier{}
-	got := cl.convert(events, nil)
-	want := []request{
-		{slot: 0, size: 1000, kind: 1, sync: true},
-		{slot: 1, size: 3 << 20, kind: 1, sync: true},
-		{slot: 2, size: 64, stream: 7, kind: 1},
-		{slot: 2, stream: 7, kind: -1},
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("convert = %+v\nwant      %+v", got, want)
-	}
-	// Framework requests: native calls are no requests but still synchronization points.
-	fw := &classifier{stream: Stream{Framework: true}}
-	got = fw.convert(small()[:1], nil)
-	if len(got) != 1 || got[0].kind != 0 || !got[0].sync {
-		t.Errorf("framework stream: %+v, want one sync-only entry", got)
-	}
-}
-
-// TestClassifierSlots: a freed block's slot goes to the next new block; an allocation at the
-// address of a block never freed keeps its slot; a free of an unknown block has none.
-func TestClassifierSlots(t *testing.T) {
-	ev := func(op trace.Op, addr uint64) trace.Event {
-		return trace.Event{Op: op, Address: addr, Size: 4096, PID: 1, Function: "cudaMallocAsync"}
-	}
-	events := []trace.Event{ev(trace.OpAlloc, 0x1000), ev(trace.OpAlloc, 0x2000), ev(trace.OpFree, 0x1000),
-		ev(trace.OpAlloc, 0x3000), ev(trace.OpAlloc, 0x2000), ev(trace.OpFree, 0x9000), ev(trace.OpAlloc, 0x4000)}
-	var got []int32
-	cl := &classifier{}
-	for _, q := range cl.convert(events, nil) {
-		got = append(got, q.slot)
-	}
-	if want := []int32{0, 1, 0, 0, 1, noSlot, 2}; !slices.Equal(got, want) {
-		t.Fatalf("slots %v, want %v", got, want)
 	}
 }

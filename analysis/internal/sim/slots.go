@@ -3,7 +3,7 @@ package sim
 import (
 	"slices"
 
-	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
+	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -79,20 +79,16 @@ func (p *streamSlots) give(cl int32, stream uint64) {
 	p.owned[cl][col]++
 }
 
-func (c *slotCounter) batch(reqs []request) {
-	for i := range reqs {
-		q := &reqs[i]
-		switch q.kind {
-		case 1:
-			c.blocks = atSlot(c.blocks, q.slot)
-			b := &c.blocks[q.slot]
-			if b.live {
-				c.drop(*b, q.stream)
-			}
-			cl := int32(sizeclass.ClassOf(c.classes, q.size))
-			if q.size > c.threshold || cl < 0 {
-				*b = slotBlock{class: -1, live: true, size: q.size}
-				c.large += q.size
+func (c *slotCounter) batch(ops []requests.Op, handles []uint64) {
+	for _, o := range ops {
+		switch {
+		case o.IsAlloc():
+			c.blocks = atSlot(c.blocks, o.Slot)
+			b := &c.blocks[o.Slot]
+			cl := int32(pool.ClassOf(c.classes, o.Size))
+			if o.Size > c.threshold || cl < 0 {
+				*b = slotBlock{class: -1, live: true, size: o.Size}
+				c.large += o.Size
 				c.bigPeak = max(c.bigPeak, c.large)
 				continue
 			}
@@ -100,16 +96,24 @@ func (c *slotCounter) batch(reqs []request) {
 			c.live[cl]++
 			if c.perStream == nil {
 				c.maxLive[cl] = max(c.maxLive[cl], c.live[cl])
-			} else if !c.perStream.take(cl, q.stream) {
+			} else if !c.perStream.take(cl, handles[o.StreamIndex()]) {
 				c.maxLive[cl]++
 			}
-		case -1:
-			if q.slot != noSlot && int(q.slot) < len(c.blocks) && c.blocks[q.slot].live {
-				c.blocks[q.slot].live = false
-				c.drop(c.blocks[q.slot], q.stream)
+		case o.IsFree():
+			if int(o.Slot) < len(c.blocks) && c.blocks[o.Slot].live {
+				c.blocks[o.Slot].live = false
+				c.drop(c.blocks[o.Slot], handles[o.StreamIndex()])
 			}
 		}
 	}
+}
+
+// atSlot grows a per-slot slice so that it has an element at slot s.
+func atSlot[T any](xs []T, s uint32) []T {
+	if int(s) < len(xs) {
+		return xs
+	}
+	return append(xs, make([]T, int(s)+1-len(xs))...)
 }
 
 // drop ends the life of block b, freed on stream.
@@ -135,8 +139,8 @@ type Candidate struct {
 // Size replays src through every candidate at once: it counts the slots each class needs and
 // simulates each candidate's large-request arena. A candidate whose arena cannot be simulated has
 // its Err set; the error returned is the source's.
-func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing, error) {
-	var workers []func([]request)
+func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress func(int)) ([]Sizing, error) {
+	var workers []func([]requests.Op, []uint64)
 	counters := make([]*slotCounter, len(cands))
 	arenas := make([]*replayer, len(cands))
 	for i, cand := range cands {
@@ -147,13 +151,15 @@ func Size(src Source, s Stream, cands []Candidate, progress func(int)) ([]Sizing
 		}
 		arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: alignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
-		r := newReplayer(Policy{Name: "arena", Config: arena}, s, 0, nil)
+		r := newReplayer(Policy{Name: "arena", Config: arena}, 0, nil)
 		th := cand.Threshold
-		r.only = func(size uint64) bool { return size > th }
+		if r.feed != nil {
+			r.feed.Only = func(size uint64) bool { return size > th }
+		}
 		counters[i], arenas[i] = c, r
 		workers = append(workers, c.batch, r.batch)
 	}
-	err := forEachBatch(src, s, len(workers), func(i int, b []request) { workers[i](b) }, progress)
+	err := forEachBatch(src, layer, len(workers), func(i int, b []requests.Op, h []uint64) { workers[i](b, h) }, progress)
 	out := make([]Sizing, len(cands))
 	for i, c := range counters {
 		o := arenas[i].finish()
@@ -177,14 +183,14 @@ type ArenaProbe struct {
 // each a single best-fit region of Bytes that may not grow, placing blocks by its Fit, and returns
 // the probes with their Failures set. A single region fragments less than a grown one, so the
 // smallest size that fails nothing is usually below the peak of an arena that grows on demand.
-func FitArena(src Source, s Stream, probes []ArenaProbe, progress func(int)) ([]ArenaProbe, error) {
+func FitArena(src requests.Source, layer requests.Layer, probes []ArenaProbe, progress func(int)) ([]ArenaProbe, error) {
 	rs := make([]*replayer, len(probes))
 	var groups []*largeFilter
 	byThreshold := map[uint64]*largeFilter{}
 	for i, p := range probes {
 		cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: p.Bytes, MaximumBytes: p.Bytes, Fit: p.Fit}}
-		rs[i] = newReplayer(Policy{Name: "arena", Config: cfg}, s, 0, nil)
+		rs[i] = newReplayer(Policy{Name: "arena", Config: cfg}, 0, nil)
 		g := byThreshold[p.Threshold]
 		if g == nil {
 			g = &largeFilter{threshold: p.Threshold}
@@ -194,11 +200,11 @@ func FitArena(src Source, s Stream, probes []ArenaProbe, progress func(int)) ([]
 		g.probes = append(g.probes, i)
 	}
 	// One worker per threshold filters each batch once for all the probes of that threshold.
-	err := forEachBatch(src, s, len(groups), func(i int, b []request) {
+	err := forEachBatch(src, layer, len(groups), func(i int, b []requests.Op, h []uint64) {
 		g := groups[i]
 		large := g.filter(b)
 		for _, p := range g.probes {
-			rs[p].batch(large)
+			rs[p].batch(large, h)
 		}
 	}, progress)
 	out := slices.Clone(probes)
@@ -212,31 +218,32 @@ func FitArena(src Source, s Stream, probes []ArenaProbe, progress func(int)) ([]
 	return out, err
 }
 
-// largeFilter keeps, of a trace's requests, the allocations above threshold and the frees of the
-// blocks they made: all that an arena serving only those allocations sees.
+// largeFilter keeps, of a trace's ops, the allocations above threshold and the frees of the
+// blocks they made: all that an arena serving only those allocations sees (sync points are of no
+// use to a best-fit arena).
 type largeFilter struct {
 	threshold uint64
 	probes    []int  // the probes it feeds
 	live      []bool // by slot: a block of a large allocation not freed yet
-	out       []request
+	out       []requests.Op
 }
 
-func (f *largeFilter) filter(b []request) []request {
+func (f *largeFilter) filter(b []requests.Op) []requests.Op {
 	f.out = f.out[:0]
-	for _, q := range b {
+	for _, o := range b {
 		switch {
-		case q.kind == 1 && q.size > f.threshold:
-			f.live = atSlot(f.live, q.slot)
-			f.live[q.slot] = true
-		case q.kind == -1:
-			if q.slot == noSlot || int(q.slot) >= len(f.live) || !f.live[q.slot] {
+		case o.IsAlloc() && o.Size > f.threshold:
+			f.live = atSlot(f.live, o.Slot)
+			f.live[o.Slot] = true
+		case o.IsFree():
+			if int(o.Slot) >= len(f.live) || !f.live[o.Slot] {
 				continue
 			}
-			f.live[q.slot] = false
+			f.live[o.Slot] = false
 		default:
 			continue
 		}
-		f.out = append(f.out, q)
+		f.out = append(f.out, o)
 	}
 	return f.out
 }

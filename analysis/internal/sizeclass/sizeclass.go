@@ -5,6 +5,8 @@ package sizeclass
 import (
 	"fmt"
 	"math"
+
+	"github.com/allocscope/allocscope/pool"
 )
 
 const (
@@ -232,23 +234,6 @@ func reconstruct(a []Size, parent [][]int32, k int) []uint64 {
 	return classes
 }
 
-// ClassOf returns the index of the smallest class ≥ size, or -1 when size is above them all.
-func ClassOf(classes []uint64, size uint64) int {
-	lo, hi := 0, len(classes)
-	for lo < hi {
-		m := (lo + hi) / 2
-		if classes[m] >= size {
-			hi = m
-		} else {
-			lo = m + 1
-		}
-	}
-	if lo == len(classes) {
-		return -1
-	}
-	return lo
-}
-
 // waste returns the rounding waste in bytes at the peak and over the run, exact request sizes
 // against their classes.
 func waste(sizes []Size, classes []uint64, threshold uint64) (peak, total uint64) {
@@ -256,7 +241,7 @@ func waste(sizes []Size, classes []uint64, threshold uint64) (peak, total uint64
 		if s.Bytes == 0 || s.Bytes > threshold {
 			continue
 		}
-		c := classes[ClassOf(classes, s.Bytes)]
+		c := classes[pool.ClassOf(classes, s.Bytes)]
 		peak += s.AtPeak * (c - s.Bytes)
 		total += s.Count * (c - s.Bytes)
 	}
@@ -266,7 +251,7 @@ func waste(sizes []Size, classes []uint64, threshold uint64) (peak, total uint64
 func objective(a []Size, w []float64, classes []uint64) float64 {
 	var obj float64
 	for i, s := range a {
-		obj += w[i] * float64(classes[ClassOf(classes, s.Bytes)]-s.Bytes)
+		obj += w[i] * float64(classes[pool.ClassOf(classes, s.Bytes)]-s.Bytes)
 	}
 	return obj
 }

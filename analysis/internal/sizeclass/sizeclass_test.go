@@ -47,15 +47,6 @@ func TestChooseForcedAndAligned(t *testing.T) {
 	}
 }
 
-func TestClassOf(t *testing.T) {
-	classes := []uint64{512, 1024, 4096}
-	for size, want := range map[uint64]int{1: 0, 512: 0, 513: 1, 1024: 1, 4000: 2, 4096: 2, 4097: -1} {
-		if got := ClassOf(classes, size); got != want {
-			t.Errorf("ClassOf(%d) = %d, want %d", size, got, want)
-		}
-	}
-}
-
 // BenchmarkChoose measures the DP at its largest: 2048 distinct sizes (every multiple of 512 B
 // up to 1 MiB), k up to 32.
 func BenchmarkChoose(b *testing.B) {

@@ -6,15 +6,16 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/trace"
 )
 
 const callSketchCap = 1024
 
-// MaxSize is the largest allocation size believed: 256 TiB, far above any device. A successful
-// allocation claiming more comes from a corrupt trace; it is skipped with a warning (and the
-// simulation skips it too), so that byte sums cannot overflow.
-const MaxSize = 1 << 48
+// MaxSize is the largest allocation size believed (requests.MaxSize): a successful allocation
+// claiming more comes from a corrupt trace; it is skipped with a warning (the request stream
+// leaves it out too), so that byte sums cannot overflow.
+const MaxSize = requests.MaxSize
 
 // Collector is the statistics stage: it takes every event of a trace once, in order.
 type Collector struct {
@@ -28,7 +29,10 @@ type Collector struct {
 	segBytes  uint64
 	maps      uint64
 	absurd    uint64 // allocations above MaxSize, skipped
-	freeFns   []bool // by function id
+	// frameworkAllocs counts the framework layer's allocation requests, which make it the
+	// requests' layer (requests.ChooseLayer).
+	frameworkAllocs uint64
+	freeFns         []bool // by function id
 }
 
 // NewCollector returns an empty Collector. For each of thresholds it tracks the peak live bytes
@@ -43,11 +47,14 @@ func (c *Collector) Add(batch []trace.Event) {
 	for i := range batch {
 		e := &batch[i]
 		c.events++
-		if e.Request() == trace.RequestAlloc && e.Size > MaxSize && e.OK() {
+		if requests.Of(e) == trace.RequestAlloc && e.Size > MaxSize && e.OK() {
 			c.absurd++
 			continue
 		}
 		if e.Layer == trace.LayerFramework {
+			if requests.Of(e) == trace.RequestAlloc {
+				c.frameworkAllocs++
+			}
 			c.framework.add(e)
 			continue
 		}
@@ -97,7 +104,7 @@ func (c *Collector) nativeCall(e *trace.Event, fn int32) {
 // Result is what the statistics stage found.
 type Result struct {
 	Events       uint64
-	RequestLayer string // "framework" or "native"
+	RequestLayer requests.Layer // whose events are the requests (requests.ChooseLayer)
 	Requests     *model.Stats
 	Upstream     *model.Stats // nil unless the requests are framework events
 	Groups       []*model.Stats
@@ -115,9 +122,9 @@ type Result struct {
 // Finish ends the stage and returns its result; top is the number of exact sizes to list.
 func (c *Collector) Finish(top int) *Result {
 	req, up := c.native, (*tracker)(nil)
-	layer := "native"
-	if c.framework.overall.allocs > 0 {
-		req, up, layer = c.framework, c.native, "framework"
+	layer := requests.ChooseLayer(c.frameworkAllocs)
+	if layer == requests.Framework {
+		req, up = c.framework, c.native
 	}
 	req.finishLeaks()
 	req.materialize()

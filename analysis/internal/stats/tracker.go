@@ -3,6 +3,7 @@ package stats
 import (
 	"cmp"
 	"fmt"
+	"github.com/allocscope/allocscope/internal/requests"
 	"slices"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
@@ -133,7 +134,7 @@ func (t *tracker) add(e *trace.Event) int32 {
 	t.events++
 	g := t.tallyOf(t.group(e)) // before overall.see: group may clone it
 	t.overall.see(e)
-	switch e.Request() {
+	switch requests.Of(e) {
 	case trace.RequestAlloc:
 		return t.alloc(e, g)
 	case trace.RequestFree:

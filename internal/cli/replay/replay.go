@@ -127,7 +127,7 @@ func run(opt options, tracePath string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	total := 2 * int64(tr.Ops()) * int64(len(modes)) * int64(opt.repeat) // a timed and a checked pass each
+	total := 2 * int64(len(tr.Ops)) * int64(len(modes)) * int64(opt.repeat) // a timed and a checked pass each
 	rep, err := replay.Run(tr, b, cfg, replay.Options{Modes: modes, Repeat: opt.repeat, Verify: opt.verify,
 		Touch: opt.touch, PeakTolerance: opt.peakTolerance, MaxOverhead: opt.maxOverhead,
 		LeakToleranceBytes: opt.leakTolerance, Progress: bar.replaying(total)})
