@@ -12,20 +12,18 @@ package analysis
 import (
 	"errors"
 	"fmt"
+	"github.com/allocscope/allocscope/internal/requests"
 	"io"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/pool"
-	"github.com/allocscope/allocscope/trace"
 )
 
 // Source yields a trace's events in batches, in order, and io.EOF after the last batch. A batch
 // is only valid until the next call. *trace.Reader is a Source. When a Source also implements
 // io.Closer it is closed after each pass, and when it implements Warnings() []string its warnings
 // go into the report.
-type Source interface {
-	Next() ([]trace.Event, error)
-}
+type Source = requests.Source
 
 // Input is one trace to analyze: its name (for reports and errors) and how to open it.
 type Input struct {
