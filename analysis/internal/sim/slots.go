@@ -36,47 +36,14 @@ type slotBlock struct {
 	size  uint64
 }
 
+// slotCounter counts the slots a candidate's classes need (pool.ClassSlots: the pool's own reuse
+// rule) and the peak live bytes of its large requests.
 type slotCounter struct {
-	classes   []uint64
-	threshold uint64
-	live      []uint64
-	maxLive   []uint64    // slots each class needs: most blocks live at once, or with perStream the slots made
-	blocks    []slotBlock // by the requests' slot
-	large     uint64
-	bigPeak   uint64
-	perStream *streamSlots // nil unless the pool keeps freed slots per stream
-}
-
-// streamSlots counts, per class and stream, the free slots a per-stream pool keeps for that
-// stream: a slot freed on stream S serves only S again, so a request on a stream with none takes
-// a never-used slot (one more slot for the class).
-type streamSlots struct {
-	index map[uint64]int // stream handle → column
-	owned [][]uint64     // [class][column] free slots kept for the stream
-}
-
-// take reports whether a request of class cl on stream finds a free slot kept for its stream
-// (and takes it).
-func (p *streamSlots) take(cl int32, stream uint64) bool {
-	col, ok := p.index[stream]
-	if !ok || p.owned[cl][col] == 0 {
-		return false
-	}
-	p.owned[cl][col]--
-	return true
-}
-
-// give keeps a slot of class cl, freed on stream, for that stream.
-func (p *streamSlots) give(cl int32, stream uint64) {
-	col, ok := p.index[stream]
-	if !ok {
-		col = len(p.index)
-		p.index[stream] = col
-		for i := range p.owned {
-			p.owned[i] = append(p.owned[i], 0)
-		}
-	}
-	p.owned[cl][col]++
+	classes []uint64
+	slots   *pool.ClassSlots
+	blocks  []slotBlock // by the requests' slot
+	large   uint64
+	bigPeak uint64
 }
 
 func (c *slotCounter) batch(ops []requests.Op, handles []uint64) {
@@ -84,25 +51,20 @@ func (c *slotCounter) batch(ops []requests.Op, handles []uint64) {
 		switch {
 		case o.IsAlloc():
 			c.blocks = atSlot(c.blocks, o.Slot)
-			b := &c.blocks[o.Slot]
-			cl := int32(pool.ClassOf(c.classes, o.Size))
-			if o.Size > c.threshold || cl < 0 {
-				*b = slotBlock{class: -1, live: true, size: o.Size}
+			cl := c.slots.Alloc(o.Size, handles[o.StreamIndex()])
+			c.blocks[o.Slot] = slotBlock{class: int32(cl), live: true, size: o.Size}
+			if cl < 0 {
 				c.large += o.Size
 				c.bigPeak = max(c.bigPeak, c.large)
-				continue
-			}
-			*b = slotBlock{class: cl, live: true}
-			c.live[cl]++
-			if c.perStream == nil {
-				c.maxLive[cl] = max(c.maxLive[cl], c.live[cl])
-			} else if !c.perStream.take(cl, handles[o.StreamIndex()]) {
-				c.maxLive[cl]++
 			}
 		case o.IsFree():
 			if int(o.Slot) < len(c.blocks) && c.blocks[o.Slot].live {
-				c.blocks[o.Slot].live = false
-				c.drop(c.blocks[o.Slot], handles[o.StreamIndex()])
+				b := &c.blocks[o.Slot]
+				b.live = false
+				if b.class < 0 {
+					c.large -= b.size
+				}
+				c.slots.Free(int(b.class), handles[o.StreamIndex()])
 			}
 		}
 	}
@@ -114,18 +76,6 @@ func atSlot[T any](xs []T, s uint32) []T {
 		return xs
 	}
 	return append(xs, make([]T, int(s)+1-len(xs))...)
-}
-
-// drop ends the life of block b, freed on stream.
-func (c *slotCounter) drop(b slotBlock, stream uint64) {
-	if b.class < 0 {
-		c.large -= b.size
-		return
-	}
-	c.live[b.class]--
-	if c.perStream != nil {
-		c.perStream.give(b.class, stream)
-	}
 }
 
 // Candidate is one way to split the requests between classes and the arena.
@@ -144,11 +94,7 @@ func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress
 	counters := make([]*slotCounter, len(cands))
 	arenas := make([]*replayer, len(cands))
 	for i, cand := range cands {
-		c := &slotCounter{classes: cand.Classes, threshold: cand.Threshold,
-			live: make([]uint64, len(cand.Classes)), maxLive: make([]uint64, len(cand.Classes))}
-		if cand.PerStream {
-			c.perStream = &streamSlots{index: map[uint64]int{}, owned: make([][]uint64, len(cand.Classes))}
-		}
+		c := &slotCounter{classes: cand.Classes, slots: pool.NewClassSlots(cand.Classes, cand.Threshold, cand.PerStream)}
 		arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: alignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
 		r := newReplayer(Policy{Name: "arena", Config: arena}, 0, nil)
@@ -163,7 +109,7 @@ func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress
 	out := make([]Sizing, len(cands))
 	for i, c := range counters {
 		o := arenas[i].finish()
-		out[i] = Sizing{Classes: c.classes, Slots: c.maxLive, LargePeakLiveBytes: c.bigPeak,
+		out[i] = Sizing{Classes: c.classes, Slots: c.slots.Slots(), LargePeakLiveBytes: c.bigPeak,
 			ArenaPeakReservedBytes: o.Stats.PeakReservedBytes, Err: o.Err}
 	}
 	return out, err
