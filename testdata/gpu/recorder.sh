@@ -1,5 +1,5 @@
 #!/bin/bash
-# The recorder on the real driver (issue: record never stalls, hangs or loses): the async loop
+# The recorder on the real driver (it must never stall, hang or lose events): the async loop
 # (cudaMallocAsync/cudaFreeAsync pairs, retaining pool) with and without record, 5 alternating runs
 # each; 32 threads of cudaMalloc/cudaFree recorded (static and shared cudart), every event counted.
 # Needs bin/record (go build -o bin/record ./cmd/record) carried; cc and nvcc on the machine.

@@ -42,7 +42,7 @@ const ThresholdSlack = 0.02
 const SlackCeiling = 1.05
 
 // PageBytes is the page size of a paged arena: the allocation granularity of the H200
-// (cuMemGetAllocationGranularity, 2 MiB, testdata/h200/run5/cudatest.txt) and of current GPUs.
+// (cuMemGetAllocationGranularity, 2 MiB, measured by the CUDA tests of replay) and of current GPUs.
 const PageBytes = 2 << 20
 
 // PagedAddressFactor sizes a paged arena's address space: this many times the peak live bytes
@@ -51,7 +51,7 @@ const PagedAddressFactor = 4
 
 // MaxPageOpsShare bounds the page operations (maps, unmaps, moves) a paged arena may need while
 // serving a trace: one per this many requests. A page costs about 50 µs on the H200
-// (BenchmarkCUDAPageCalls: 36-59 µs to move one, 56-81 µs to map and unmap one, runs 9 and 11),
+// (BenchmarkCUDAPageCalls: 36-59 µs to move one, 56-81 µs to map and unmap one; docs/benchmarks.md),
 // so this keeps it near 100 ns per request, the pool's own cost.
 const MaxPageOpsShare = 500
 
