@@ -33,21 +33,21 @@ type Outcome struct {
 type replayer struct {
 	alloc pool.Allocator
 	feed  *requests.Feeder
-	up    *counting
+	up    *upstream
 	setup uint64 // page operations at New
 	out   Outcome
 }
 
 func newReplayer(p Policy, capacity uint64, est Durations) *replayer {
-	r := &replayer{up: newCounting(capacity, est)}
+	r := &replayer{up: newUpstream(capacity, est)}
 	r.out.Policy = p
-	a, err := pool.New(p.Config, r.up, pool.SingleGoroutine())
+	a, err := pool.New(p.Config, r.up.up, pool.SingleGoroutine())
 	if err != nil {
 		r.out.Err = fmt.Errorf("policy %s: %w", p.Name, err)
 		return r
 	}
 	r.alloc, r.feed = a, requests.NewFeeder(a)
-	r.setup = r.up.pageOps
+	r.setup = r.up.meter.Counts().PageOps
 	return r
 }
 
@@ -72,9 +72,10 @@ func (r *replayer) finish() Outcome {
 	if r.alloc != nil {
 		r.out.Stats = r.alloc.Stats()
 		r.out.Peak = r.alloc.PeakStats()
-		r.out.Reserves, r.out.ReservedBytes = r.up.reserves, r.up.reservedBytes
+		c := r.up.meter.Counts()
+		r.out.Reserves, r.out.ReservedBytes = c.Reserves-c.Remaps, c.GainedBytes
 		r.out.PredictedNs = r.up.predictedNs
-		r.out.PageOps = r.up.pageOps - r.setup
+		r.out.PageOps = c.PageOps - r.setup
 		if err := r.alloc.Close(); err != nil && r.out.Err == nil {
 			r.out.Err = fmt.Errorf("policy %s: close: %w", r.out.Policy.Name, err)
 		}
