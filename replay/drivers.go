@@ -6,168 +6,142 @@ import (
 	"github.com/allocscope/allocscope/pool"
 )
 
-// countingUpstream wraps the backend's Upstream for the raw and pool modes. It keeps the engine's
-// own account of reserved memory and, under --verify, the set of reserved regions.
-type countingUpstream struct {
+// engineUpstream is what the engine puts between the raw and pool modes' allocator and the backend:
+// pool.Meter, the engine's own account of what the allocator asked of the backend (compared with
+// the allocator's Stats), over, under --verify, a check of every region reserved and given back.
+type engineUpstream struct {
+	meter *pool.Meter
+	check *regionCheck // nil unless verifying
+}
+
+// counts returns what the allocator asked of the backend so far.
+func (e *engineUpstream) counts() pool.UpstreamCounts { return e.meter.Counts() }
+
+// releaseError returns the first call that gave back memory the allocator did not hold so.
+func (e *engineUpstream) releaseError() error {
+	if e.check == nil {
+		return nil
+	}
+	return e.check.releaseError
+}
+
+// newEngineUpstream wraps the backend for an allocator; the Upstream it returns is a pool.Mapper
+// (pool.Remapper) when the backend is one, so that the allocator sees one too.
+func newEngineUpstream(b Backend, verify bool) (*engineUpstream, pool.Upstream) {
+	e := &engineUpstream{}
+	var up pool.Upstream = b
+	if verify {
+		e.check, up = newRegionCheck(b)
+	}
+	e.meter, up = pool.NewMeter(up, pool.MeterOptions{})
+	return e, up
+}
+
+// regionCheck keeps, under --verify, the regions the allocator holds from the backend (the
+// reserved ones and, for a pool.Mapper, the mapped ranges merged within one address reservation):
+// live blocks must lie inside them, and every release must give back a region held so.
+type regionCheck struct {
 	up           pool.Upstream
-	reserved     uint64
-	peak         uint64
-	reserves     uint64
-	releases     uint64
-	remaps       uint64 // Remap calls (counted in reserves and releases too)
-	regions      *spans // nil unless verifying
+	regions      *spans
+	addrs        *spans // address reservations (a pool.Mapper)
 	releaseError error  // first Release (or Unmap) of memory that was not reserved (or mapped) so
 }
 
-func (c *countingUpstream) Reserve(size uint64) (uint64, error) {
-	addr, err := c.up.Reserve(size)
-	if err != nil {
-		return 0, err
+func newRegionCheck(b Backend) (*regionCheck, pool.Upstream) {
+	c := &regionCheck{up: b, regions: newSpans(), addrs: newSpans()}
+	m, ok := b.(pool.Mapper)
+	if !ok {
+		return c, checkedUpstream{c}
 	}
-	c.gained(size)
-	if c.regions != nil {
-		c.regions.insert(span{addr: addr, size: size})
+	cm := checkedMapper{checkedUpstream{c}, m}
+	if r, ok := b.(pool.Remapper); ok {
+		return c, checkedRemapper{cm, r}
 	}
-	return addr, nil
-}
-
-func (c *countingUpstream) Release(addr, size uint64) error {
-	if c.regions != nil {
-		if r, ok := c.regions.remove(addr); !ok || r.size != size {
-			c.badRelease("release of [%#x, +%d) that was not reserved so", addr, size)
-		}
-	}
-	if err := c.up.Release(addr, size); err != nil {
-		return err
-	}
-	c.lost(size)
-	return nil
-}
-
-// gained counts size bytes more held from the backend (a Reserve or a Map), as pool.Stats does.
-func (c *countingUpstream) gained(size uint64) {
-	c.reserves++
-	c.reserved += size
-	c.peak = max(c.peak, c.reserved)
-}
-
-// lost counts size bytes given back to the backend (a Release or an Unmap).
-func (c *countingUpstream) lost(size uint64) {
-	c.releases++
-	c.reserved -= size
+	return c, cm
 }
 
 // badRelease records the first call that gave back memory the allocator did not hold so.
-func (c *countingUpstream) badRelease(format string, args ...any) {
+func (c *regionCheck) badRelease(format string, args ...any) {
 	if c.releaseError == nil {
 		c.releaseError = fmt.Errorf(format, args...)
 	}
 }
 
-// countingMapper is the countingUpstream of a backend that maps pages (a pool.Mapper, which
-// PyTorch's expandable segments need). Mapped bytes count as reserved memory, Map as a reserve
-// and Unmap as a release, as pool.Stats counts them; address space holds no memory and is not
-// counted. Under --verify the mapped ranges, merged within one address reservation, are the
-// reserved regions that live blocks must lie inside.
-type countingMapper struct {
-	*countingUpstream
-	m     pool.Mapper
-	addrs *spans // address reservations; nil unless verifying
-}
+type checkedUpstream struct{ c *regionCheck }
 
-// newCounting returns the engine's counting wrapper of the backend: a countingMapper when the
-// backend is a pool.Mapper, so that the allocator sees one too.
-func newCounting(b Backend, verify bool) (*countingUpstream, pool.Upstream) {
-	c := &countingUpstream{up: b}
-	if verify {
-		c.regions = newSpans()
-	}
-	m, ok := b.(pool.Mapper)
-	if !ok {
-		return c, c
-	}
-	cm := &countingMapper{countingUpstream: c, m: m}
-	if verify {
-		cm.addrs = newSpans()
-	}
-	if r, ok := b.(pool.Remapper); ok {
-		return c, &countingRemapper{countingMapper: cm, r: r}
-	}
-	return c, cm
-}
-
-// countingRemapper is the countingMapper of a backend that can move pages (a pool.Remapper, which
-// the paged arena uses): a Remap counts as a reserve and a release, the bytes held unchanged, as
-// pool.Stats counts it; under --verify the moved range leaves the reserved regions and the new one
-// joins them.
-type countingRemapper struct {
-	*countingMapper
-	r pool.Remapper
-}
-
-func (c *countingRemapper) Remap(from, to, size uint64) error {
-	if c.regions != nil {
-		if !c.regions.cut(from, size) {
-			c.badRelease("remap of [%#x, +%d) that was not mapped", from, size)
-		}
-		if r, ok := c.addrs.containing(to, size); ok {
-			c.regions.insertMerged(span{addr: to, size: size}, r.addr, r.end())
-		} else {
-			c.badRelease("remap to [%#x, +%d) outside the address space reserved", to, size)
-		}
-	}
-	if err := c.r.Remap(from, to, size); err != nil {
-		return err
-	}
-	c.reserves++
-	c.releases++
-	c.remaps++
-	return nil
-}
-
-func (c *countingMapper) ReserveAddress(size uint64) (uint64, error) {
-	addr, err := c.m.ReserveAddress(size)
-	if err == nil && c.addrs != nil {
-		c.addrs.insert(span{addr: addr, size: size})
+func (u checkedUpstream) Reserve(size uint64) (uint64, error) {
+	addr, err := u.c.up.Reserve(size)
+	if err == nil {
+		u.c.regions.insert(span{addr: addr, size: size})
 	}
 	return addr, err
 }
 
-func (c *countingMapper) ReleaseAddress(addr, size uint64) error {
-	if c.addrs != nil {
-		if r, ok := c.addrs.remove(addr); !ok || r.size != size {
-			c.badRelease("release of address space [%#x, +%d) that was not reserved so", addr, size)
-		} else if m, ok := c.regions.overlapping(addr, size); ok {
-			c.badRelease("release of address space [%#x, +%d) with [%#x, %#x) still mapped", addr, size, m.addr, m.end())
-		}
+func (u checkedUpstream) Release(addr, size uint64) error {
+	if r, ok := u.c.regions.remove(addr); !ok || r.size != size {
+		u.c.badRelease("release of [%#x, +%d) that was not reserved so", addr, size)
 	}
-	return c.m.ReleaseAddress(addr, size)
+	return u.c.up.Release(addr, size)
 }
 
-func (c *countingMapper) Map(addr, size uint64) error {
-	if err := c.m.Map(addr, size); err != nil {
+type checkedMapper struct {
+	checkedUpstream
+	m pool.Mapper
+}
+
+func (u checkedMapper) ReserveAddress(size uint64) (uint64, error) {
+	addr, err := u.m.ReserveAddress(size)
+	if err == nil {
+		u.c.addrs.insert(span{addr: addr, size: size})
+	}
+	return addr, err
+}
+
+func (u checkedMapper) ReleaseAddress(addr, size uint64) error {
+	c := u.c
+	if r, ok := c.addrs.remove(addr); !ok || r.size != size {
+		c.badRelease("release of address space [%#x, +%d) that was not reserved so", addr, size)
+	} else if m, ok := c.regions.overlapping(addr, size); ok {
+		c.badRelease("release of address space [%#x, +%d) with [%#x, %#x) still mapped", addr, size, m.addr, m.end())
+	}
+	return u.m.ReleaseAddress(addr, size)
+}
+
+func (u checkedMapper) Map(addr, size uint64) error {
+	if err := u.m.Map(addr, size); err != nil {
 		return err
 	}
-	c.gained(size)
-	if c.addrs != nil {
-		if r, ok := c.addrs.containing(addr, size); ok {
-			c.regions.insertMerged(span{addr: addr, size: size}, r.addr, r.end())
-		} else {
-			c.badRelease("map of [%#x, +%d) outside the address space reserved", addr, size)
-		}
-	}
+	u.c.mapped(addr, size, "map")
 	return nil
 }
 
-func (c *countingMapper) Unmap(addr, size uint64) error {
-	if c.regions != nil && !c.regions.cut(addr, size) {
-		c.badRelease("unmap of [%#x, +%d) that was not mapped", addr, size)
+// mapped adds [addr, addr+size) to the regions, merged within its address reservation.
+func (c *regionCheck) mapped(addr, size uint64, what string) {
+	if r, ok := c.addrs.containing(addr, size); ok {
+		c.regions.insertMerged(span{addr: addr, size: size}, r.addr, r.end())
+	} else {
+		c.badRelease("%s of [%#x, +%d) outside the address space reserved", what, addr, size)
 	}
-	if err := c.m.Unmap(addr, size); err != nil {
-		return err
+}
+
+func (u checkedMapper) Unmap(addr, size uint64) error {
+	if !u.c.regions.cut(addr, size) {
+		u.c.badRelease("unmap of [%#x, +%d) that was not mapped", addr, size)
 	}
-	c.lost(size)
-	return nil
+	return u.m.Unmap(addr, size)
+}
+
+type checkedRemapper struct {
+	checkedMapper
+	r pool.Remapper
+}
+
+func (u checkedRemapper) Remap(from, to, size uint64) error {
+	if !u.c.regions.cut(from, size) {
+		u.c.badRelease("remap of [%#x, +%d) that was not mapped", from, size)
+	}
+	u.c.mapped(to, size, "remap to")
+	return u.r.Remap(from, to, size)
 }
 
 // driver is one mode's way to allocate and free.

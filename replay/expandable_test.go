@@ -141,12 +141,13 @@ func TestRunExpandableSegmentsNeedsMapper(t *testing.T) {
 	}
 }
 
-// TestCountingMapperVerify checks the engine's account of mapped pages under --verify: maps merge
+// TestEngineUpstreamVerify checks the engine's account of mapped pages under --verify: maps merge
 // within one reservation, unmaps cut them, and calls on memory not mapped so are reported.
-func TestCountingMapperVerify(t *testing.T) {
+func TestEngineUpstreamVerify(t *testing.T) {
 	h := NewHostBackend(16 * page)
 	defer h.Close()
-	c, up := newCounting(h, true)
+	e, up := newEngineUpstream(h, true)
+	c := e.check
 	m := up.(pool.Mapper)
 	a, err := m.ReserveAddress(8 * page)
 	if err != nil {
@@ -155,9 +156,9 @@ func TestCountingMapperVerify(t *testing.T) {
 	if err := errors.Join(m.Map(a, 2*page), m.Map(a+2*page, 2*page), m.Unmap(a+page, page)); err != nil {
 		t.Fatal(err)
 	}
-	if c.reserved != 3*page || c.peak != 4*page || c.reserves != 2 || c.releases != 1 || c.releaseError != nil {
-		t.Errorf("reserved %d, peak %d, maps %d, unmaps %d, error %v; want %d, %d, 2, 1, nil",
-			c.reserved, c.peak, c.reserves, c.releases, c.releaseError, 3*page, 4*page)
+	if n := e.counts(); n.ReservedBytes != 3*page || n.PeakReservedBytes != 4*page || n.Reserves != 2 ||
+		n.Releases != 1 || c.releaseError != nil {
+		t.Errorf("counts %+v, error %v; want %d reserved, %d peak, 2 maps, 1 unmap, nil", n, c.releaseError, 3*page, 4*page)
 	}
 	if _, ok := c.regions.containing(a+2*page, 2*page); !ok {
 		t.Errorf("a block across the two Map calls is not inside a mapped region")
@@ -177,8 +178,8 @@ func TestCountingMapperVerify(t *testing.T) {
 	if err := errors.Join(m.Unmap(a, page), m.Unmap(a+2*page, 2*page), m.ReleaseAddress(a, 8*page)); err != nil {
 		t.Fatal(err)
 	}
-	if c.reserved != 0 || c.regions.len() != 0 || c.releases != 3 {
-		t.Errorf("at the end: reserved %d, regions %d, unmaps %d; want 0, 0, 3", c.reserved, c.regions.len(), c.releases)
+	if n := e.counts(); n.ReservedBytes != 0 || c.regions.len() != 0 || n.Releases != 3 {
+		t.Errorf("at the end: reserved %d, regions %d, unmaps %d; want 0, 0, 3", n.ReservedBytes, c.regions.len(), n.Releases)
 	}
 }
 

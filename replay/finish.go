@@ -47,25 +47,26 @@ func (r *runner) freeRemaining(ps *passState) {
 }
 
 func (r *runner) finishAllocator(ps *passState) error {
-	acc, up := ps.acc, ps.up
+	acc := ps.acc
 	stats := ps.alloc.Stats()
 	r.compareAccounting(ps, stats)
 	if err := ps.alloc.Close(); err != nil {
 		acc.problem("%s: close allocator: %v", ps.name(), err)
 		acc.FreeErrors++
 	}
-	if up.releaseError != nil {
+	if err := ps.up.releaseError(); err != nil {
 		acc.OutsideReserved++
-		acc.problem("%s: %v", ps.name(), up.releaseError)
+		acc.problem("%s: %v", ps.name(), err)
 	}
-	if up.reserved != 0 {
-		acc.problem("%s: allocator still holds %d bytes of the backend after Close", ps.name(), up.reserved)
+	up := ps.up.counts()
+	if up.ReservedBytes != 0 {
+		acc.problem("%s: allocator still holds %d bytes of the backend after Close", ps.name(), up.ReservedBytes)
 	}
-	acc.LeakedBytes = max(acc.LeakedBytes, up.reserved)
-	acc.PeakReservedBytes = max(acc.PeakReservedBytes, up.peak)
+	acc.LeakedBytes = max(acc.LeakedBytes, up.ReservedBytes)
+	acc.PeakReservedBytes = max(acc.PeakReservedBytes, up.PeakReservedBytes)
 	if !ps.timed {
-		acc.UpstreamReserves += up.reserves
-		acc.UpstreamReleases += up.releases
+		acc.UpstreamReserves += up.Reserves
+		acc.UpstreamReleases += up.Releases
 		acc.Fallbacks += stats.Fallbacks
 	}
 	if acc.PoolStats == nil {
@@ -79,7 +80,7 @@ func (r *runner) finishAllocator(ps *passState) error {
 
 // compareAccounting checks the allocator's own Stats against what the engine saw, before Close.
 func (r *runner) compareAccounting(ps *passState, s pool.Stats) {
-	up := ps.up
+	up := ps.up.counts()
 	for _, c := range []struct {
 		name      string
 		got, want uint64
@@ -89,10 +90,10 @@ func (r *runner) compareAccounting(ps *passState, s pool.Stats) {
 		{"failures", s.Failures, ps.failures},
 		{"live bytes at the end", s.LiveBytes, 0},
 		{"peak live bytes", s.PeakLiveBytes, ps.peakLive},
-		{"reserved bytes", s.ReservedBytes, up.reserved},
-		{"peak reserved bytes", s.PeakReservedBytes, up.peak},
-		{"upstream reserves", s.UpstreamReserves, up.reserves},
-		{"upstream releases", s.UpstreamReleases, up.releases},
+		{"reserved bytes", s.ReservedBytes, up.ReservedBytes},
+		{"peak reserved bytes", s.PeakReservedBytes, up.PeakReservedBytes},
+		{"upstream reserves", s.UpstreamReserves, up.Reserves},
+		{"upstream releases", s.UpstreamReleases, up.Releases},
 	} {
 		if c.got != c.want && !(ps.timed && c.name == "peak live bytes") { // a timed pass does not track live bytes
 			ps.acc.accounting = append(ps.acc.accounting, fmt.Sprintf("%s: %s: pool says %d, engine counted %d",

@@ -39,7 +39,7 @@ func TestRunPagedArenaOnHost(t *testing.T) {
 func TestEngineWrapperRemaps(t *testing.T) {
 	h := NewHostBackend(1 << 30)
 	defer h.Close()
-	c, up := newCounting(h, true)
+	e, up := newEngineUpstream(h, true)
 	if _, ok := up.(pool.Remapper); !ok {
 		t.Fatalf("wrapper %T is not a pool.Remapper", up)
 	}
@@ -60,11 +60,10 @@ func TestEngineWrapperRemaps(t *testing.T) {
 	if _, err := a.Alloc(4<<20, 0); err != nil { // page 3 needed beyond the budget: idle page 0 moved there
 		t.Fatal(err)
 	}
-	if c.remaps != 1 || c.reserves != 2 || c.releases != 1 || c.reserved != 6<<20 || c.releaseError != nil {
-		t.Errorf("remaps %d, reserves %d, releases %d, reserved %d, error %v; want 1, 2, 1, %d, nil",
-			c.remaps, c.reserves, c.releases, c.reserved, c.releaseError, 6<<20)
+	if c := e.counts(); c.Remaps != 1 || c.Reserves != 2 || c.Releases != 1 || c.ReservedBytes != 6<<20 || e.releaseError() != nil {
+		t.Errorf("counts %+v, error %v; want 1 remap, 2 reserves, 1 release, %d reserved, nil", c, e.releaseError(), 6<<20)
 	}
-	if err := a.Close(); err != nil || c.reserved != 0 || c.releaseError != nil {
-		t.Errorf("Close: %v, %d bytes still counted, %v", err, c.reserved, c.releaseError)
+	if err := a.Close(); err != nil || e.counts().ReservedBytes != 0 || e.releaseError() != nil {
+		t.Errorf("Close: %v, %d bytes still counted, %v", err, e.counts().ReservedBytes, e.releaseError())
 	}
 }

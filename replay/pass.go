@@ -43,12 +43,12 @@ type passState struct {
 	rep        int
 	timed      bool // a timed pass (no clock reading per call, no checks); else a checked pass
 	d          driver
-	alloc      pool.Allocator    // raw and pool
-	syncer     pool.Syncer       // the allocator, when it acts on device synchronization
-	devSync    bool              // async: synchronize the backend where the program did
-	up         *countingUpstream // raw and pool
-	streams    []Stream          // async
-	live       *spans            // --verify: live blocks
+	alloc      pool.Allocator  // raw and pool
+	syncer     pool.Syncer     // the allocator, when it acts on device synchronization
+	devSync    bool            // async: synchronize the backend where the program did
+	up         *engineUpstream // raw and pool
+	streams    []Stream        // async
+	live       *spans          // --verify: live blocks
 	liveBytes  uint64
 	peakLive   uint64
 	memStart   uint64 // backend free memory at the start
@@ -116,7 +116,7 @@ func (r *runner) begin(ps *passState) error {
 		return nil
 	}
 	var up pool.Upstream
-	ps.up, up = newCounting(r.b, ps.live != nil)
+	ps.up, up = newEngineUpstream(r.b, ps.live != nil)
 	cfg := r.cfg
 	if ps.acc.Mode == ModeRaw {
 		cfg = rawConfig(r.cfg)
@@ -322,7 +322,7 @@ func (r *runner) verifyAlloc(ps *passState, i int, addr, size uint64) {
 		ps.live.insert(span{addr: addr, size: size})
 	}
 	if ps.up != nil {
-		if _, ok := ps.up.regions.containing(addr, size); !ok {
+		if _, ok := ps.up.check.regions.containing(addr, size); !ok {
 			acc.OutsideReserved++
 			acc.problem("repetition %d, request %d: block [%#x, %#x) is not inside memory reserved from the backend",
 				ps.rep+1, i, addr, addr+size)
@@ -334,7 +334,7 @@ func (r *runner) verifyAlloc(ps *passState, i int, addr, size uint64) {
 func (r *runner) sampleMemory(ps *passState) {
 	own := ps.peakLive
 	if ps.up != nil {
-		own = ps.up.peak
+		own = ps.up.counts().PeakReservedBytes
 	}
 	if own <= ps.sampled {
 		return
