@@ -120,7 +120,9 @@ type meterMapper struct{ meterUpstream }
 
 func (u meterMapper) ReserveAddress(size uint64) (uint64, error) { return u.me.m.ReserveAddress(size) }
 
-func (u meterMapper) ReleaseAddress(addr, size uint64) error { return u.me.m.ReleaseAddress(addr, size) }
+func (u meterMapper) ReleaseAddress(addr, size uint64) error {
+	return u.me.m.ReleaseAddress(addr, size)
+}
 
 func (u meterMapper) Map(addr, size uint64) error {
 	u.me.chargePages(CallReserve, size)

@@ -69,12 +69,12 @@ const maxBatch = DefaultBatchRows
 func Open(path string, opts ...ReadOption) (*Reader, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("open trace %s: %w", path, err)
+		return nil, err // "open PATH: ...": it names the file
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("open trace %s: %w", path, err)
+		return nil, err // "stat PATH: ..."
 	}
 	r, err := newReader(path, f, st.Size(), f, opts...)
 	if err != nil {
@@ -108,7 +108,7 @@ func newReader(name string, in readAtSeeker, size int64, closer io.Closer, opts 
 	head := make([]byte, 64)
 	n, err := in.ReadAt(head, 0)
 	if err != nil && err != io.EOF {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err // only a file fails here, with an error that names it: "read PATH: ..."
 	}
 	head = head[:n]
 	switch detect(head) {

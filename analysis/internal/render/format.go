@@ -3,24 +3,13 @@
 package render
 
 import (
-	"fmt"
-	"strings"
 	"time"
+
+	"github.com/allocscope/allocscope/internal/units"
 )
 
-// Bytes writes n in B, KiB, MiB, GiB or TiB with up to one decimal.
-func Bytes(n uint64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	v, u := float64(n), 0
-	for v >= 1024 && u < len(units)-1 {
-		v /= 1024
-		u++
-	}
-	if u == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0") + " " + units[u]
-}
+// Bytes writes n in B, KiB, MiB, GiB, ... with up to one decimal (units.FormatBytes).
+func Bytes(n uint64) string { return units.FormatBytes(n) }
 
 // Duration writes ns nanoseconds rounded to three significant digits.
 func Duration(ns float64) string {
@@ -46,14 +35,4 @@ func SignedDuration(ns int64) string {
 }
 
 // Count writes n with thousands separators.
-func Count(n uint64) string {
-	s := fmt.Sprint(n)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func Count(n uint64) string { return units.FormatCount(int64(min(n, 1<<63-1))) }

@@ -3,7 +3,6 @@
 package analyze
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/allocscope/allocscope"
 	"github.com/allocscope/allocscope/analysis"
+	"github.com/allocscope/allocscope/internal/cli/command"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -23,20 +23,15 @@ func bundledInput() analysis.Input {
 	}}
 }
 
-// Main runs the analyze command with args and returns the process exit code.
+// Main runs the analyze command with args and returns the process exit code: 0, 2 for a wrong
+// command line, 1 when the analysis failed.
 func Main(args []string, stdout, stderr io.Writer) int {
-	cmd := NewCommand(stdout, stderr)
-	cmd.SetArgs(args)
-	if err := cmd.Execute(); err != nil {
-		fmt.Fprintf(stderr, "analyze: %v\n", err)
-		return 1
-	}
-	return 0
+	return command.Execute(NewCommand(stdout, stderr), args)
 }
 
 // options are the command's flags.
 type options struct {
-	capacity   string
+	capacity   uint64
 	json       bool
 	html       string
 	emitConfig string
@@ -60,14 +55,20 @@ pool size, and a what-if simulation of allocator policies (the recommended size-
 RMM-like best-fit pool, PyTorch's caching allocator, CUDA's stream-ordered pool, raw cudaMalloc).
 Several traces are analyzed together and each alone. With no trace, the bundled PyTorch training
 trace is analyzed.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Example: `  analyze                                     # the bundled PyTorch training trace
+  analyze run.arrow                           # terminal report (100 columns)
+  analyze --json run.arrow > report.json      # every number
+  analyze --html report.html run.arrow        # one offline page with charts
+  analyze -q --emit-config pool.json run.arrow  # the recommended pool, for replay
+  analyze --capacity 80GiB run.arrow          # simulate the policies within 80 GiB
+  analyze snapshot.pickle.gz rank*.arrow      # PyTorch snapshots, RMM CSV, several files at once`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(opt, args, stdout, stderr)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opt.capacity, "capacity", "", "device memory the simulated policies may hold, e.g. 80GiB (default unbounded)")
+	command.BytesVar(f, &opt.capacity, "capacity", 0,
+		"device memory the simulated policies may hold: 81920, 512MiB, 80GiB, 1.5GB (default unbounded)")
 	f.BoolVar(&opt.json, "json", false, "print the report as JSON instead of text")
 	f.StringVar(&opt.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
 	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json)")
@@ -76,21 +77,21 @@ trace is analyzed.`,
 	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (paged only when one region would pass\n"+
 		"1.05 x peak live and at most one page operation per 500 requests is needed), fixed (one region)\n"+
 		"or paged (paged whenever one region would pass 1.05 x peak live and the paged one meets it)")
-	f.BoolVar(&opt.quiet, "quiet", false, "print no report (use with --html, --emit-config)")
+	f.BoolVarP(&opt.quiet, "quiet", "q", false, "print no report and no progress (use with --html, --emit-config)")
 	f.BoolVar(&opt.progress, "progress", false, "show progress on stderr even when it is not a terminal")
+	command.Setup(cmd, stdout, stderr)
 	return cmd
 }
 
 func run(opt options, args []string, stdout, stderr io.Writer) error {
-	capacity, err := parseBytes(opt.capacity)
-	if err != nil {
-		return fmt.Errorf("--capacity: %w", err)
-	}
 	if opt.top < 0 || opt.k < 0 {
-		return errors.New("--top and --k must not be negative")
+		return command.Usagef("--top and --k must not be negative")
 	}
 	arena, err := arenaChoice(opt.arena)
 	if err != nil {
+		return command.Usage(err)
+	}
+	if err := checkOutputs(opt); err != nil {
 		return err
 	}
 	inputs := make([]analysis.Input, len(args))
@@ -100,14 +101,28 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		inputs = []analysis.Input{bundledInput()}
 	}
-	bar := newProgress(stderr, opt.progress)
-	rep, err := analysis.Analyze(inputs, analysis.Options{Capacity: capacity, Top: opt.top, K: opt.k,
+	bar := newProgress(stderr, !opt.quiet && (opt.progress || command.IsTerminal(stderr)))
+	rep, err := analysis.Analyze(inputs, analysis.Options{Capacity: opt.capacity, Top: opt.top, K: opt.k,
 		Arena: arena, Progress: bar.update})
 	bar.finish()
 	if err != nil {
 		return err
 	}
 	return write(opt, rep, stdout)
+}
+
+// checkOutputs fails, before the analysis runs, when --html or --emit-config names a file that
+// cannot be written.
+func checkOutputs(opt options) error {
+	for _, out := range []struct{ flag, path string }{{"--html", opt.html}, {"--emit-config", opt.emitConfig}} {
+		if out.path == "" {
+			continue
+		}
+		if err := command.CheckWritable(out.path); err != nil {
+			return fmt.Errorf("%s: %w", out.flag, err)
+		}
+	}
+	return nil
 }
 
 // arenaChoice parses --arena.
@@ -135,8 +150,8 @@ func write(opt options, rep *analysis.Report, stdout io.Writer) error {
 		}
 	}
 	if opt.html != "" {
-		if err := writeFile(opt.html, func(w io.Writer) error { return analysis.WriteHTML(w, rep) }); err != nil {
-			return err
+		if err := writeHTML(opt.html, rep); err != nil {
+			return fmt.Errorf("html report: %w", err)
 		}
 	}
 	if opt.emitConfig != "" {
@@ -147,17 +162,15 @@ func write(opt options, rep *analysis.Report, stdout io.Writer) error {
 	return nil
 }
 
-func writeFile(path string, write func(io.Writer) error) error {
+// writeHTML writes the HTML report to path. Its errors name the file.
+func writeHTML(path string, rep *analysis.Report) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return err
 	}
-	if err := write(f); err != nil {
+	if err := analysis.WriteHTML(f, rep); err != nil {
 		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+		return err
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return f.Close()
 }

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/allocscope/allocscope/internal/version"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -102,8 +102,10 @@ func TestAnalyzeTextAndQuiet(t *testing.T) {
 		!strings.Contains(stdout, "k rule: forced by --k") {
 		t.Fatalf("exit %d, stdout:\n%s", code, stdout)
 	}
-	if code, stdout, _ = runMain("--quiet", path); code != 0 || stdout != "" {
-		t.Errorf("--quiet: exit %d, stdout %q", code, stdout)
+	for _, quiet := range []string{"--quiet", "-q"} {
+		if code, stdout, stderr := runMain(quiet, "--progress", path); code != 0 || stdout != "" || stderr != "" {
+			t.Errorf("%s --progress: exit %d, stdout %q, stderr %q; want 0 and nothing", quiet, code, stdout, stderr)
+		}
 	}
 }
 
@@ -117,6 +119,7 @@ func TestAnalyzeBundledTraceFromAnyDirectory(t *testing.T) {
 	}
 }
 
+// Bad input files: exit 1 and one line naming the file and the problem, said once.
 func TestAnalyzeBadInput(t *testing.T) {
 	dir := t.TempDir()
 	garbage := filepath.Join(dir, "garbage.arrow")
@@ -127,51 +130,101 @@ func TestAnalyzeBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
+	nope := filepath.Join(dir, "nope.arrow")
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{filepath.Join(dir, "nope.arrow")}, "nope.arrow"},
-		{[]string{garbage}, "garbage.arrow"},
-		{[]string{empty}, "empty.arrow: empty trace: no events"},
-		{[]string{"--capacity", "lots", garbage}, `--capacity: "lots" is not a byte count`},
-		{[]string{"--arena", "elastic", garbage}, `--arena: "elastic" is not one of auto, fixed, paged`},
+		{[]string{nope}, "analyze: open " + nope + ": no such file or directory\n"},
+		{[]string{dir}, "analyze: read " + dir + ": is a directory\n"},
+		{[]string{"../../../go.mod"}, `analyze: ../../../go.mod: byte offset 0: unknown trace format (first bytes "module github.co"); ` +
+			"want an allocscope Arrow file, a PyTorch memory snapshot pickle (.pickle, .gz, .xz) or an RMM log CSV\n"},
+		{[]string{empty}, "analyze: " + empty + ": empty trace: no events\n"},
 	} {
 		code, stdout, stderr := runMain(c.args...)
-		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
-		if code != 1 || stdout != "" || len(lines) != 1 || !strings.HasPrefix(stderr, "analyze: ") ||
-			!strings.Contains(stderr, c.want) {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and one line with %q", c.args, code, stdout, stderr, c.want)
+		if code != 1 || stdout != "" || stderr != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	code, _, stderr := runMain(garbage)
+	if code != 1 || !strings.HasPrefix(stderr, "analyze: "+garbage+": ") || strings.Count(stderr, garbage) != 1 ||
+		strings.Count(stderr, "\n") != 1 {
+		t.Errorf("garbage: exit %d, stderr %q; want 1 and one line naming the file once", code, stderr)
+	}
+}
+
+// Wrong command lines: exit 2, one line naming the problem and one naming --help.
+func TestAnalyzeUsageErrors(t *testing.T) {
+	path := writeTrace(t, t.TempDir())
+	const hint = "Run 'analyze --help' for usage.\n"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus", path}, "analyze: unknown flag: --bogus\n"},
+		{[]string{"--capacity", "lots", path}, `analyze: --capacity: "lots" is not a byte count (examples: 81920, 512MiB, 80GiB)` + "\n"},
+		{[]string{"--capacity", "-1GiB", path}, `analyze: --capacity: "-1GiB" is not a byte count (examples: 81920, 512MiB, 80GiB)` + "\n"},
+		{[]string{"--top", "many", path}, `analyze: --top: "many" is not an integer` + "\n"},
+		{[]string{"--top", "-1", path}, "analyze: --top and --k must not be negative\n"},
+		{[]string{"--arena", "elastic", path}, `analyze: --arena: "elastic" is not one of auto, fixed, paged` + "\n"},
+		{[]string{"--json=maybe", path}, `analyze: --json: "maybe" is not true or false` + "\n"},
+		{[]string{"--html"}, "analyze: flag needs an argument: --html\n"},
+	} {
+		code, stdout, stderr := runMain(c.args...)
+		if code != 2 || stdout != "" || stderr != c.want+hint {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, stdout, stderr, c.want+hint)
 		}
 	}
 }
 
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]uint64{"": 0, "81920": 81920, "512MiB": 512 << 20, "80GiB": 80 << 30,
-		"1.5 GB": 1_500_000_000, "4kib": 4096} {
-		if got, err := parseBytes(in); err != nil || got != want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"-1", "GiB", "1e400", "x"} {
-		if _, err := parseBytes(bad); err == nil {
-			t.Errorf("parseBytes(%q) succeeded", bad)
+// Every size flag takes byte units.
+func TestAnalyzeCapacityUnits(t *testing.T) {
+	path := writeTrace(t, t.TempDir())
+	for _, capacity := range []string{"1GiB", "512MiB", "81920", "1.5GB"} {
+		if code, _, stderr := runMain("-q", "--capacity", capacity, path); code != 0 || stderr != "" {
+			t.Errorf("--capacity %s: exit %d, stderr %q; want 0 and nothing", capacity, code, stderr)
 		}
 	}
 }
 
-// FuzzParseBytes: --capacity values never panic, and plain integers read back as themselves.
-func FuzzParseBytes(f *testing.F) {
-	for _, s := range []string{"", "81920", "512MiB", "80GiB", "1.5 GB", "-1", "1e400", "x"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		n, err := parseBytes(s)
-		// Integers read back exactly up to 2^53 (float64's exact range).
-		if v, perr := strconv.ParseUint(s, 10, 64); perr == nil && v <= 1<<53 && (err != nil || n != v) {
-			t.Fatalf("parseBytes(%q) = %d, %v; want %d", s, n, err, v)
+// --html and --emit-config are checked before the trace is read: a missing trace and an output in
+// a missing directory report the output.
+func TestAnalyzeChecksOutputsFirst(t *testing.T) {
+	dir := t.TempDir()
+	missingDir := filepath.Join(dir, "missing")
+	trace := filepath.Join(dir, "not-read.arrow")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--html", filepath.Join(missingDir, "r.html"), trace},
+			"analyze: --html: open " + missingDir + "/r.html: no such file or directory\n"},
+		{[]string{"--emit-config", filepath.Join(missingDir, "pool.json"), trace},
+			"analyze: --emit-config: open " + missingDir + "/pool.json: no such file or directory\n"},
+		{[]string{"--emit-config", dir, trace}, "analyze: --emit-config: open " + dir + ": is a directory\n"},
+		{[]string{"--html", filepath.Join(dir, "ok.html"), "--emit-config", dir, trace},
+			"analyze: --emit-config: open " + dir + ": is a directory\n"},
+	} {
+		code, stdout, stderr := runMain(c.args...)
+		if code != 1 || stdout != "" || stderr != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, stdout, stderr, c.want)
 		}
-	})
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the checks left %v behind", entries)
+	}
+}
+
+// --version prints "analyze <version>" on stdout and exits 0; --help has examples.
+func TestAnalyzeVersionAndHelp(t *testing.T) {
+	code, stdout, stderr := runMain("--version")
+	if want := "analyze " + version.Version + "\n"; code != 0 || stdout != want || stderr != "" {
+		t.Errorf("--version: exit %d, stdout %q, stderr %q; want 0, %q", code, stdout, stderr, want)
+	}
+	code, stdout, _ = runMain("--help")
+	if code != 0 || !strings.Contains(stdout, "\nExamples:\n  analyze ") {
+		t.Errorf("--help: exit %d, want 0 and an Examples section:\n%s", code, stdout)
+	}
 }
 
 // TestAnalyzeArenaChoice: --arena picks the recommended pool's arena on the H200 traces where one

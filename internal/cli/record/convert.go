@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/cli/command"
 	"github.com/allocscope/allocscope/internal/version"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -24,13 +25,15 @@ const progressThreshold = 1 << 20
 
 func unixTcgetpgrp(fd int) (int, error) { return unix.IoctlGetInt(fd, unix.TIOCGPGRP) }
 
-// newConvertCommand returns `record convert DIR -o out.arrow`.
-func newConvertCommand(stdout, stderr io.Writer) *cobra.Command {
+// newConvertCommand returns `record convert DIR -o out.arrow`, which prints its summary on stderr.
+func newConvertCommand(stderr io.Writer) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "convert DIR -o out.arrow",
 		Short: "Convert raw logs left behind by a killed record into an Arrow trace",
-		Args:  cobra.ExactArgs(1),
+		Example: `  record convert run.arrow.raw                # writes run.arrow
+  record convert /tmp/logs -o run.arrow`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[0]
 			if output == "" {
@@ -58,10 +61,12 @@ func newShimCommand(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "shim -o PATH",
 		Short: "Build the shim library, to copy to a machine without a C compiler (use it with --shim)",
-		Args:  cobra.NoArgs,
+		Example: `  record shim -o liballocscope.so
+  record --shim ./liballocscope.so -o run.arrow -- ./app   # on the machine without a compiler`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output == "" {
-				return fmt.Errorf("shim: -o PATH is required")
+				return command.Usagef("-o PATH is required")
 			}
 			if err := intercept.BuildShim(output); err != nil {
 				return err // names the output: "build shim PATH: ..."

@@ -15,28 +15,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/cli/command"
 )
 
-// exitCodeError carries the traced program's exit code out of the command without printing anything.
-type exitCodeError struct{ code int }
-
-func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
-
-// Main runs the record command with args and returns the process exit code.
+// Main runs the record command with args and returns the process exit code: the traced program's,
+// 2 for a wrong command line, 1 when record itself failed.
 func Main(args []string, stdout, stderr io.Writer) int {
-	cmd := NewCommand(stdout, stderr)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	var ec exitCodeError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ec):
-		return ec.code
-	default:
-		fmt.Fprintf(stderr, "record: %v\n", err)
-		return 1
-	}
+	return command.Execute(NewCommand(stdout, stderr), args)
 }
 
 // options are the flags of the main record command.
@@ -61,20 +46,14 @@ logs. When the program ends, record waits a while (--wait) for the processes it 
 run, merges the logs into one Arrow IPC trace and prints a summary. record exits with the program's
 exit code (128+N when a signal N ended it), warnings or not.`,
 		Example: `  record -o run.arrow -- python train.py
-  record -- ./my_cuda_service --flag
+  record -- ./my_cuda_service --flag          # writes allocscope-<date>-<time>.arrow
+  record -q --wait 0 -o run.arrow -- ./job    # no summary, no waiting for daemonized children
   record convert run.arrow.raw -o run.arrow   # raw logs left behind by a killed record`,
-		Args:          cobra.ArbitraryArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Args: requireProgram,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return errors.New("no program given: usage: record [flags] -- program [args...]")
-			}
 			return runRecord(opt, args, stdout, stderr)
 		},
 	}
-	cmd.SetOut(stdout)
-	cmd.SetErr(stderr)
 	cmd.Flags().SetInterspersed(false)
 	f := cmd.Flags()
 	f.StringVarP(&opt.output, "output", "o", "", "trace file to write (default allocscope-<date>-<time>.arrow)")
@@ -85,8 +64,17 @@ exit code (128+N when a signal N ended it), warnings or not.`,
 		"print nothing but errors and warnings about events lost or not recorded (no summary, no progress bar)")
 	f.DurationVar(&opt.wait, "wait", 10*time.Second, "after the program exits, wait up to this long for the "+
 		"processes it started that still run and hold a raw log (so that the trace has all their events); 0: do not wait")
-	cmd.AddCommand(newConvertCommand(stdout, stderr), newShimCommand(stdout))
+	cmd.AddCommand(newConvertCommand(stderr), newShimCommand(stdout))
+	command.Setup(cmd, stdout, stderr)
 	return cmd
+}
+
+// requireProgram is record's argument check: a program to run.
+func requireProgram(_ *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return errors.New("no program given (record [flags] -- program [args...])")
+	}
+	return nil
 }
 
 // defaultOutput names the trace after the current local time.

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/cli/command"
 )
 
 // forwardedSignals are passed on to the traced program.
@@ -52,13 +53,13 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		fmt.Fprintf(stderr, "record: %v\nrecord: raw logs kept in %s; convert them with `record convert %s -o %s`\n",
 			err, opt.logDir, opt.logDir, opt.output)
-		return exitCodeError{code: firstNonZero(code, 1)}
+		return command.ExitCode(firstNonZero(code, 1))
 	}
 	if !opt.keepRaw {
 		removeRawLogs(opt.logDir, created)
 	}
 	printSummary(stderr, sum, elapsed, opt.output, opt.quiet)
-	return exitCodeError{code: code}
+	return command.ExitCode(code)
 }
 
 // prepareRun checks the program, the shim and the trace file, and prepares the raw log directory. It
@@ -74,8 +75,8 @@ func prepareRun(opt options, args []string) (lib string, created bool, err error
 	if strings.ContainsAny(lib, ": ") {
 		return "", false, fmt.Errorf("shim path %q contains a colon or space, which LD_PRELOAD cannot hold", lib)
 	}
-	if err := checkWritable(opt.output); err != nil {
-		return "", false, err
+	if err := command.CheckWritable(opt.output); err != nil {
+		return "", false, fmt.Errorf("create trace: %w", err)
 	}
 	created, err = prepareLogDir(opt.logDir)
 	return lib, created, err
@@ -129,22 +130,6 @@ func firstNonZero(a, b int) int {
 		return a
 	}
 	return b
-}
-
-// checkWritable fails when the trace file path cannot be written. It leaves an existing file as it
-// is and no new one behind, so that a record killed before converting leaves no empty trace.
-func checkWritable(path string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if errors.Is(err, fs.ErrExist) {
-		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err == nil {
-			return f.Close()
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("create trace: %w", err)
-	}
-	f.Close()
-	return os.Remove(path)
 }
 
 // prepareLogDir makes the raw log directory and its sequence counter. It refuses a directory that

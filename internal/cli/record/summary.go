@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/units"
 )
 
 // printSummary writes the short report record prints after converting; quiet writes only its
@@ -20,7 +21,7 @@ func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, outpu
 	}
 	if s.Lost > 0 {
 		fmt.Fprintf(w, "allocscope: warning: %s events were not recorded: the trace lacks them (%s recorded)\n",
-			groupDigits(s.Lost), groupDigits(s.Events))
+			units.FormatCount(s.Lost), units.FormatCount(s.Events))
 	}
 	if !quiet {
 		fmt.Fprintf(w, "allocscope: wrote %s\n", output)
@@ -38,7 +39,7 @@ func printCounts(w io.Writer, s intercept.Summary, elapsed time.Duration) {
 		devices = strings.Join(devs, ",")
 	}
 	fmt.Fprintf(w, "allocscope: %d events from %d process(es), device(s) %s, peak live %s\n",
-		s.Events, s.Processes, devices, formatBytes(s.PeakLiveBytes))
+		s.Events, s.Processes, devices, units.FormatBytesStyle(s.PeakLiveBytes, units.TwoDecimals))
 	inCalls := time.Duration(s.AllocCallNs)
 	switch {
 	case elapsed > 0 && inCalls > elapsed: // threads at once: the sum passes the wall time
@@ -50,30 +51,4 @@ func printCounts(w io.Writer, s intercept.Summary, elapsed time.Duration) {
 	default:
 		fmt.Fprintf(w, "allocscope: %s inside allocation calls\n", inCalls.Round(time.Microsecond))
 	}
-}
-
-// formatBytes prints n with a binary unit.
-func formatBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.2f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
-// groupDigits prints n with thousands separators: 930,367.
-func groupDigits(n int64) string {
-	s := fmt.Sprint(n)
-	if n < 0 {
-		return "-" + groupDigits(-n)
-	}
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }

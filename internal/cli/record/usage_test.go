@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/internal/testcuda"
+	"github.com/allocscope/allocscope/internal/version"
 )
 
 // `record shim -o PATH` writes a shared library that works as --shim: a program run with it
@@ -38,15 +39,65 @@ func TestShimCommand(t *testing.T) {
 	testcuda.CheckEvents(t, events, testcuda.PlainEvents)
 
 	code, _, stderr = runMain(t, "shim")
-	if code != 1 {
-		t.Errorf("shim without -o: exit code %d, want 1", code)
+	if want := "record: -o PATH is required\nRun 'record shim --help' for usage.\n"; code != 2 || stderr != want {
+		t.Errorf("shim without -o: exit code %d, stderr %q; want 2, %q", code, stderr, want)
 	}
-	oneLineError(t, stderr, "shim: -o PATH is required")
 }
 
-// Bad command lines: one line naming the problem, exit 1, and the program is not run (it would
-// create a marker file), no trace and no raw log directory are left behind.
+// Wrong command lines: exit 2, one line naming the problem and one naming the --help to read; the
+// program is not run (it would create a marker file).
 func TestUsageErrors(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	prog := []string{"--", "sh", "-c", "echo ran > " + marker}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no args", nil, "record: no program given (record [flags] -- program [args...])\nRun 'record --help' for usage.\n"},
+		{"no program", []string{"-o", "out.arrow", "--"},
+			"record: no program given (record [flags] -- program [args...])\nRun 'record --help' for usage.\n"},
+		{"unknown flag", append([]string{"--bogus"}, prog...), "record: unknown flag: --bogus\nRun 'record --help' for usage.\n"},
+		{"bad duration", append([]string{"--wait", "soon"}, prog...),
+			"record: --wait: \"soon\" is not a duration (examples: 500ms, 10s, 2m)\nRun 'record --help' for usage.\n"},
+		{"flag without value", []string{"-o"}, "record: flag needs an argument: 'o' in -o\nRun 'record --help' for usage.\n"},
+		{"convert without a directory", []string{"convert"},
+			"record: accepts 1 arg(s), received 0\nRun 'record convert --help' for usage.\n"},
+		{"convert with two directories", []string{"convert", "a.raw", "b.raw"},
+			"record: accepts 1 arg(s), received 2\nRun 'record convert --help' for usage.\n"},
+		{"convert unknown flag", []string{"convert", "--bogus", "a.raw"},
+			"record: unknown flag: --bogus\nRun 'record convert --help' for usage.\n"},
+		{"shim with an argument", []string{"shim", "-o", "x.so", "extra"},
+			"record: unknown command \"extra\" for \"record shim\"\nRun 'record shim --help' for usage.\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runMain(t, tc.args...)
+			if code != 2 || stdout != "" || stderr != tc.want {
+				t.Errorf("exit code %d, stdout %q, stderr %q; want 2, nothing, %q", code, stdout, stderr, tc.want)
+			}
+			notExist(t, marker)
+		})
+	}
+}
+
+// --version prints "record <version>" on stdout and exits 0; --help has examples.
+func TestVersionAndHelp(t *testing.T) {
+	code, stdout, stderr := runMain(t, "--version")
+	if want := "record " + version.Version + "\n"; code != 0 || stdout != want || stderr != "" {
+		t.Errorf("--version: exit code %d, stdout %q, stderr %q; want 0, %q", code, stdout, stderr, want)
+	}
+	for _, args := range [][]string{{"--help"}, {"convert", "--help"}, {"shim", "--help"}} {
+		code, stdout, _ := runMain(t, args...)
+		if code != 0 || !strings.Contains(stdout, "\nExamples:\n  record ") {
+			t.Errorf("%v: exit code %d, want 0 and an Examples section:\n%s", args, code, stdout)
+		}
+	}
+}
+
+// Bad runs: one line naming the problem, exit 1, and the program is not run (it would create a
+// marker file), no trace and no raw log directory are left behind.
+func TestRunErrors(t *testing.T) {
 	env := testcuda.Build(t)
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "ran")
@@ -68,8 +119,6 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		err  string
 	}{
-		{"no args", nil, "no program given: usage: record [flags] -- program [args...]"},
-		{"no program", []string{"-o", out, "--"}, "no program given: usage: record [flags] -- program [args...]"},
 		{"missing program", append([]string{"-o", out, "--shim", env.Shim, "--", "/nonexistent"}, prog[1:]...),
 			"program /nonexistent: no such file or directory"},
 		{"program not in PATH", []string{"-o", out, "--", "allocscope-no-such-program"},
@@ -89,8 +138,6 @@ func TestUsageErrors(t *testing.T) {
 			"shim " + dir + ": not an allocscope shim: a directory"},
 		{"shim without the ABI symbol", slices.Concat([]string{"-o", out, "--shim", noABI, "--"}, prog),
 			"shim " + noABI + ": not an allocscope shim (no symbol allocscope_shim_abi_2; built by another allocscope version?)"},
-		{"unknown flag", []string{"--bogus", "--", "true"}, "unknown flag: --bogus"},
-		{"convert without a directory", []string{"convert"}, "accepts 1 arg(s), received 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

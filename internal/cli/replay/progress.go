@@ -2,11 +2,9 @@ package replay
 
 import (
 	"io"
-	"os"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"github.com/allocscope/allocscope/trace"
 )
@@ -17,10 +15,9 @@ type progress struct {
 	bar *progressbar.ProgressBar
 }
 
-// newProgress returns a progress display, active when stderr is a terminal or force is set.
-func newProgress(stderr io.Writer, force bool) *progress {
-	f, ok := stderr.(*os.File)
-	if !force && (!ok || !term.IsTerminal(int(f.Fd()))) {
+// newProgress returns a progress display on stderr, inactive unless show is set.
+func newProgress(stderr io.Writer, show bool) *progress {
+	if !show {
 		return &progress{}
 	}
 	return &progress{w: stderr}

@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/allocscope/allocscope/internal/cli/command"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/replay"
 	"github.com/allocscope/allocscope/trace"
@@ -21,15 +23,9 @@ import (
 var ErrChecksFailed = errors.New("checks failed")
 
 // Main runs the replay command with args and returns the process exit code: 0 when every check
-// passed, 1 on bad input, a failed replay or a failed check.
+// passed, 2 for a wrong command line, 1 on bad input, a failed replay or a failed check.
 func Main(args []string, stdout, stderr io.Writer) int {
-	cmd := NewCommand(stdout, stderr)
-	cmd.SetArgs(args)
-	if err := cmd.Execute(); err != nil {
-		fmt.Fprintf(stderr, "replay: %v\n", err)
-		return 1
-	}
-	return 0
+	return command.Execute(NewCommand(stdout, stderr), args)
 }
 
 // options are the command's flags.
@@ -47,6 +43,7 @@ type options struct {
 	maxOverhead   float64
 	leakTolerance uint64
 	progress      bool
+	quiet         bool
 }
 
 // NewCommand returns the cobra command `replay`.
@@ -69,9 +66,11 @@ prediction in pool.json next to what it measured. It exits 1 when a check fails.
 
 The cuda backend exists only in binaries built with the cuda build tag (make replay-cuda); the
 host backend replays on mmap'd host memory and measures HOST memory, not GPU memory.`,
-		Args:          cobra.ExactArgs(1),
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Example: `  analyze -q --emit-config pool.json run.arrow && replay run.arrow --config pool.json
+  replay run.arrow --config pool.json --repeat 5 --verify --touch
+  replay run.arrow --config pool.json --modes raw,pool --json > replay.json
+  replay run.arrow --config pool.json --backend host --host-capacity 64GiB`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(opt, args[0], stdout, stderr)
 		},
@@ -85,14 +84,17 @@ host backend replays on mmap'd host memory and measures HOST memory, not GPU mem
 	f.BoolVar(&opt.touch, "touch", false, "write every block (memset) and read samples back, after allocation and before free")
 	f.BoolVar(&opt.json, "json", false, "print the report as JSON instead of text")
 	f.IntVar(&opt.device, "device", 0, "CUDA device ordinal (cuda backend)")
-	f.Uint64Var(&opt.hostCapacity, "host-capacity", 0, "bytes the host backend may map (default: the machine's RAM)")
+	command.BytesVar(f, &opt.hostCapacity, "host-capacity", 0, "memory the host backend may map, e.g. 64GiB (default: the machine's RAM)")
 	f.Float64Var(&opt.peakTolerance, "peak-tolerance", 0.01, "largest relative difference of the pool's peak reserved memory from the prediction")
 	f.Float64Var(&opt.maxOverhead, "max-overhead", 1.05, "largest ratio of the pool's peak reserved memory to the trace's peak live memory")
-	f.Uint64Var(&opt.leakTolerance, "leak-tolerance", 0, "bytes the backend's free memory may end below its start")
+	command.BytesVar(f, &opt.leakTolerance, "leak-tolerance", 0, "memory the backend's free memory may end below its start, e.g. 2MiB")
 	f.BoolVar(&opt.progress, "progress", false, "show progress on stderr even when it is not a terminal")
+	f.BoolVarP(&opt.quiet, "quiet", "q", false, "print no progress and no notices on stderr (the report is still printed)")
+	command.Setup(cmd, stdout, stderr)
 	return cmd
 }
 
+// validate checks the flags and returns the modes to run. Its errors are usage errors.
 func (o options) validate() ([]replay.Mode, error) {
 	switch {
 	case o.config == "":
@@ -101,6 +103,9 @@ func (o options) validate() ([]replay.Mode, error) {
 		return nil, fmt.Errorf("--repeat: %d is not a positive number", o.repeat)
 	case o.peakTolerance <= 0 || o.maxOverhead <= 0:
 		return nil, errors.New("--peak-tolerance and --max-overhead must be above 0")
+	case !slices.Contains(replay.Backends(), o.backend):
+		_, err := replay.OpenBackend(o.backend, replay.BackendOptions{}) // says why this binary lacks it
+		return nil, err
 	}
 	modes, err := replay.ParseModes(o.modes)
 	if err != nil {
@@ -112,13 +117,13 @@ func (o options) validate() ([]replay.Mode, error) {
 func run(opt options, tracePath string, stdout, stderr io.Writer) error {
 	modes, err := opt.validate()
 	if err != nil {
-		return err
+		return command.Usage(err)
 	}
 	cfg, err := pool.LoadConfig(opt.config)
 	if err != nil {
 		return err
 	}
-	bar := newProgress(stderr, opt.progress)
+	bar := newProgress(stderr, !opt.quiet && (opt.progress || command.IsTerminal(stderr)))
 	tr, err := extract(tracePath, bar)
 	if err != nil {
 		return err
@@ -153,16 +158,17 @@ func checkNames(cs []replay.Check) string {
 	return strings.Join(names, "; ")
 }
 
-// extract reads the trace's request stream, with the reader's warnings added to its own.
+// extract reads the trace's request stream, with the reader's warnings added to its own. The
+// reader's errors name the file.
 func extract(path string, bar *progress) (*replay.Trace, error) {
 	r, err := trace.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("open trace %s: %w", path, err)
+		return nil, err
 	}
 	tr, err := replay.Extract(bar.reading(r))
 	warnings := r.Warnings()
 	if err = errors.Join(err, r.Close()); err != nil {
-		return nil, fmt.Errorf("read trace %s: %w", path, err)
+		return nil, err
 	}
 	tr.Warnings = append(warnings, tr.Warnings...)
 	return tr, nil
@@ -177,7 +183,7 @@ func write(opt options, tracePath string, rep *replay.Report, stdout io.Writer) 
 		}
 		return nil
 	}
-	if err := writeText(stdout, tracePath, opt.config, rep); err != nil {
+	if err := replay.WriteText(stdout, rep, tracePath, opt.config); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return nil

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/allocscope/allocscope/internal/version"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/replay"
 	"github.com/allocscope/allocscope/trace"
@@ -108,7 +110,8 @@ func TestReplayTextSaysHostMemory(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	for _, want := range []string{"backend host: measured HOST memory (mmap), not GPU",
-		"result: PASS, no check failed (14 checks)", "  PASS  pool: peak reserved within 1% of the prediction: measured 1048576 bytes, predicted 1048576 (+0.000%)"} {
+		"result: PASS, no check failed (14 checks)",
+		"  PASS  pool: peak reserved within 1% of the prediction: measured 1048576 bytes, predicted 1048576\n        (+0.000%)\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -131,6 +134,7 @@ func TestReplayFailedCheckExitsOne(t *testing.T) {
 	}
 }
 
+// Bad input: exit 1 and one line naming the problem once.
 func TestReplayBadInput(t *testing.T) {
 	dir := t.TempDir()
 	tr, cfg := writeTrace(t, dir), writeConfig(t, dir, 1<<20)
@@ -138,6 +142,30 @@ func TestReplayBadInput(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"version": 1, "policy": "sizeclass",}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	missing := filepath.Join(dir, "missing.arrow")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{missing, "--config", cfg}, "replay: open " + missing + ": no such file or directory\n"},
+		{[]string{dir, "--config", cfg}, "replay: read " + dir + ": is a directory\n"},
+		{[]string{"../../../go.mod", "--config", cfg}, `replay: ../../../go.mod: byte offset 0: unknown trace format ` +
+			`(first bytes "module github.co"); want an allocscope Arrow file, a PyTorch memory snapshot pickle ` +
+			"(.pickle, .gz, .xz) or an RMM log CSV\n"},
+		{[]string{tr, "--config", bad}, "replay: " + bad + ": line 1 col 38: invalid character '}' looking for beginning of object key string\n"},
+	} {
+		code, out, errOut := runMain(c.args...)
+		if code != 1 || out != "" || errOut != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 1, nothing, %q", c.args, code, out, errOut, c.want)
+		}
+	}
+}
+
+// Wrong command lines: exit 2, one line naming the problem and one naming --help.
+func TestReplayUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	tr, cfg := writeTrace(t, dir), writeConfig(t, dir, 1<<20)
+	const hint = "Run 'replay --help' for usage.\n"
 	for _, c := range []struct {
 		args []string
 		want string
@@ -145,20 +173,58 @@ func TestReplayBadInput(t *testing.T) {
 		{[]string{tr}, "replay: --config is required: the pool.json to replay against (write one with analyze --emit-config)\n"},
 		{[]string{tr, "--config", cfg, "--modes", "raw,fast"}, "replay: --modes: unknown mode \"fast\" (modes: raw, pool, async)\n"},
 		{[]string{tr, "--config", cfg, "--repeat", "0"}, "replay: --repeat: 0 is not a positive number\n"},
+		{[]string{tr, "--config", cfg, "--repeat", "x"}, "replay: --repeat: \"x\" is not an integer\n"},
+		{[]string{tr, "--config", cfg, "--max-overhead", "0"}, "replay: --peak-tolerance and --max-overhead must be above 0\n"},
+		{[]string{tr, "--config", cfg, "--peak-tolerance", "1%"}, "replay: --peak-tolerance: \"1%\" is not a number\n"},
+		{[]string{tr, "--config", cfg, "--host-capacity", "lots"},
+			"replay: --host-capacity: \"lots\" is not a byte count (examples: 81920, 512MiB, 80GiB)\n"},
+		{[]string{tr, "--config", cfg, "--leak-tolerance", "-1"},
+			"replay: --leak-tolerance: \"-1\" is not a byte count (examples: 81920, 512MiB, 80GiB)\n"},
 		{[]string{tr, "--config", cfg, "--backend", "tpu"}, "replay: unknown backend \"tpu\" (this binary has: [host])\n"},
-		{[]string{tr, "--config", cfg, "--backend", "cuda"}, "replay: backend cuda: this binary was built without the cuda build tag (build it with `make replay-cuda`)\n"},
-		{[]string{filepath.Join(dir, "missing.arrow"), "--config", cfg}, "replay: open trace " + filepath.Join(dir, "missing.arrow")},
-		{[]string{tr, "--config", bad}, "replay: " + bad + ": "},
+		{[]string{tr, "--config", cfg, "--backend", "cuda"},
+			"replay: backend cuda: this binary was built without the cuda build tag (build it with `make replay-cuda`)\n"},
+		{[]string{tr, "--bogus"}, "replay: unknown flag: --bogus\n"},
 		{[]string{}, "replay: accepts 1 arg(s), received 0\n"},
+		{[]string{tr, tr, "--config", cfg}, "replay: accepts 1 arg(s), received 2\n"},
 	} {
 		code, out, errOut := runMain(c.args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 1, nothing, one line starting %q", c.args, code, out, errOut, c.want)
+		if code != 2 || out != "" || errOut != c.want+hint {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2, nothing, %q", c.args, code, out, errOut, c.want+hint)
 		}
 	}
 }
 
-// TestTextReportGolden renders the replay package's golden JSON report as text.
+// Size flags take byte units; -q prints no progress, even with --progress, and the report still.
+func TestReplayQuietAndByteUnits(t *testing.T) {
+	dir := t.TempDir()
+	tr, cfg := writeTrace(t, dir), writeConfig(t, dir, 1<<20)
+	for _, quiet := range []string{"-q", "--quiet"} {
+		code, out, errOut := runMain(tr, "--config", cfg, "--backend", "host", "--repeat", "1", "--max-overhead", "200",
+			"--host-capacity", "1GiB", "--leak-tolerance", "1.5MB", "--progress", quiet)
+		if code != 0 || errOut != "" || !strings.HasSuffix(out, "result: PASS, no check failed (14 checks)\n") {
+			t.Errorf("%s: exit %d, stderr %q, stdout:\n%s\nwant 0, nothing on stderr, the report on stdout", quiet, code, errOut, out)
+		}
+	}
+	code, _, errOut := runMain(tr, "--config", cfg, "--backend", "host", "--repeat", "1", "--max-overhead", "200", "--progress")
+	if code != 0 || !strings.Contains(errOut, "replaying") {
+		t.Errorf("--progress: exit %d, stderr %q; want 0 and a progress bar", code, errOut)
+	}
+}
+
+// --version prints "replay <version>" on stdout and exits 0; --help has examples.
+func TestReplayVersionAndHelp(t *testing.T) {
+	code, stdout, stderr := runMain("--version")
+	if want := "replay " + version.Version + "\n"; code != 0 || stdout != want || stderr != "" {
+		t.Errorf("--version: exit %d, stdout %q, stderr %q; want 0, %q", code, stdout, stderr, want)
+	}
+	code, stdout, _ = runMain("--help")
+	if code != 0 || !strings.Contains(stdout, "\nExamples:\n  analyze -q --emit-config pool.json run.arrow && replay ") {
+		t.Errorf("--help: exit %d, want 0 and an Examples section:\n%s", code, stdout)
+	}
+}
+
+// TestTextReportGolden renders the replay package's golden JSON report as text (replay.WriteText),
+// no line wider than 100 columns.
 func TestTextReportGolden(t *testing.T) {
 	data, err := os.ReadFile("../../../replay/testdata/small.golden.json")
 	if err != nil {
@@ -169,8 +235,13 @@ func TestTextReportGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	if err := writeText(&got, "small.arrow", "pool.json", &rep); err != nil {
+	if err := replay.WriteText(&got, &rep, "small.arrow", "pool.json"); err != nil {
 		t.Fatal(err)
+	}
+	for _, line := range strings.Split(got.String(), "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
 	}
 	const golden = "testdata/small.golden.txt"
 	if *update {
@@ -222,10 +293,11 @@ func TestReplayHostExpandableSegments(t *testing.T) {
 func TestTextReportRecordedCalls(t *testing.T) {
 	rep := replay.Report{RecordedNsPerRequest: 15300, SpeedupRecordedOverPool: 1234.5}
 	var got bytes.Buffer
-	if err := writeText(&got, "t.arrow", "pool.json", &rep); err != nil {
+	if err := replay.WriteText(&got, &rep, "t.arrow", "pool.json"); err != nil {
 		t.Fatal(err)
 	}
-	const want = "the program's own calls took 15.3 us per request as recorded (device waits inside cudaFree included): 1234 x the pool's time\n"
+	const want = "the program's own calls took 15.3 us per request as recorded (device waits inside cudaFree\n" +
+		"  included): 1234 x the pool's time\n"
 	if !strings.Contains(got.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, got.String())
 	}

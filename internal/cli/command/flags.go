@@ -1,0 +1,66 @@
+package command
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"github.com/allocscope/allocscope/internal/units"
+)
+
+// bytesValue is a pflag.Value holding a byte count, read by units.ParseBytes.
+type bytesValue uint64
+
+// String writes the count in bytes, as --help shows a default.
+func (b *bytesValue) String() string { return strconv.FormatUint(uint64(*b), 10) }
+
+// Set reads s with units.ParseBytes.
+func (b *bytesValue) Set(s string) error {
+	n, err := units.ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = bytesValue(n)
+	return nil
+}
+
+// Type names the value in --help.
+func (b *bytesValue) Type() string { return "bytes" }
+
+// BytesVar defines a flag holding a byte count, given as 81920, 512MiB, 80GiB or 1.5GB.
+func BytesVar(f *pflag.FlagSet, p *uint64, name string, value uint64, usage string) {
+	*p = value
+	f.Var((*bytesValue)(p), name, usage)
+}
+
+// CheckWritable fails when a file cannot be written at path: its directory is missing or not
+// writable, or path is a directory or a file that cannot be opened for writing. It leaves an
+// existing file as it is and no new file behind.
+func CheckWritable(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+			return f.Close()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove the file written to check: %w", err)
+	}
+	return nil
+}
+
+// IsTerminal reports whether w is a terminal, where progress bars are drawn.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

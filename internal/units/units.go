@@ -1,0 +1,111 @@
+// Package units formats and parses the byte counts that allocscope's commands print and accept:
+// binary units (KiB, MiB, ...) in reports, binary and decimal units (GiB, GB, ...) on the command
+// line.
+package units
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// binaryUnits are the units FormatBytes writes, each 1024 times the one before.
+var binaryUnits = []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+
+// ByteStyle selects how FormatBytesStyle writes the number in front of the unit.
+type ByteStyle int
+
+const (
+	// OneDecimal writes at most one decimal and drops ".0": "1.5 KiB", "224 MiB". The style of
+	// analyze's reports.
+	OneDecimal ByteStyle = iota
+	// TwoDecimals always writes two decimals: "3.00 MiB", "223.99 MiB". The style of record's
+	// summary.
+	TwoDecimals
+	// ThreeDigitsExact writes three significant digits and the exact count beside them:
+	// "5.86 KiB (6000 B)". The style of replay's report.
+	ThreeDigitsExact
+)
+
+// FormatBytes writes n in B, KiB, MiB, ... EiB in the style of analyze's reports (OneDecimal):
+// "512 B", "1.5 KiB", "224 MiB".
+func FormatBytes(n uint64) string { return FormatBytesStyle(n, OneDecimal) }
+
+// FormatBytesStyle writes n in B, KiB, MiB, ... EiB in the given style. Counts below 1 KiB are
+// always written exactly: "1000 B".
+func FormatBytesStyle(n uint64, style ByteStyle) string {
+	v, u := float64(n), 0
+	for v >= 1024 && u < len(binaryUnits)-1 {
+		v /= 1024
+		u++
+	}
+	if u == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	unit := binaryUnits[u]
+	switch style {
+	case TwoDecimals:
+		return fmt.Sprintf("%.2f %s", v, unit)
+	case ThreeDigitsExact:
+		return fmt.Sprintf("%s %s (%d B)", threeDigits(v), unit, n)
+	default:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0") + " " + unit
+	}
+}
+
+// threeDigits writes v with three significant digits, without switching to exponent notation
+// for 1000 and above ("1.02e+03").
+func threeDigits(v float64) string {
+	if v >= 1000 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+// parseUnits are the suffixes ParseBytes accepts (case-insensitive), longest first.
+var parseUnits = []struct {
+	suffix string
+	mult   uint64
+}{
+	{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+	{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1},
+}
+
+// ParseBytes reads a byte count such as 81920, 80GiB, 1.5 GB or 512MiB: a non-negative number,
+// optionally followed by a binary (KiB, MiB, GiB, TiB) or decimal (B, KB, MB, GB, TB) unit, in any
+// case, with or without a space. "" is 0. A fraction of a byte is dropped.
+func ParseBytes(s string) (uint64, error) {
+	number := strings.TrimSpace(s)
+	if number == "" {
+		return 0, nil
+	}
+	mult := uint64(1)
+	for _, u := range parseUnits {
+		if strings.HasSuffix(strings.ToUpper(number), strings.ToUpper(u.suffix)) {
+			number, mult = strings.TrimSpace(number[:len(number)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(number, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || v*float64(mult) >= math.MaxUint64 {
+		return 0, fmt.Errorf("%q is not a byte count (examples: 81920, 512MiB, 80GiB)", s)
+	}
+	return uint64(v * float64(mult)), nil
+}
+
+// FormatCount prints n with thousands separators: 930,367.
+func FormatCount(n int64) string {
+	if n < 0 {
+		return "-" + FormatCount(-n)
+	}
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

@@ -1,0 +1,79 @@
+package units
+
+import (
+	"strconv"
+	"testing"
+)
+
+func TestFormatBytes(t *testing.T) {
+	for _, c := range []struct {
+		n                         uint64
+		oneDecimal, two, threeExt string
+	}{
+		{0, "0 B", "0 B", "0 B"},
+		{1000, "1000 B", "1000 B", "1000 B"},
+		{1024, "1 KiB", "1.00 KiB", "1 KiB (1024 B)"},
+		{1536, "1.5 KiB", "1.50 KiB", "1.5 KiB (1536 B)"},
+		{6000, "5.9 KiB", "5.86 KiB", "5.86 KiB (6000 B)"},
+		{1000 << 10, "1000 KiB", "1000.00 KiB", "1000 KiB (1024000 B)"},
+		{3 << 20, "3 MiB", "3.00 MiB", "3 MiB (3145728 B)"},
+		{234870784, "224 MiB", "223.99 MiB", "224 MiB (234870784 B)"},
+		{1 << 30, "1 GiB", "1.00 GiB", "1 GiB (1073741824 B)"},
+		{80 << 40, "80 TiB", "80.00 TiB", "80 TiB (87960930222080 B)"},
+		{1 << 50, "1 PiB", "1.00 PiB", "1 PiB (1125899906842624 B)"},
+		{1<<64 - 1, "16 EiB", "16.00 EiB", "16 EiB (18446744073709551615 B)"},
+	} {
+		if got := FormatBytes(c.n); got != c.oneDecimal {
+			t.Errorf("FormatBytes(%d) = %q, want %q", c.n, got, c.oneDecimal)
+		}
+		if got := FormatBytesStyle(c.n, TwoDecimals); got != c.two {
+			t.Errorf("FormatBytesStyle(%d, TwoDecimals) = %q, want %q", c.n, got, c.two)
+		}
+		if got := FormatBytesStyle(c.n, ThreeDigitsExact); got != c.threeExt {
+			t.Errorf("FormatBytesStyle(%d, ThreeDigitsExact) = %q, want %q", c.n, got, c.threeExt)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]uint64{"": 0, "81920": 81920, "512MiB": 512 << 20, "80GiB": 80 << 30,
+		"1.5 GB": 1_500_000_000, "1.5GB": 1_500_000_000, "4kib": 4096, " 1GiB ": 1 << 30, "7 B": 7, "2TB": 2e12} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for bad, msg := range map[string]string{
+		"-1":    `"-1" is not a byte count (examples: 81920, 512MiB, 80GiB)`,
+		"GiB":   `"GiB" is not a byte count (examples: 81920, 512MiB, 80GiB)`,
+		"1e400": `"1e400" is not a byte count (examples: 81920, 512MiB, 80GiB)`,
+		"NaN":   `"NaN" is not a byte count (examples: 81920, 512MiB, 80GiB)`,
+		"20EiB": `"20EiB" is not a byte count (examples: 81920, 512MiB, 80GiB)`,
+		"x":     `"x" is not a byte count (examples: 81920, 512MiB, 80GiB)`,
+	} {
+		if n, err := ParseBytes(bad); err == nil || err.Error() != msg {
+			t.Errorf("ParseBytes(%q) = %d, %v; want the error %s", bad, n, err, msg)
+		}
+	}
+}
+
+// FuzzParseBytes: byte counts never panic, and plain integers read back as themselves.
+func FuzzParseBytes(f *testing.F) {
+	for _, s := range []string{"", "81920", "512MiB", "80GiB", "1.5 GB", "-1", "1e400", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseBytes(s)
+		// Integers read back exactly up to 2^53 (float64's exact range).
+		if v, perr := strconv.ParseUint(s, 10, 64); perr == nil && v <= 1<<53 && (err != nil || n != v) {
+			t.Fatalf("ParseBytes(%q) = %d, %v; want %d", s, n, err, v)
+		}
+	})
+}
+
+func TestFormatCount(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -4500: "-4,500"} {
+		if got := FormatCount(n); got != want {
+			t.Errorf("FormatCount(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
