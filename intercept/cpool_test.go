@@ -1,0 +1,387 @@
+package intercept
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/allocscope/allocscope/internal/requests"
+	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/trace"
+)
+
+// The shim's C pool (shim/pool.h) against its specification, package pool's size-class policy:
+// the same request sequences (every device trace and snapshot of testdata, under its recommended
+// pool.json and variants that grow classes, fill a capped arena, keep free lists per stream and
+// place by age, plus random sequences) give the same address for every block, the same failures,
+// and the same counters (during, at peak reserved, after Close).
+func TestCPoolMatchesPool(t *testing.T) {
+	driver := buildCPoolDriver(t)
+	var failures, fallbacks, frees uint64
+	for _, tc := range cpoolCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			goOut := runGoPool(t, tc.cfg, tc.ops, tc.handles)
+			var s [13]uint64
+			fmt.Sscanf(goOut[len(goOut)-3], "stats %d %d %d %d %d %d %d %d %d %d %d %d %d", &s[0], &s[1], &s[2], &s[3],
+				&s[4], &s[5], &s[6], &s[7], &s[8], &s[9], &s[10], &s[11], &s[12])
+			frees, failures, fallbacks = frees+s[1], failures+s[2], fallbacks+s[12]
+			cOut := runCPool(t, driver, tc.cfg, tc.ops, tc.handles)
+			if len(goOut) != len(cOut) {
+				t.Fatalf("Go pool wrote %d lines, C pool %d", len(goOut), len(cOut))
+			}
+			for i := range goOut {
+				if goOut[i] != cOut[i] {
+					t.Fatalf("line %d: Go pool %q, C pool %q", i, goOut[i], cOut[i])
+				}
+			}
+		})
+	}
+	if failures == 0 || fallbacks == 0 || frees == 0 {
+		t.Errorf("the cases made %d frees, %d failed allocations and %d fallbacks: each path must be taken", frees, failures, fallbacks)
+	}
+	t.Logf("%d frees, %d failed allocations, %d fallbacks compared", frees, failures, fallbacks)
+}
+
+type cpoolCase struct {
+	name    string
+	cfg     pool.Config
+	ops     []requests.Op
+	handles []uint64
+}
+
+// cpoolCases returns the traces of testdata with their configs and variants, and random sequences.
+func cpoolCases(t *testing.T) []cpoolCase {
+	t.Helper()
+	base := loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json"))
+	var cases []cpoolCase
+	traces, _ := filepath.Glob(filepath.Join("..", "testdata", "h200", "*.arrow"))
+	traces = append(traces, filepath.Join("..", "testdata", "pytorch-train.arrow"))
+	snaps, _ := filepath.Glob(filepath.Join("..", "testdata", "torch", "*.caching.snapshot.pickle.gz"))
+	for _, path := range append(traces, snaps...) {
+		tr := extractTrace(t, path)
+		name := strings.Split(filepath.Base(path), ".")[0]
+		cfg := base
+		if own := strings.TrimSuffix(path, ".arrow") + ".pool.json"; fileExists(own) {
+			cfg = loadConfig(t, own)
+			if cfg.SizeClass.ArenaPaging != nil { // the C pool has no paged arena (record --pool refuses it)
+				cfg.SizeClass.ArenaPaging = nil
+			}
+		}
+		for _, v := range cpoolVariants(cfg) {
+			cases = append(cases, cpoolCase{name + "/" + v.name, v.cfg, tr.Ops, tr.Streams})
+		}
+	}
+	for seed := range uint64(4) {
+		ops, handles := randomOps(seed, 20000)
+		for _, v := range cpoolVariants(base) {
+			cases = append(cases, cpoolCase{fmt.Sprintf("random%d/%s", seed, v.name), v.cfg, ops, handles})
+		}
+	}
+	return cases
+}
+
+type cpoolVariant struct {
+	name string
+	cfg  pool.Config
+}
+
+// cpoolVariants returns cfg as it is and varied: classes that must grow, a small capped arena,
+// per-stream free lists, best-aged placement.
+func cpoolVariants(cfg pool.Config) []cpoolVariant {
+	clone := func(f func(sc *pool.SizeClassConfig, bf *pool.BestFitConfig)) pool.Config {
+		c := cfg
+		sc := *cfg.SizeClass
+		sc.Classes = append([]pool.Class(nil), cfg.SizeClass.Classes...)
+		bf := pool.BestFitConfig{}
+		if cfg.BestFit != nil {
+			bf = *cfg.BestFit
+		}
+		f(&sc, &bf)
+		c.SizeClass, c.BestFit = &sc, &bf
+		return c
+	}
+	return []cpoolVariant{
+		{"as-recommended", cfg},
+		{"grow", clone(func(sc *pool.SizeClassConfig, _ *pool.BestFitConfig) {
+			for i := range sc.Classes {
+				sc.Classes[i].Slots = min(sc.Classes[i].Slots, 2)
+			}
+			sc.GrowSlots = 3
+		})},
+		{"capped", clone(func(sc *pool.SizeClassConfig, bf *pool.BestFitConfig) {
+			sc.ArenaBytes = 4 << 20
+			bf.GrowBytes, bf.MaximumBytes = 2<<20, 64<<20
+		})},
+		{"per-stream", clone(func(sc *pool.SizeClassConfig, _ *pool.BestFitConfig) { sc.PerStream = true })},
+		{"best-aged", clone(func(sc *pool.SizeClassConfig, _ *pool.BestFitConfig) { sc.ArenaFit = pool.FitBestAged })},
+	}
+}
+
+// randomOps returns n requests: sizes from 1 byte to 64 MiB, on three streams, frees of random
+// live blocks.
+func randomOps(seed uint64, n int) ([]requests.Op, []uint64) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	var live []uint32
+	var free []uint32
+	next := uint32(0)
+	var ops []requests.Op
+	for len(ops) < n {
+		stream := uint32(r.IntN(3))
+		if len(live) > 0 && r.IntN(2) == 0 {
+			i := r.IntN(len(live))
+			slot := live[i]
+			live[i] = live[len(live)-1]
+			live = live[:len(live)-1]
+			free = append(free, slot)
+			ops = append(ops, requests.NewOp(0, slot, stream, false))
+			continue
+		}
+		slot := next
+		if len(free) > 0 {
+			slot, free = free[len(free)-1], free[:len(free)-1]
+		} else {
+			next++
+		}
+		size := uint64(1) << r.IntN(27)
+		size += uint64(r.IntN(int(size)))
+		live = append(live, slot)
+		ops = append(ops, requests.NewOp(size, slot, stream, false))
+	}
+	return ops, []uint64{0, 0x7f01, 0x7f02}
+}
+
+// bumpUpstream is the driver's upstream: addresses from 0x100000000000 in 2 MiB steps, never
+// reused.
+type bumpUpstream struct{ next uint64 }
+
+func (b *bumpUpstream) Reserve(size uint64) (uint64, error) {
+	if b.next == 0 {
+		b.next = 0x100000000000
+	}
+	addr := b.next
+	b.next += (size + 2<<20 - 1) &^ (2<<20 - 1)
+	return addr, nil
+}
+
+func (b *bumpUpstream) Release(addr, size uint64) error { return nil }
+
+// runGoPool serves ops with package pool and returns the lines the driver would write.
+func runGoPool(t *testing.T, cfg pool.Config, ops []requests.Op, handles []uint64) []string {
+	a, err := pool.New(cfg, &bumpUpstream{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	addrs := map[uint32]uint64{}
+	for _, o := range ops {
+		switch {
+		case o.IsAlloc():
+			addr, err := a.Alloc(o.Size, handles[o.StreamIndex()])
+			if err != nil {
+				out = append(out, errCode(err))
+				delete(addrs, o.Slot)
+				continue
+			}
+			addrs[o.Slot] = addr
+			out = append(out, fmt.Sprintf("%x", addr))
+		case o.IsFree():
+			addr, ok := addrs[o.Slot]
+			if !ok {
+				continue
+			}
+			delete(addrs, o.Slot)
+			if err := a.Free(addr, handles[o.StreamIndex()]); err != nil {
+				out = append(out, errCode(err))
+			} else {
+				out = append(out, "ok")
+			}
+		}
+	}
+	before, peak := a.Stats(), a.PeakStats()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return append(out, statsLine("stats", before), statsLine("peak", peak), statsLine("closed", a.Stats()))
+}
+
+func errCode(err error) string {
+	switch {
+	case errors.Is(err, pool.ErrOutOfMemory):
+		return "E2"
+	case errors.Is(err, pool.ErrUnknownAddress):
+		return "E3"
+	case errors.Is(err, pool.ErrClosed):
+		return "E4"
+	}
+	return "E1"
+}
+
+func statsLine(name string, s pool.Stats) string {
+	return fmt.Sprintf("%s %d %d %d %d %d %d %d %d %d %d %d %d %d", name, s.Allocs, s.Frees, s.Failures, s.LiveBytes,
+		s.PeakLiveBytes, s.BlockBytes, s.PeakBlockBytes, s.ReservedBytes, s.PeakReservedBytes, s.UpstreamReserves,
+		s.UpstreamReleases, s.UpstreamFailures, s.Fallbacks)
+}
+
+// runCPool runs the driver on the same requests, freeing only what the Go side could (the two
+// sides agree on every allocation, or the comparison stops at the first that differs).
+func runCPool(t *testing.T, driver string, cfg pool.Config, ops []requests.Op, handles []uint64) []string {
+	var in strings.Builder
+	in.WriteString(cpoolConfigLine(cfg))
+	cmd := exec.Command(driver)
+	cmd.Stdin = strings.NewReader(in.String() + cpoolScript(t, cfg, ops, handles))
+	outBytes, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("driver: %v", err)
+	}
+	return strings.Split(strings.TrimSuffix(string(outBytes), "\n"), "\n")
+}
+
+// cpoolScript writes the driver's script: it replays ops with the Go pool to know the address of
+// every block the driver must free (a free names an address).
+func cpoolScript(t *testing.T, cfg pool.Config, ops []requests.Op, handles []uint64) string {
+	a, err := pool.New(cfg, &bumpUpstream{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var b strings.Builder
+	addrs := map[uint32]uint64{}
+	for _, o := range ops {
+		stream := handles[o.StreamIndex()]
+		switch {
+		case o.IsAlloc():
+			fmt.Fprintf(&b, "a %x %d\n", o.Size, stream)
+			if addr, err := a.Alloc(o.Size, stream); err == nil {
+				addrs[o.Slot] = addr
+			} else {
+				delete(addrs, o.Slot)
+			}
+		case o.IsFree():
+			if addr, ok := addrs[o.Slot]; ok {
+				delete(addrs, o.Slot)
+				_ = a.Free(addr, stream)
+				fmt.Fprintf(&b, "f %x %d\n", addr, stream)
+			}
+		}
+	}
+	b.WriteString("c\n")
+	return b.String()
+}
+
+func cpoolConfigLine(cfg pool.Config) string {
+	sc := cfg.SizeClass
+	align := cfg.Alignment
+	if align == 0 {
+		align = pool.DefaultAlignment
+	}
+	var grow, maximum uint64
+	if cfg.BestFit != nil {
+		grow, maximum = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
+	}
+	aged := 0
+	if sc.ArenaFit == pool.FitBestAged {
+		aged = 1
+	}
+	perStream := 0
+	if sc.PerStream {
+		perStream = 1
+	}
+	line := fmt.Sprintf("config %d %d %d %d %d %d %d %d %d", align, sc.LargeThreshold, sc.ArenaBytes, grow, maximum,
+		sc.GrowSlots, perStream, aged, len(sc.Classes))
+	for _, c := range sc.Classes {
+		line += fmt.Sprintf(" %d %d", c.Size, c.Slots)
+	}
+	return line + "\n"
+}
+
+var cpoolDriver struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildCPoolDriver compiles testdata/cpool/driver.c with the shim's pool.h, once per test binary.
+func buildCPoolDriver(t testing.TB) string {
+	t.Helper()
+	cpoolDriver.once.Do(func() {
+		dir, err := os.MkdirTemp("", "allocscope-cpool-")
+		if err != nil {
+			cpoolDriver.err = err
+			return
+		}
+		cpoolDriver.path = filepath.Join(dir, "driver")
+		cmd := exec.Command("cc", "-O2", "-Wall", "-I", filepath.Join("shim"), "-o", cpoolDriver.path,
+			filepath.Join("testdata", "cpool", "driver.c"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			cpoolDriver.err = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	if cpoolDriver.err != nil {
+		t.Fatalf("build the C pool driver: %v", cpoolDriver.err)
+	}
+	return cpoolDriver.path
+}
+
+func loadConfig(t testing.TB, path string) pool.Config {
+	t.Helper()
+	cfg, err := pool.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Policy != pool.PolicySizeClass {
+		t.Fatalf("%s: policy %s, want sizeclass", path, cfg.Policy)
+	}
+	return cfg
+}
+
+func extractTrace(t *testing.T, path string) *requests.Trace {
+	t.Helper()
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tr, err := requests.Extract(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// BenchmarkCPoolClassHit times alloc/free pairs that a class serves from its free list, in the C
+// pool alone (the shim's pool path without the hook): ns per request (alloc or free).
+//
+//	go test ./intercept -run '^$' -bench CPoolClassHit -benchtime 5x
+func BenchmarkCPoolClassHit(b *testing.B) {
+	driver := buildCPoolDriver(b)
+	cfg := cpoolConfigLine(loadConfig(b, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
+	var best float64
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command(driver)
+		cmd.Stdin = strings.NewReader(cfg + "b 10000000 4000\nc\n")
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ns float64
+		if _, err := fmt.Sscanf(string(out), "ns_per_request %g", &ns); err != nil {
+			b.Fatalf("driver output %q", out)
+		}
+		if best == 0 || ns < best {
+			best = ns
+		}
+	}
+	b.ReportMetric(best, "ns/request")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,790 @@
+/*
+ * The size-class pool in C, for `record --pool`: package pool's PolicySizeClass (pool/sizeclass.go,
+ * pool/arena.go, pool/spans.go) rule for rule, so that the pool a program runs on is the pool
+ * analyze simulated and replay measured. Package pool is the specification; a differential test
+ * (intercept/cpool_test.go) feeds both the same request sequences and compares every address,
+ * failure and counter.
+ *
+ *   - One up-front region holds every class's planned slots (a slab per class, in class order) and
+ *     then the arena's planned bytes.
+ *   - A class hands out the slot freed last (LIFO), else its fresh slab's lowest never-used slot;
+ *     when it has neither it grows by a slab of grow_slots slots from the upstream (a fallback).
+ *     With per_stream, freed slots are kept per freeing stream and tried first.
+ *   - Requests above the threshold (or above every class) go to a best-fit coalescing arena: the
+ *     block is the request rounded up to the alignment, cut from the smallest free span that fits
+ *     (the lowest address among equals; the stream's own spans first with per_stream), from its low
+ *     end, or with fit_aged from the end next to the older neighbour; freed blocks merge with free
+ *     neighbours of the same segment and owner; when nothing fits it grows by a segment of
+ *     max(block, grow_bytes), capped at maximum bytes of arena (a fallback).
+ *
+ * No malloc: its memory comes from mmap, so that it can run inside the shim's hooks.
+ */
+#ifndef ALLOCSCOPE_POOL_H
+#define ALLOCSCOPE_POOL_H
+
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* ---- growable arrays on mmap -------------------------------------------------------------------- */
+
+struct cp_vec {
+	void *data;
+	size_t len, cap, elem;
+};
+
+static int cp_vec_reserve(struct cp_vec *v, size_t n) {
+	if (n <= v->cap)
+		return 0;
+	size_t cap = v->cap ? v->cap : 64;
+	while (cap < n)
+		cap *= 2;
+	void *p = mmap(NULL, cap * v->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -1;
+	if (v->data != NULL) {
+		memcpy(p, v->data, v->len * v->elem);
+		munmap(v->data, v->cap * v->elem);
+	}
+	v->data = p;
+	v->cap = cap;
+	return 0;
+}
+
+static void cp_vec_free(struct cp_vec *v) {
+	if (v->data != NULL)
+		munmap(v->data, v->cap * v->elem);
+	v->data = NULL;
+	v->len = v->cap = 0;
+}
+
+#define CP_AT(v, T, i) (((T *)(v)->data)[i])
+
+/* ---- configuration -------------------------------------------------------------------------------- */
+
+#define CP_MAX_CLASSES 64
+#define CP_MAX_REQUEST (1ull << 62)
+#define CP_DEFAULT_GROW_BYTES (2ull << 20)
+
+struct cp_config {
+	uint64_t align;          /* alignment_bytes */
+	uint64_t threshold;      /* large_threshold_bytes (0: the largest class) */
+	uint64_t arena_bytes;    /* arena_bytes */
+	uint64_t grow_bytes;     /* best_fit.grow_bytes: the least an arena growth reserves */
+	uint64_t maximum;        /* best_fit.maximum_bytes: the arena's cap (0: none) */
+	uint64_t grow_slots;     /* size_class.grow_slots (0: DefaultGrowBytes' worth) */
+	int per_stream;
+	int fit_aged;            /* arena_fit "best-aged" */
+	int nclasses;
+	uint64_t class_size[CP_MAX_CLASSES];
+	uint64_t class_slots[CP_MAX_CLASSES];
+};
+
+/* The upstream: cuMemAlloc/cuMemFree in the shim, a bump allocator in the tests. */
+struct cp_upstream {
+	int (*reserve)(void *ctx, uint64_t size, uint64_t *addr); /* 0, or an error (2 = out of memory) */
+	int (*release)(void *ctx, uint64_t addr, uint64_t size);
+	void *ctx;
+};
+
+/* The counters, as pool.Stats. */
+struct cp_stats {
+	uint64_t allocs, frees, failures, live_bytes, peak_live_bytes, block_bytes, peak_block_bytes;
+	uint64_t reserved_bytes, peak_reserved_bytes, upstream_reserves, upstream_releases, upstream_failures;
+	uint64_t fallbacks;
+};
+
+/* ---- the pool's state ------------------------------------------------------------------------------ */
+
+struct cp_slab {
+	uint64_t base, end, size;
+	int cls;
+	uint64_t nslots, used; /* slots handed out at least once, in address order */
+	struct cp_vec req;     /* per slot: requested bytes + 1 while live, 0 while free */
+};
+
+struct cp_slot { struct cp_slab *sl; uint64_t slot; };
+
+struct cp_stream_lists { uint64_t stream; struct cp_vec free[CP_MAX_CLASSES]; };
+
+struct cp_class {
+	uint64_t size, grow_slots;
+	struct cp_vec free; /* struct cp_slot, LIFO */
+	struct cp_slab *fresh;
+};
+
+enum { CP_FREE = 0, CP_USED = 1 };
+#define CP_NIL (-1)
+
+struct cp_node {
+	uint64_t addr, size, seg, stream;
+	int32_t prev, next;
+	uint8_t state, tagged;
+	uint64_t born; /* fit_aged: allocation count when it became a live block */
+};
+
+struct cp_region { uint64_t addr, size; };
+
+struct cp_pool {
+	struct cp_config cfg;
+	struct cp_upstream up;
+	struct cp_stats s, peak;
+	struct cp_class classes[CP_MAX_CLASSES];
+	struct cp_vec slabs;   /* struct cp_slab *, sorted by base */
+	struct cp_vec regions; /* struct cp_region: the plan and the grown slabs */
+	struct cp_vec streams; /* struct cp_stream_lists, with per_stream */
+	/* the arena */
+	struct cp_vec nodes;   /* struct cp_node */
+	struct cp_vec order;   /* int32 node ids of free nodes, by (tagged, stream, size, addr) */
+	struct cp_vec owned;   /* struct cp_region: segments the arena reserved itself, by address */
+	struct cp_vec live;    /* open addressing: struct cp_live, for arena blocks */
+	size_t nlive;
+	int32_t recycled;
+	uint64_t arena_total, grow_min, allocs_seen;
+	int closed;
+};
+
+struct cp_live { uint64_t addr; uint64_t req; int32_t node; int32_t used; };
+
+static inline uint64_t cp_round(uint64_t n, uint64_t a) { return (n + a - 1) & ~(a - 1); }
+
+static void cp_note_peak(struct cp_pool *p) {
+	if (p->s.reserved_bytes > p->peak.reserved_bytes ||
+	    (p->s.reserved_bytes == p->peak.reserved_bytes && p->s.live_bytes > p->peak.live_bytes))
+		p->peak = p->s;
+}
+
+static int cp_reserve(struct cp_pool *p, uint64_t size, uint64_t *addr) {
+	int err = p->up.reserve(p->up.ctx, size, addr);
+	if (err != 0) {
+		p->s.upstream_failures++;
+		return err;
+	}
+	p->s.upstream_reserves++;
+	p->s.reserved_bytes += size;
+	if (p->s.reserved_bytes > p->s.peak_reserved_bytes)
+		p->s.peak_reserved_bytes = p->s.reserved_bytes;
+	return 0;
+}
+
+static int cp_release(struct cp_pool *p, uint64_t addr, uint64_t size) {
+	int err = p->up.release(p->up.ctx, addr, size);
+	if (err == 0) {
+		p->s.upstream_releases++;
+		p->s.reserved_bytes -= size;
+	}
+	return err;
+}
+
+/* ---- the arena's space: nodes linked per segment, free ones ordered by owner, size, address ------ */
+
+#define CP_NODE(p, id) CP_AT(&(p)->nodes, struct cp_node, id)
+
+/* cp_key_less orders free nodes by owner (untagged first, then stream), size, address. */
+static int cp_key_less(const struct cp_node *a, uint8_t tagged, uint64_t stream, uint64_t size, uint64_t addr) {
+	if (a->tagged != tagged)
+		return !a->tagged;
+	if (a->stream != stream)
+		return a->stream < stream;
+	if (a->size != size)
+		return a->size < size;
+	return a->addr < addr;
+}
+
+/* cp_lower returns the position of the first free node not below (tagged, stream, size, addr). */
+static size_t cp_lower(struct cp_pool *p, uint8_t tagged, uint64_t stream, uint64_t size, uint64_t addr) {
+	size_t lo = 0, hi = p->order.len;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (cp_key_less(&CP_NODE(p, CP_AT(&p->order, int32_t, mid)), tagged, stream, size, addr))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int cp_attach(struct cp_pool *p, int32_t id) {
+	struct cp_node *n = &CP_NODE(p, id);
+	if (cp_vec_reserve(&p->order, p->order.len + 1) != 0)
+		return -1;
+	size_t at = cp_lower(p, n->tagged, n->stream, n->size, n->addr);
+	int32_t *o = (int32_t *)p->order.data;
+	memmove(o + at + 1, o + at, (p->order.len - at) * sizeof *o);
+	o[at] = id;
+	p->order.len++;
+	return 0;
+}
+
+static void cp_detach(struct cp_pool *p, int32_t id) {
+	struct cp_node *n = &CP_NODE(p, id);
+	size_t at = cp_lower(p, n->tagged, n->stream, n->size, n->addr);
+	int32_t *o = (int32_t *)p->order.data;
+	if (at < p->order.len && o[at] == id) {
+		memmove(o + at, o + at + 1, (p->order.len - at - 1) * sizeof *o);
+		p->order.len--;
+	}
+}
+
+static int32_t cp_new_node(struct cp_pool *p, uint64_t addr, uint64_t size, uint64_t seg, uint8_t state) {
+	int32_t id = p->recycled;
+	if (id == CP_NIL) {
+		if (cp_vec_reserve(&p->nodes, p->nodes.len + 1) != 0)
+			return CP_NIL;
+		id = (int32_t)p->nodes.len++;
+	} else {
+		p->recycled = CP_NODE(p, id).next;
+	}
+	struct cp_node *n = &CP_NODE(p, id);
+	memset(n, 0, sizeof *n);
+	n->addr = addr;
+	n->size = size;
+	n->seg = seg;
+	n->state = state;
+	n->prev = n->next = CP_NIL;
+	return id;
+}
+
+static void cp_recycle(struct cp_pool *p, int32_t id) {
+	CP_NODE(p, id).next = p->recycled;
+	CP_NODE(p, id).state = CP_USED;
+	p->recycled = id;
+}
+
+/* cp_split_after links a new node for [addr, addr+size) right after node id and returns it. */
+static int32_t cp_split_after(struct cp_pool *p, int32_t id, uint64_t addr, uint64_t size, uint8_t state) {
+	int32_t r = cp_new_node(p, addr, size, CP_NODE(p, id).seg, state);
+	if (r == CP_NIL)
+		return CP_NIL;
+	struct cp_node *n = &CP_NODE(p, id), *rn = &CP_NODE(p, r);
+	rn->tagged = n->tagged;
+	rn->stream = n->stream;
+	rn->prev = id;
+	rn->next = n->next;
+	if (n->next != CP_NIL)
+		CP_NODE(p, n->next).prev = r;
+	n->next = r;
+	return r;
+}
+
+/* cp_take makes free node id a used block of size bytes from its low end; the rest stays free. */
+static int cp_take(struct cp_pool *p, int32_t id, uint64_t size) {
+	cp_detach(p, id);
+	struct cp_node *n = &CP_NODE(p, id);
+	if (n->size > size) {
+		int32_t r = cp_split_after(p, id, n->addr + size, n->size - size, CP_FREE);
+		if (r == CP_NIL || cp_attach(p, r) != 0)
+			return -1;
+		CP_NODE(p, id).size = size;
+	}
+	CP_NODE(p, id).state = CP_USED;
+	return 0;
+}
+
+/* cp_take_high cuts a used block of size bytes from the high end of free node id and returns it. */
+static int32_t cp_take_high(struct cp_pool *p, int32_t id, uint64_t size) {
+	struct cp_node *n = &CP_NODE(p, id);
+	if (n->size <= size)
+		return cp_take(p, id, size) == 0 ? id : CP_NIL;
+	cp_detach(p, id);
+	n = &CP_NODE(p, id);
+	int32_t r = cp_split_after(p, id, n->addr + n->size - size, size, CP_USED);
+	if (r == CP_NIL)
+		return CP_NIL;
+	CP_NODE(p, id).size -= size;
+	return cp_attach(p, id) == 0 ? r : CP_NIL;
+}
+
+static int cp_mergeable(struct cp_pool *p, int32_t a, int32_t b) {
+	struct cp_node *x = &CP_NODE(p, a), *y = &CP_NODE(p, b);
+	return x->state == CP_FREE && y->state == CP_FREE && x->tagged == y->tagged && x->stream == y->stream;
+}
+
+/* cp_absorb_next appends node id's next node to it (both out of the order). */
+static void cp_absorb_next(struct cp_pool *p, int32_t id) {
+	struct cp_node *n = &CP_NODE(p, id);
+	int32_t nx = n->next;
+	n->size += CP_NODE(p, nx).size;
+	n->next = CP_NODE(p, nx).next;
+	if (n->next != CP_NIL)
+		CP_NODE(p, n->next).prev = id;
+	cp_recycle(p, nx);
+}
+
+/* cp_release frees used node id for the owner (tagged, stream), merging it with free neighbours of
+ * the same owner in its segment. */
+static int cp_release_node(struct cp_pool *p, int32_t id, uint8_t tagged, uint64_t stream) {
+	struct cp_node *n = &CP_NODE(p, id);
+	n->state = CP_FREE;
+	n->tagged = tagged;
+	n->stream = stream;
+	int32_t pv = n->prev, nx = n->next;
+	if (pv != CP_NIL && cp_mergeable(p, pv, id)) {
+		cp_detach(p, pv);
+		cp_absorb_next(p, pv);
+		id = pv;
+	}
+	nx = CP_NODE(p, id).next;
+	if (nx != CP_NIL && cp_mergeable(p, nx, id)) {
+		cp_detach(p, nx);
+		cp_absorb_next(p, id);
+	}
+	return cp_attach(p, id);
+}
+
+/* cp_best_fit returns the smallest free node of the owner with at least size bytes (lowest address
+ * among equals), or CP_NIL. */
+static int32_t cp_best_fit(struct cp_pool *p, uint8_t tagged, uint64_t stream, uint64_t size) {
+	size_t at = cp_lower(p, tagged, stream, size, 0);
+	if (at == p->order.len)
+		return CP_NIL;
+	int32_t id = CP_AT(&p->order, int32_t, at);
+	struct cp_node *n = &CP_NODE(p, id);
+	return n->tagged == tagged && n->stream == stream ? id : CP_NIL;
+}
+
+static int cp_add_segment(struct cp_pool *p, uint64_t addr, uint64_t size) {
+	int32_t id = cp_new_node(p, addr, size, addr, CP_FREE);
+	if (id == CP_NIL)
+		return -1;
+	p->arena_total += size;
+	return cp_attach(p, id);
+}
+
+/* ---- the arena's live blocks: address -> node, open addressing ------------------------------------ */
+
+static inline size_t cp_hash(uint64_t addr, size_t mask) {
+	return (size_t)((addr * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+static int cp_live_grow(struct cp_pool *p) {
+	struct cp_vec old = p->live;
+	size_t cap = old.len ? old.len * 2 : 1024;
+	struct cp_vec nv = {NULL, 0, 0, sizeof(struct cp_live)};
+	if (cp_vec_reserve(&nv, cap) != 0)
+		return -1;
+	nv.len = cap;
+	memset(nv.data, 0, cap * sizeof(struct cp_live));
+	for (size_t i = 0; i < old.len; i++) {
+		struct cp_live *e = &CP_AT(&old, struct cp_live, i);
+		if (!e->used)
+			continue;
+		size_t j = cp_hash(e->addr, cap - 1);
+		while (CP_AT(&nv, struct cp_live, j).used)
+			j = (j + 1) & (cap - 1);
+		CP_AT(&nv, struct cp_live, j) = *e;
+	}
+	cp_vec_free(&old);
+	p->live = nv;
+	return 0;
+}
+
+static int cp_live_put(struct cp_pool *p, uint64_t addr, uint64_t req, int32_t node) {
+	if ((p->nlive + 1) * 2 > p->live.len && cp_live_grow(p) != 0)
+		return -1;
+	size_t mask = p->live.len - 1, j = cp_hash(addr, mask);
+	while (CP_AT(&p->live, struct cp_live, j).used)
+		j = (j + 1) & mask;
+	CP_AT(&p->live, struct cp_live, j) = (struct cp_live){addr, req, node, 1};
+	p->nlive++;
+	return 0;
+}
+
+/* cp_live_take removes addr's entry (backward-shift deletion) into *out; 0 when absent. */
+static int cp_live_take(struct cp_pool *p, uint64_t addr, struct cp_live *out) {
+	if (p->live.len == 0)
+		return 0;
+	size_t mask = p->live.len - 1, j = cp_hash(addr, mask);
+	for (;; j = (j + 1) & mask) {
+		struct cp_live *e = &CP_AT(&p->live, struct cp_live, j);
+		if (!e->used)
+			return 0;
+		if (e->addr == addr)
+			break;
+	}
+	*out = CP_AT(&p->live, struct cp_live, j);
+	for (size_t k = (j + 1) & mask;; k = (k + 1) & mask) {
+		struct cp_live *e = &CP_AT(&p->live, struct cp_live, k);
+		if (!e->used)
+			break;
+		size_t home = cp_hash(e->addr, mask);
+		if (((k - home) & mask) >= ((k - j) & mask)) {
+			CP_AT(&p->live, struct cp_live, j) = *e;
+			j = k;
+		}
+	}
+	CP_AT(&p->live, struct cp_live, j).used = 0;
+	p->nlive--;
+	return 1;
+}
+
+/* ---- the arena ------------------------------------------------------------------------------------ */
+
+enum { CP_OK = 0, CP_ERR = 1, CP_OOM = 2, CP_UNKNOWN = 3, CP_CLOSED = 4 };
+
+/* cp_arena_grow adds a segment that can hold a block of blk bytes: a fallback. */
+static int cp_arena_grow(struct cp_pool *p, uint64_t blk) {
+	uint64_t n = blk > p->grow_min ? blk : p->grow_min;
+	uint64_t maximum = p->cfg.maximum;
+	if (maximum > 0) {
+		if (p->arena_total >= maximum || maximum - p->arena_total < blk)
+			return CP_OOM;
+		if (n > maximum - p->arena_total)
+			n = maximum - p->arena_total;
+	}
+	uint64_t addr;
+	int err = cp_reserve(p, n, &addr);
+	if (err != 0)
+		return err;
+	p->s.fallbacks++;
+	if (cp_vec_reserve(&p->owned, p->owned.len + 1) != 0)
+		return CP_ERR;
+	size_t at = 0;
+	while (at < p->owned.len && CP_AT(&p->owned, struct cp_region, at).addr < addr)
+		at++;
+	struct cp_region *o = (struct cp_region *)p->owned.data;
+	memmove(o + at + 1, o + at, (p->owned.len - at) * sizeof *o);
+	o[at] = (struct cp_region){addr, n};
+	p->owned.len++;
+	return cp_add_segment(p, addr, n) == 0 ? CP_OK : CP_ERR;
+}
+
+static int32_t cp_arena_find(struct cp_pool *p, uint64_t blk, uint64_t stream) {
+	if (p->cfg.per_stream) {
+		int32_t id = cp_best_fit(p, 1, stream, blk);
+		if (id != CP_NIL)
+			return id;
+	}
+	return cp_best_fit(p, 0, 0, blk);
+}
+
+/* cp_born_at returns when node id became a live block; 0 (oldest) for a free node or none. */
+static uint64_t cp_born_at(struct cp_pool *p, int32_t id) {
+	if (id == CP_NIL || CP_NODE(p, id).state != CP_USED)
+		return 0;
+	return CP_NODE(p, id).born;
+}
+
+static int cp_arena_alloc(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t *addr, uint64_t *blk_out) {
+	uint64_t blk = cp_round(size > 1 ? size : 1, p->cfg.align);
+	int32_t id = cp_arena_find(p, blk, stream);
+	if (id == CP_NIL) {
+		int err = cp_arena_grow(p, blk);
+		if (err != CP_OK)
+			return err;
+		id = cp_arena_find(p, blk, stream);
+	}
+	struct cp_node *n = &CP_NODE(p, id);
+	if (p->cfg.fit_aged && cp_born_at(p, n->prev) > cp_born_at(p, n->next))
+		id = cp_take_high(p, id, blk);
+	else if (cp_take(p, id, blk) != 0)
+		id = CP_NIL;
+	if (id == CP_NIL)
+		return CP_ERR;
+	if (p->cfg.fit_aged)
+		CP_NODE(p, id).born = ++p->allocs_seen;
+	*addr = CP_NODE(p, id).addr;
+	*blk_out = blk;
+	return cp_live_put(p, *addr, size, id) == 0 ? CP_OK : CP_ERR;
+}
+
+/* cp_arena_free returns the block at addr to the free space; 0 when no block starts there. */
+static int cp_arena_free(struct cp_pool *p, uint64_t addr, uint64_t stream, uint64_t *req, uint64_t *blk) {
+	struct cp_live e;
+	if (!cp_live_take(p, addr, &e))
+		return 0;
+	*req = e.req;
+	*blk = CP_NODE(p, e.node).size;
+	if (p->cfg.per_stream)
+		cp_release_node(p, e.node, 1, stream);
+	else
+		cp_release_node(p, e.node, 0, 0);
+	return 1;
+}
+
+/* ---- the classes ---------------------------------------------------------------------------------- */
+
+static int cp_class_for(struct cp_pool *p, uint64_t size) {
+	if (size > p->cfg.threshold)
+		return -1;
+	int lo = 0, hi = p->cfg.nclasses;
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (p->classes[mid].size < size)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo == p->cfg.nclasses ? -1 : lo;
+}
+
+static int cp_add_slab(struct cp_pool *p, int ci, uint64_t addr, uint64_t n) {
+	struct cp_class *c = &p->classes[ci];
+	struct cp_slab *sl = mmap(NULL, sizeof *sl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (sl == MAP_FAILED)
+		return -1;
+	*sl = (struct cp_slab){addr, addr + n * c->size, c->size, ci, n, 0, {NULL, 0, 0, sizeof(uint64_t)}};
+	if (cp_vec_reserve(&sl->req, n) != 0 || cp_vec_reserve(&p->slabs, p->slabs.len + 1) != 0)
+		return -1;
+	sl->req.len = n;
+	size_t at = 0;
+	while (at < p->slabs.len && CP_AT(&p->slabs, struct cp_slab *, at)->base < addr)
+		at++;
+	struct cp_slab **s = (struct cp_slab **)p->slabs.data;
+	memmove(s + at + 1, s + at, (p->slabs.len - at) * sizeof *s);
+	s[at] = sl;
+	p->slabs.len++;
+	c->fresh = sl;
+	return 0;
+}
+
+static struct cp_slab *cp_slab_for(struct cp_pool *p, uint64_t addr) {
+	size_t lo = 0, hi = p->slabs.len;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (CP_AT(&p->slabs, struct cp_slab *, mid)->base <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return NULL;
+	struct cp_slab *sl = CP_AT(&p->slabs, struct cp_slab *, lo - 1);
+	return addr < sl->end ? sl : NULL;
+}
+
+/* cp_stream_lists returns the per-stream free lists of stream, made when create is set. */
+static struct cp_stream_lists *cp_stream(struct cp_pool *p, uint64_t stream, int create) {
+	for (size_t i = 0; i < p->streams.len; i++)
+		if (CP_AT(&p->streams, struct cp_stream_lists, i).stream == stream)
+			return &CP_AT(&p->streams, struct cp_stream_lists, i);
+	if (!create || cp_vec_reserve(&p->streams, p->streams.len + 1) != 0)
+		return NULL;
+	struct cp_stream_lists *l = &CP_AT(&p->streams, struct cp_stream_lists, p->streams.len++);
+	memset(l, 0, sizeof *l);
+	l->stream = stream;
+	for (int i = 0; i < CP_MAX_CLASSES; i++)
+		l->free[i].elem = sizeof(struct cp_slot);
+	return l;
+}
+
+static int cp_pop_list(struct cp_vec *v, struct cp_slot *out) {
+	if (v->len == 0)
+		return 0;
+	*out = CP_AT(v, struct cp_slot, --v->len);
+	return 1;
+}
+
+static int cp_push_list(struct cp_vec *v, struct cp_slot s) {
+	if (cp_vec_reserve(v, v->len + 1) != 0)
+		return -1;
+	CP_AT(v, struct cp_slot, v->len++) = s;
+	return 0;
+}
+
+/* cp_pop takes the slot freed last usable on stream, else the lowest never-used slot. */
+static int cp_pop(struct cp_pool *p, int ci, uint64_t stream, struct cp_slot *out) {
+	struct cp_class *c = &p->classes[ci];
+	if (p->cfg.per_stream) {
+		struct cp_stream_lists *l = cp_stream(p, stream, 0);
+		if (l != NULL && cp_pop_list(&l->free[ci], out))
+			return 1;
+	}
+	if (cp_pop_list(&c->free, out))
+		return 1;
+	struct cp_slab *f = c->fresh;
+	if (f != NULL && f->used < f->nslots) {
+		*out = (struct cp_slot){f, f->used++};
+		return 1;
+	}
+	return 0;
+}
+
+static int cp_grow_class(struct cp_pool *p, int ci) {
+	struct cp_class *c = &p->classes[ci];
+	uint64_t addr, bytes = c->grow_slots * c->size;
+	int err = cp_reserve(p, bytes, &addr);
+	if (err != 0)
+		return err;
+	p->s.fallbacks++;
+	if (cp_vec_reserve(&p->regions, p->regions.len + 1) != 0)
+		return CP_ERR;
+	CP_AT(&p->regions, struct cp_region, p->regions.len++) = (struct cp_region){addr, bytes};
+	return cp_add_slab(p, ci, addr, c->grow_slots) == 0 ? CP_OK : CP_ERR;
+}
+
+/* ---- the pool ------------------------------------------------------------------------------------- */
+
+static void cp_allocated(struct cp_pool *p, uint64_t req, uint64_t blk) {
+	struct cp_stats *s = &p->s;
+	s->allocs++;
+	s->live_bytes += req;
+	if (s->live_bytes > s->peak_live_bytes)
+		s->peak_live_bytes = s->live_bytes;
+	s->block_bytes += blk;
+	if (s->block_bytes > s->peak_block_bytes)
+		s->peak_block_bytes = s->block_bytes;
+	cp_note_peak(p);
+}
+
+static void cp_failed(struct cp_pool *p) {
+	p->s.failures++;
+	cp_note_peak(p);
+}
+
+/* cp_init builds the pool of cfg over up and reserves its plan: CP_OK or an error (the pool is then
+ * not usable; cp_close gives back what it reserved). */
+static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_upstream up) {
+	memset(p, 0, sizeof *p);
+	p->cfg = *cfg;
+	p->up = up;
+	p->recycled = CP_NIL;
+	p->slabs.elem = sizeof(struct cp_slab *);
+	p->regions.elem = sizeof(struct cp_region);
+	p->streams.elem = sizeof(struct cp_stream_lists);
+	p->nodes.elem = sizeof(struct cp_node);
+	p->order.elem = sizeof(int32_t);
+	p->owned.elem = sizeof(struct cp_region);
+	p->live.elem = sizeof(struct cp_live);
+	if (p->cfg.align == 0)
+		p->cfg.align = 512;
+	if (p->cfg.nclasses < 0 || p->cfg.nclasses > CP_MAX_CLASSES)
+		return CP_ERR;
+	uint64_t total = cp_round(cfg->arena_bytes, p->cfg.align);
+	for (int i = 0; i < cfg->nclasses; i++) {
+		struct cp_class *c = &p->classes[i];
+		c->size = cfg->class_size[i];
+		c->grow_slots = cfg->grow_slots ? cfg->grow_slots : (CP_DEFAULT_GROW_BYTES / c->size ? CP_DEFAULT_GROW_BYTES / c->size : 1);
+		c->free.elem = sizeof(struct cp_slot);
+		total += c->size * cfg->class_slots[i];
+	}
+	if (p->cfg.threshold == 0 && cfg->nclasses > 0)
+		p->cfg.threshold = p->classes[cfg->nclasses - 1].size;
+	p->grow_min = cp_round(cfg->grow_bytes, p->cfg.align);
+	if (total > 0) {
+		uint64_t addr;
+		int err = cp_reserve(p, total, &addr);
+		if (err != 0)
+			return err;
+		if (cp_vec_reserve(&p->regions, 1) != 0)
+			return CP_ERR;
+		CP_AT(&p->regions, struct cp_region, p->regions.len++) = (struct cp_region){addr, total};
+		for (int i = 0; i < cfg->nclasses; i++) {
+			if (cfg->class_slots[i] == 0)
+				continue;
+			if (cp_add_slab(p, i, addr, cfg->class_slots[i]) != 0)
+				return CP_ERR;
+			addr += p->classes[i].size * cfg->class_slots[i];
+		}
+		uint64_t arena = cp_round(cfg->arena_bytes, p->cfg.align);
+		if (arena > 0 && cp_add_segment(p, addr, arena) != 0)
+			return CP_ERR;
+	}
+	cp_note_peak(p);
+	return CP_OK;
+}
+
+/* cp_alloc serves size bytes on stream into *addr: CP_OK, or CP_OOM (the upstream has no memory, or
+ * the arena is at its maximum), CP_CLOSED or CP_ERR. */
+static int cp_alloc(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t *addr) {
+	if (p->closed)
+		return CP_CLOSED;
+	if (size > CP_MAX_REQUEST) {
+		cp_failed(p);
+		return CP_OOM;
+	}
+	int ci = cp_class_for(p, size > 1 ? size : 1);
+	if (ci < 0) {
+		uint64_t blk;
+		int err = cp_arena_alloc(p, size, stream, addr, &blk);
+		if (err != CP_OK) {
+			cp_failed(p);
+			return err;
+		}
+		cp_allocated(p, size, blk);
+		return CP_OK;
+	}
+	struct cp_slot s;
+	if (!cp_pop(p, ci, stream, &s)) {
+		int err = cp_grow_class(p, ci);
+		if (err != CP_OK) {
+			cp_failed(p);
+			return err;
+		}
+		cp_pop(p, ci, stream, &s);
+	}
+	CP_AT(&s.sl->req, uint64_t, s.slot) = size + 1;
+	cp_allocated(p, size, p->classes[ci].size);
+	*addr = s.sl->base + s.slot * s.sl->size;
+	return CP_OK;
+}
+
+/* cp_free takes back the block at addr, freed on stream: CP_OK, CP_UNKNOWN (no live block of the
+ * pool starts there: not the pool's) or CP_CLOSED. */
+static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
+	if (p->closed)
+		return CP_CLOSED;
+	uint64_t req, blk;
+	struct cp_slab *sl = cp_slab_for(p, addr);
+	if (sl == NULL) {
+		if (!cp_arena_free(p, addr, stream, &req, &blk))
+			return CP_UNKNOWN;
+	} else {
+		uint64_t off = addr - sl->base, slot = off / sl->size;
+		uint64_t *r = &CP_AT(&sl->req, uint64_t, slot);
+		if (slot * sl->size != off || *r == 0)
+			return CP_UNKNOWN;
+		req = *r - 1;
+		blk = sl->size;
+		*r = 0;
+		struct cp_slot s = {sl, slot};
+		struct cp_vec *list = &p->classes[sl->cls].free;
+		if (p->cfg.per_stream) {
+			struct cp_stream_lists *l = cp_stream(p, stream, 1);
+			if (l == NULL)
+				return CP_ERR;
+			list = &l->free[sl->cls];
+		}
+		if (cp_push_list(list, s) != 0)
+			return CP_ERR;
+	}
+	p->s.frees++;
+	p->s.live_bytes -= req;
+	p->s.block_bytes -= blk;
+	return CP_OK;
+}
+
+/* cp_close gives back the plan, every grown slab and the arena's own segments (in address order),
+ * and the pool's own memory. */
+static int cp_close(struct cp_pool *p) {
+	if (p->closed)
+		return CP_OK;
+	p->closed = 1;
+	int err = CP_OK;
+	for (size_t i = 0; i < p->regions.len; i++) {
+		struct cp_region r = CP_AT(&p->regions, struct cp_region, i);
+		if (cp_release(p, r.addr, r.size) != 0)
+			err = CP_ERR;
+	}
+	for (size_t i = 0; i < p->owned.len; i++) {
+		struct cp_region r = CP_AT(&p->owned, struct cp_region, i);
+		if (cp_release(p, r.addr, r.size) != 0)
+			err = CP_ERR;
+	}
+	for (size_t i = 0; i < p->slabs.len; i++) {
+		struct cp_slab *sl = CP_AT(&p->slabs, struct cp_slab *, i);
+		cp_vec_free(&sl->req);
+		munmap(sl, sizeof *sl);
+	}
+	for (int i = 0; i < p->cfg.nclasses; i++)
+		cp_vec_free(&p->classes[i].free);
+	for (size_t i = 0; i < p->streams.len; i++)
+		for (int c = 0; c < CP_MAX_CLASSES; c++)
+			cp_vec_free(&CP_AT(&p->streams, struct cp_stream_lists, i).free[c]);
+	struct cp_vec *vecs[] = {&p->slabs, &p->regions, &p->streams, &p->nodes, &p->order, &p->owned, &p->live};
+	for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+		cp_vec_free(vecs[i]);
+	return err;
+}
+
+#endif

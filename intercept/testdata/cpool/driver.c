@@ -1,0 +1,113 @@
+/*
+ * Drives the shim's C pool (intercept/shim/pool.h) from a script on stdin, for the differential test
+ * against package pool (intercept/cpool_test.go). The upstream is a bump allocator from
+ * 0x100000000000 in 2 MiB steps that never reuses an address, the same as the test's Go upstream.
+ *
+ *   config ALIGN THRESHOLD ARENA GROW_BYTES MAXIMUM GROW_SLOTS PER_STREAM FIT_AGED N SIZE SLOTS ...
+ *   a SIZE STREAM     -> the block's address in hex, or "E<code>"
+ *   f ADDR STREAM     -> "ok", or "E<code>"
+ *   b N SIZE          -> N alloc/free pairs of SIZE bytes on stream 0: "ns_per_request X"
+ *   c                 -> close; then the counters: "stats" and the 13 numbers of struct cp_stats,
+ *                        and "peak" and the same at peak reserved memory
+ * Exits 0, or 2 on a malformed script.
+ */
+#include "pool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static uint64_t next_addr = 0x100000000000ull;
+
+static int bump_reserve(void *ctx, uint64_t size, uint64_t *addr) {
+	(void)ctx;
+	*addr = next_addr;
+	next_addr += (size + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+	return 0;
+}
+
+static int bump_release(void *ctx, uint64_t addr, uint64_t size) {
+	(void)ctx, (void)addr, (void)size;
+	return 0;
+}
+
+static void print_stats(const char *name, const struct cp_stats *s) {
+	printf("%s %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", name,
+	       (unsigned long long)s->allocs, (unsigned long long)s->frees, (unsigned long long)s->failures,
+	       (unsigned long long)s->live_bytes, (unsigned long long)s->peak_live_bytes,
+	       (unsigned long long)s->block_bytes, (unsigned long long)s->peak_block_bytes,
+	       (unsigned long long)s->reserved_bytes, (unsigned long long)s->peak_reserved_bytes,
+	       (unsigned long long)s->upstream_reserves, (unsigned long long)s->upstream_releases,
+	       (unsigned long long)s->upstream_failures, (unsigned long long)s->fallbacks);
+}
+
+/* bench times n alloc/free pairs of size bytes and prints the nanoseconds per request. */
+static int bench(struct cp_pool *p, uint64_t n, uint64_t size) {
+	struct timespec t0, t1;
+	uint64_t addr;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint64_t i = 0; i < n; i++)
+		if (cp_alloc(p, size, 0, &addr) != CP_OK || cp_free(p, addr, 0) != CP_OK)
+			return -1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ns = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+	printf("ns_per_request %.2f\n", ns / (2.0 * (double)n));
+	return 0;
+}
+
+static int read_config(struct cp_config *c) {
+	unsigned long long v[9];
+	if (scanf(" config %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+		  &v[6], &v[7], &v[8]) != 9 || v[8] > CP_MAX_CLASSES)
+		return -1;
+	*c = (struct cp_config){.align = v[0], .threshold = v[1], .arena_bytes = v[2], .grow_bytes = v[3],
+				.maximum = v[4], .grow_slots = v[5], .per_stream = (int)v[6], .fit_aged = (int)v[7],
+				.nclasses = (int)v[8]};
+	for (int i = 0; i < c->nclasses; i++) {
+		unsigned long long size, slots;
+		if (scanf(" %llu %llu", &size, &slots) != 2)
+			return -1;
+		c->class_size[i] = size, c->class_slots[i] = slots;
+	}
+	return 0;
+}
+
+int main(void) {
+	struct cp_config cfg;
+	static struct cp_pool pool;
+	if (read_config(&cfg) != 0)
+		return 2;
+	int err = cp_init(&pool, &cfg, (struct cp_upstream){bump_reserve, bump_release, NULL});
+	if (err != CP_OK) {
+		printf("init E%d\n", err);
+		return 0;
+	}
+	char op;
+	unsigned long long x, stream;
+	while (scanf(" %c", &op) == 1) {
+		if (op == 'c')
+			break;
+		if (op == 'b') {
+			if (scanf(" %llu %llu", &x, &stream) != 2 || bench(&pool, x, stream) != 0)
+				return 2;
+			continue;
+		}
+		if (scanf(" %llx %llu", &x, &stream) != 2)
+			return 2;
+		uint64_t addr;
+		if (op == 'a' && (err = cp_alloc(&pool, x, stream, &addr)) == CP_OK)
+			printf("%llx\n", (unsigned long long)addr);
+		else if (op == 'f' && (err = cp_free(&pool, x, stream)) == CP_OK)
+			printf("ok\n");
+		else if (op == 'a' || op == 'f')
+			printf("E%d\n", err);
+		else
+			return 2;
+	}
+	struct cp_stats before = pool.s, peak = pool.peak;
+	cp_close(&pool);
+	print_stats("stats", &before);
+	print_stats("peak", &peak);
+	print_stats("closed", &pool.s);
+	return 0;
+}
