@@ -232,7 +232,7 @@ func statsLine(name string, s pool.Stats) string {
 // sides agree on every allocation, or the comparison stops at the first that differs).
 func runCPool(t *testing.T, driver string, cfg pool.Config, ops []requests.Op, handles []uint64) []string {
 	var in strings.Builder
-	in.WriteString(cpoolConfigLine(cfg))
+	in.WriteString(cpoolConfigLine(t, cfg))
 	cmd := exec.Command(driver)
 	cmd.Stdin = strings.NewReader(in.String() + cpoolScript(t, cfg, ops, handles))
 	outBytes, err := cmd.Output()
@@ -274,30 +274,13 @@ func cpoolScript(t *testing.T, cfg pool.Config, ops []requests.Op, handles []uin
 	return b.String()
 }
 
-func cpoolConfigLine(cfg pool.Config) string {
-	sc := cfg.SizeClass
-	align := cfg.Alignment
-	if align == 0 {
-		align = pool.DefaultAlignment
+func cpoolConfigLine(t testing.TB, cfg pool.Config) string {
+	t.Helper()
+	spec, err := PoolSpec(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var grow, maximum uint64
-	if cfg.BestFit != nil {
-		grow, maximum = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
-	}
-	aged := 0
-	if sc.ArenaFit == pool.FitBestAged {
-		aged = 1
-	}
-	perStream := 0
-	if sc.PerStream {
-		perStream = 1
-	}
-	line := fmt.Sprintf("config %d %d %d %d %d %d %d %d %d", align, sc.LargeThreshold, sc.ArenaBytes, grow, maximum,
-		sc.GrowSlots, perStream, aged, len(sc.Classes))
-	for _, c := range sc.Classes {
-		line += fmt.Sprintf(" %d %d", c.Size, c.Slots)
-	}
-	return line + "\n"
+	return spec + "\n"
 }
 
 var cpoolDriver struct {
@@ -365,7 +348,7 @@ func fileExists(path string) bool {
 //	go test ./intercept -run '^$' -bench CPoolClassHit -benchtime 5x
 func BenchmarkCPoolClassHit(b *testing.B) {
 	driver := buildCPoolDriver(b)
-	cfg := cpoolConfigLine(loadConfig(b, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
+	cfg := cpoolConfigLine(b, loadConfig(b, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
 	var best float64
 	for i := 0; i < b.N; i++ {
 		cmd := exec.Command(driver)
@@ -384,4 +367,25 @@ func BenchmarkCPoolClassHit(b *testing.B) {
 	}
 	b.ReportMetric(best, "ns/request")
 	b.ReportMetric(0, "ns/op")
+}
+
+// PoolSpec refuses what the C pool does not implement, in one line each.
+func TestPoolSpecRefuses(t *testing.T) {
+	paged := loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass-paged.json"))
+	bestfit, err := pool.LoadConfig(filepath.Join("..", "pool", "testdata", "bestfit.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cfg, want := range map[*pool.Config]string{
+		&paged:   "size_class.arena_paging: the pool inside the program has no paged arena; write the config with `analyze --arena fixed --emit-config`",
+		&bestfit: `policy "bestfit": the pool inside the program implements "sizeclass" only (analyze --emit-config writes one)`,
+	} {
+		if _, err := PoolSpec(*cfg); err == nil || err.Error() != want {
+			t.Errorf("PoolSpec: %v, want %q", err, want)
+		}
+	}
+	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
+	if want := "config 512 1048576 268435456 67108864 0 0 0 0 4 512 1024 4096 256 65536 64 1048576 16"; err != nil || spec != want {
+		t.Errorf("PoolSpec = %q, %v; want %q", spec, err, want)
+	}
 }
