@@ -1,107 +1,25 @@
 package replay
 
-import (
-	"fmt"
-	"sort"
+import "github.com/allocscope/allocscope/replay/backend"
 
-	"github.com/allocscope/allocscope/pool"
-)
+// Stream is a backend's handle for a stream it created (backend.Stream).
+type Stream = backend.Stream
 
-// Stream is a backend's handle for a stream it created.
-type Stream uint64
+// Backend is the memory a replay runs on (backend.Backend): GPU memory through the CUDA driver
+// (package replay/backend/cuda), or host memory from mmap (package replay/backend/host).
+type Backend = backend.Backend
 
-// Backend is the memory a replay runs on: GPU memory through the CUDA driver, or host memory from
-// mmap. One implementation serves all three modes: Reserve/Release (the pool.Upstream) back both
-// the pooled allocator and the raw mode (pool.PolicyRaw over the same Upstream); the async methods
-// back the stream-ordered mode.
-//
-// A Backend is used from one goroutine at a time; the CUDA backend must be used from the goroutine
-// that created it.
-type Backend interface {
-	// Reserve and Release get and return memory directly (cudaMalloc/cudaFree, mmap/munmap).
-	pool.Upstream
-	// Name is the backend's name, e.g. "cuda" or "host".
-	Name() string
-	// IsHost reports whether the backend measures host memory rather than GPU memory.
-	IsHost() bool
-	// Description is one line saying what the backend measures (device name, capacity).
-	Description() string
-	// CreateStream makes a stream for the stream-ordered allocations.
-	CreateStream() (Stream, error)
-	// DestroyStream destroys a stream made by CreateStream.
-	DestroyStream(s Stream) error
-	// AllocAsync allocates size bytes ordered on stream s from a pool that retains freed memory
-	// (release threshold = maximum).
-	AllocAsync(size uint64, s Stream) (addr uint64, err error)
-	// FreeAsync frees addr, from AllocAsync, ordered on stream s; the pool keeps the memory.
-	FreeAsync(addr uint64, s Stream) error
-	// Synchronize waits for all work on all streams.
-	Synchronize() error
-	// AsyncPoolReserved returns the memory the stream-ordered pool holds now and the most it held
-	// since the last ResetAsyncPool.
-	AsyncPoolReserved() (current, high uint64, err error)
-	// ResetAsyncPool gives all memory the stream-ordered pool holds and no block uses back, and
-	// resets its high-water mark. Call it after Synchronize.
-	ResetAsyncPool() error
-	// MemGetInfo returns the free and total memory of the device (cuMemGetInfo).
-	MemGetInfo() (free, total uint64, err error)
-	// Touch writes pattern to every byte of [addr, addr+size) and reads a sample back.
-	Touch(addr, size uint64, pattern byte) error
-	// Check reads a sample of [addr, addr+size) and reports an error if a byte is not pattern.
-	Check(addr, size uint64, pattern byte) error
-	// Close releases everything the backend holds.
-	Close() error
-}
+// BackendOptions configure the backend OpenBackend makes (backend.Options).
+type BackendOptions = backend.Options
 
-// BackendOptions configure the backend OpenBackend makes.
-type BackendOptions struct {
-	Device            int    // CUDA device ordinal (cuda)
-	HostCapacityBytes uint64 // memory the host backend may map; 0 = DefaultHostCapacity
-}
+// DefaultBackend is the backend used when none is named: "cuda" when the program imports
+// replay/backend/cuda (build tag cuda), "host" otherwise (backend.Default).
+func DefaultBackend() string { return backend.Default() }
 
-// backendMakers holds the backends this binary was built with; cuda_backend.go adds "cuda".
-var backendMakers = map[string]func(BackendOptions) (Backend, error){
-	"host": func(o BackendOptions) (Backend, error) { return NewHostBackend(o.HostCapacityBytes), nil },
-}
+// Backends returns the names of the backends the program registered by importing their packages,
+// sorted (backend.Names).
+func Backends() []string { return backend.Names() }
 
-// DefaultBackend is the backend used when none is named: "cuda" in a binary built with the cuda
-// build tag, "host" otherwise.
-func DefaultBackend() string {
-	if _, ok := backendMakers["cuda"]; ok {
-		return "cuda"
-	}
-	return "host"
-}
-
-// Backends returns the names of the backends this binary was built with, sorted.
-func Backends() []string {
-	names := make([]string, 0, len(backendMakers))
-	for n := range backendMakers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// OpenBackend makes the backend called name.
-func OpenBackend(name string, opts BackendOptions) (Backend, error) {
-	newBackend, ok := backendMakers[name]
-	if !ok {
-		if name == "cuda" {
-			return nil, fmt.Errorf("backend cuda: this binary was built without the cuda build tag (build it with `make replay-cuda`)")
-		}
-		return nil, fmt.Errorf("unknown backend %q (this binary has: %v)", name, Backends())
-	}
-	return newBackend(opts)
-}
-
-// sampleRanges returns the offsets and lengths Touch and Check read back: up to sampleBytes at the
-// start, the middle and the end of a block of size bytes.
-func sampleRanges(size uint64) [3][2]uint64 {
-	n := min(size, sampleBytes)
-	mid := size/2 - min(size/2, n/2)
-	return [3][2]uint64{{0, n}, {mid, n}, {size - n, n}}
-}
-
-// sampleBytes is how many bytes Touch and Check read back at each of three places of a block.
-const sampleBytes = 256
+// OpenBackend makes the backend called name (backend.Open). Its package must be imported, e.g.
+// replay/backend/host, for it to be registered.
+func OpenBackend(name string, opts BackendOptions) (Backend, error) { return backend.Open(name, opts) }

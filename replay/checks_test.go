@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/backend/host"
 )
 
 // brokenAllocator is a deliberately wrong pool: it reserves one region and hands out every block
@@ -83,7 +84,7 @@ func checkStatus(rep *Report, name string) string {
 }
 
 func TestVerifyCatchesOverlappingAllocator(t *testing.T) {
-	h := NewHostBackend(1 << 30)
+	h := host.New(1 << 30)
 	defer h.Close()
 	opt := Options{Modes: []Mode{ModeRaw, ModePool}, Verify: true, NewAllocator: brokenAllocators(false)}
 	rep, err := Run(smallTrace().extract(t), h, pool.Config{Policy: pool.PolicyBestFit}, opt)
@@ -124,22 +125,21 @@ func TestVerifyCatchesBlocksOutsideReservedMemory(t *testing.T) {
 
 // corruptingBackend is a host backend whose memset leaves the middle byte of every replayed block
 // unwritten (the warm-up's blocks are written correctly).
-type corruptingBackend struct{ *HostBackend }
+type corruptingBackend struct{ *host.Backend }
 
 func (c corruptingBackend) Touch(addr, size uint64, pattern byte) error {
-	b, err := c.block(addr, size)
-	if err != nil {
+	if err := c.Backend.Touch(addr, size, pattern); err != nil {
 		return err
 	}
-	fill(b, pattern)
 	if size != warmUpBytes && size != warmUpSmallBytes {
+		b, _ := c.Bytes(addr, size)
 		b[size/2] = ^pattern
 	}
 	return c.Check(addr, size, pattern)
 }
 
 func TestTouchCatchesCorruptedBlock(t *testing.T) {
-	h := corruptingBackend{NewHostBackend(1 << 30)}
+	h := corruptingBackend{host.New(1 << 30)}
 	defer h.Close()
 	rep, err := Run(smallTrace().extract(t), h, pool.Config{}, Options{Modes: []Mode{ModeAsync}, Touch: true})
 	if err != nil {
@@ -163,7 +163,7 @@ func TestTouchCatchesCorruptedBlock(t *testing.T) {
 // TestTouchCatchesBlockOverwrittenWhileLive lets every other touch pass and corrupts the block
 // of the third request while it is live: the check before its free reports it.
 func TestTouchCatchesBlockOverwrittenWhileLive(t *testing.T) {
-	h := &overwritingBackend{HostBackend: NewHostBackend(1 << 30)}
+	h := &overwritingBackend{Backend: host.New(1 << 30)}
 	defer h.Close()
 	rep, err := Run(smallTrace().extract(t), h, pool.Config{}, Options{Modes: []Mode{ModeAsync}, Touch: true})
 	if err != nil {
@@ -181,13 +181,13 @@ func TestTouchCatchesBlockOverwrittenWhileLive(t *testing.T) {
 // overwritingBackend zeroes the first byte of the block touched second (B) right after touching
 // the third (C), as a wild write from elsewhere would.
 type overwritingBackend struct {
-	*HostBackend
+	*host.Backend
 	touches int
 	second  uint64
 }
 
 func (o *overwritingBackend) Touch(addr, size uint64, pattern byte) error {
-	err := o.HostBackend.Touch(addr, size, pattern)
+	err := o.Backend.Touch(addr, size, pattern)
 	if size == warmUpBytes || size == warmUpSmallBytes {
 		return err
 	}
@@ -196,7 +196,7 @@ func (o *overwritingBackend) Touch(addr, size uint64, pattern byte) error {
 	case 2:
 		o.second = addr
 	case 3:
-		b, _ := o.block(o.second, 1)
+		b, _ := o.Bytes(o.second, 1)
 		b[0] = 0
 	}
 	return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/internal/spans"
 )
 
 // engineUpstream is what the engine puts between the raw and pool modes' allocator and the backend:
@@ -42,13 +43,13 @@ func newEngineUpstream(b Backend, verify bool) (*engineUpstream, pool.Upstream) 
 // live blocks must lie inside them, and every release must give back a region held so.
 type regionCheck struct {
 	up           pool.Upstream
-	regions      *spans
-	addrs        *spans // address reservations (a pool.Mapper)
-	releaseError error  // first Release (or Unmap) of memory that was not reserved (or mapped) so
+	regions      *spans.Set
+	addrs        *spans.Set // address reservations (a pool.Mapper)
+	releaseError error      // first Release (or Unmap) of memory that was not reserved (or mapped) so
 }
 
 func newRegionCheck(b Backend) (*regionCheck, pool.Upstream) {
-	c := &regionCheck{up: b, regions: newSpans(), addrs: newSpans()}
+	c := &regionCheck{up: b, regions: spans.New(), addrs: spans.New()}
 	m, ok := b.(pool.Mapper)
 	if !ok {
 		return c, checkedUpstream{c}
@@ -72,13 +73,13 @@ type checkedUpstream struct{ c *regionCheck }
 func (u checkedUpstream) Reserve(size uint64) (uint64, error) {
 	addr, err := u.c.up.Reserve(size)
 	if err == nil {
-		u.c.regions.insert(span{addr: addr, size: size})
+		u.c.regions.Insert(spans.Span{Addr: addr, Size: size})
 	}
 	return addr, err
 }
 
 func (u checkedUpstream) Release(addr, size uint64) error {
-	if r, ok := u.c.regions.remove(addr); !ok || r.size != size {
+	if r, ok := u.c.regions.Remove(addr); !ok || r.Size != size {
 		u.c.badRelease("release of [%#x, +%d) that was not reserved so", addr, size)
 	}
 	return u.c.up.Release(addr, size)
@@ -92,17 +93,17 @@ type checkedMapper struct {
 func (u checkedMapper) ReserveAddress(size uint64) (uint64, error) {
 	addr, err := u.m.ReserveAddress(size)
 	if err == nil {
-		u.c.addrs.insert(span{addr: addr, size: size})
+		u.c.addrs.Insert(spans.Span{Addr: addr, Size: size})
 	}
 	return addr, err
 }
 
 func (u checkedMapper) ReleaseAddress(addr, size uint64) error {
 	c := u.c
-	if r, ok := c.addrs.remove(addr); !ok || r.size != size {
+	if r, ok := c.addrs.Remove(addr); !ok || r.Size != size {
 		c.badRelease("release of address space [%#x, +%d) that was not reserved so", addr, size)
-	} else if m, ok := c.regions.overlapping(addr, size); ok {
-		c.badRelease("release of address space [%#x, +%d) with [%#x, %#x) still mapped", addr, size, m.addr, m.end())
+	} else if m, ok := c.regions.Overlapping(addr, size); ok {
+		c.badRelease("release of address space [%#x, +%d) with [%#x, %#x) still mapped", addr, size, m.Addr, m.End())
 	}
 	return u.m.ReleaseAddress(addr, size)
 }
@@ -117,15 +118,15 @@ func (u checkedMapper) Map(addr, size uint64) error {
 
 // mapped adds [addr, addr+size) to the regions, merged within its address reservation.
 func (c *regionCheck) mapped(addr, size uint64, what string) {
-	if r, ok := c.addrs.containing(addr, size); ok {
-		c.regions.insertMerged(span{addr: addr, size: size}, r.addr, r.end())
+	if r, ok := c.addrs.Containing(addr, size); ok {
+		c.regions.InsertMerged(spans.Span{Addr: addr, Size: size}, r.Addr, r.End())
 	} else {
 		c.badRelease("%s of [%#x, +%d) outside the address space reserved", what, addr, size)
 	}
 }
 
 func (u checkedMapper) Unmap(addr, size uint64) error {
-	if !u.c.regions.cut(addr, size) {
+	if !u.c.regions.Cut(addr, size) {
 		u.c.badRelease("unmap of [%#x, +%d) that was not mapped", addr, size)
 	}
 	return u.m.Unmap(addr, size)
@@ -137,7 +138,7 @@ type checkedRemapper struct {
 }
 
 func (u checkedRemapper) Remap(from, to, size uint64) error {
-	if !u.c.regions.cut(from, size) {
+	if !u.c.regions.Cut(from, size) {
 		u.c.badRelease("remap of [%#x, +%d) that was not mapped", from, size)
 	}
 	u.c.mapped(to, size, "remap to")

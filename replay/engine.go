@@ -5,8 +5,14 @@
 //
 // Extract turns a trace into a compact request stream; Run replays it on a Backend, mode by mode and
 // repetition by repetition, and returns a Report with latencies, allocator time, memory peaks and
-// pass/fail checks. The CUDA backend is built only with the build tag `cuda`; the host backend
-// (mmap) runs everywhere and measures host memory.
+// pass/fail checks.
+//
+// The backends are packages of their own, registered by import: replay/backend holds the Backend
+// interface, its Options and the registry (OpenBackend, Backends and DefaultBackend here are thin
+// wrappers of it); replay/backend/host is the host backend (mmap, runs everywhere, measures host
+// memory); replay/backend/cuda is the CUDA backend, built only with the build tag `cuda`. A program
+// imports the ones it offers, e.g. `import _ "github.com/allocscope/allocscope/replay/backend/host"`.
+// replay/internal/spans is the ordered set of address ranges that --verify and both backends use.
 package replay
 
 import (

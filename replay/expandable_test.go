@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/backend/host"
 )
 
 // expandableConfig is PolicyPyTorch with expandable_segments and the given capacity (0 = none).
@@ -75,7 +76,7 @@ func replayOnHostAsPredicted(t *testing.T, tr *Trace, cfg pool.Config, want [10]
 	t.Helper()
 	stats, peak := predict(t, tr, cfg)
 	cfg.Prediction = &pool.Prediction{PeakReservedBytes: stats.PeakReservedBytes}
-	h := NewHostBackend(1 << 30)
+	h := host.New(1 << 30)
 	defer h.Close()
 	rep, err := Run(tr, h, cfg, Options{Modes: []Mode{ModePool, ModeRaw}, Repeat: 2, Verify: true, Touch: true, MaxOverhead: 100})
 	if err != nil {
@@ -93,8 +94,8 @@ func replayOnHostAsPredicted(t *testing.T, tr *Trace, cfg pool.Config, want [10]
 	if got != want {
 		t.Errorf("pool: got %v, want %v", got, want)
 	}
-	if h.vas.len() != 0 || h.pages.len() != 0 || rep.Memory.LeakedBytes != 0 {
-		t.Errorf("after the replay: %d reservations, %d mapped ranges, %d bytes leaked", h.vas.len(), h.pages.len(), rep.Memory.LeakedBytes)
+	if h.Reservations() != 0 || mapped(h) != 0 || rep.Memory.LeakedBytes != 0 {
+		t.Errorf("after the replay: %d reservations, %d bytes mapped, %d bytes leaked", h.Reservations(), mapped(h), rep.Memory.LeakedBytes)
 	}
 }
 
@@ -113,7 +114,7 @@ func TestRunExpandableSegmentsUnmapsUnderCapacity(t *testing.T) {
 		t.Fatalf("prediction %+v: want peak reserved %d, 3 maps, 1 unmap, no failure", stats, 42<<20)
 	}
 	cfg.Prediction = &pool.Prediction{PeakReservedBytes: stats.PeakReservedBytes}
-	h := NewHostBackend(1 << 30)
+	h := host.New(1 << 30)
 	defer h.Close()
 	rep, err := Run(tr, h, cfg, Options{Modes: []Mode{ModePool}, Verify: true, Touch: true, MaxOverhead: 100})
 	if err != nil {
@@ -144,7 +145,7 @@ func TestRunExpandableSegmentsNeedsMapper(t *testing.T) {
 // TestEngineUpstreamVerify checks the engine's account of mapped pages under --verify: maps merge
 // within one reservation, unmaps cut them, and calls on memory not mapped so are reported.
 func TestEngineUpstreamVerify(t *testing.T) {
-	h := NewHostBackend(16 * page)
+	h := host.New(16 * page)
 	defer h.Close()
 	e, up := newEngineUpstream(h, true)
 	c := e.check
@@ -160,10 +161,10 @@ func TestEngineUpstreamVerify(t *testing.T) {
 		n.Releases != 1 || c.releaseError != nil {
 		t.Errorf("counts %+v, error %v; want %d reserved, %d peak, 2 maps, 1 unmap, nil", n, c.releaseError, 3*page, 4*page)
 	}
-	if _, ok := c.regions.containing(a+2*page, 2*page); !ok {
+	if _, ok := c.regions.Containing(a+2*page, 2*page); !ok {
 		t.Errorf("a block across the two Map calls is not inside a mapped region")
 	}
-	if _, ok := c.regions.containing(a, 2*page); ok {
+	if _, ok := c.regions.Containing(a, 2*page); ok {
 		t.Errorf("a block across the unmapped page is inside a mapped region")
 	}
 	if err := m.ReleaseAddress(a, 8*page); err == nil || c.releaseError == nil ||
@@ -178,8 +179,8 @@ func TestEngineUpstreamVerify(t *testing.T) {
 	if err := errors.Join(m.Unmap(a, page), m.Unmap(a+2*page, 2*page), m.ReleaseAddress(a, 8*page)); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.counts(); n.ReservedBytes != 0 || c.regions.len() != 0 || n.Releases != 3 {
-		t.Errorf("at the end: reserved %d, regions %d, unmaps %d; want 0, 0, 3", n.ReservedBytes, c.regions.len(), n.Releases)
+	if n := e.counts(); n.ReservedBytes != 0 || c.regions.Len() != 0 || n.Releases != 3 {
+		t.Errorf("at the end: reserved %d, regions %d, unmaps %d; want 0, 0, 3", n.ReservedBytes, c.regions.Len(), n.Releases)
 	}
 }
 

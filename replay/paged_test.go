@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/backend/host"
 )
 
 // pagedConfig is a size-class pool without classes whose arena is 8 MiB of address space in
@@ -37,7 +38,7 @@ func TestRunPagedArenaOnHost(t *testing.T) {
 // pool.Remapper too, so the paged arena moves idle pages in replay as in simulation: one move
 // where pool.TestPagedArenaExactSequence needs one, counted as a reserve and a release.
 func TestEngineWrapperRemaps(t *testing.T) {
-	h := NewHostBackend(1 << 30)
+	h := host.New(1 << 30)
 	defer h.Close()
 	e, up := newEngineUpstream(h, true)
 	if _, ok := up.(pool.Remapper); !ok {

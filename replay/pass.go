@@ -7,6 +7,7 @@ import (
 
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/internal/spans"
 )
 
 // maxErrors is how many problem lines a mode keeps.
@@ -48,7 +49,7 @@ type passState struct {
 	devSync    bool            // async: synchronize the backend where the program did
 	up         *engineUpstream // raw and pool
 	streams    []Stream        // async
-	live       *spans          // --verify: live blocks
+	live       *spans.Set      // --verify: live blocks
 	liveBytes  uint64
 	peakLive   uint64
 	memStart   uint64 // backend free memory at the start
@@ -75,7 +76,7 @@ func (r *runner) pass(acc *modeAcc, rep int, timed bool) error {
 		runtime.GC()
 	}
 	if r.opt.Verify && !timed {
-		ps.live = newSpans()
+		ps.live = spans.New()
 	}
 	if err := r.begin(ps); err != nil {
 		return err
@@ -314,15 +315,15 @@ func (r *runner) afterAlloc(ps *passState, i int, o requests.Op, addr uint64, er
 func (r *runner) verifyAlloc(ps *passState, i int, addr, size uint64) {
 	acc := ps.acc
 	acc.VerifyChecks++
-	if other, ok := ps.live.overlapping(addr, size); ok {
+	if other, ok := ps.live.Overlapping(addr, size); ok {
 		acc.Overlaps++
 		acc.problem("repetition %d, request %d: block [%#x, %#x) overlaps live block [%#x, %#x)",
-			ps.rep+1, i, addr, addr+size, other.addr, other.end())
+			ps.rep+1, i, addr, addr+size, other.Addr, other.End())
 	} else {
-		ps.live.insert(span{addr: addr, size: size})
+		ps.live.Insert(spans.Span{Addr: addr, Size: size})
 	}
 	if ps.up != nil {
-		if _, ok := ps.up.check.regions.containing(addr, size); !ok {
+		if _, ok := ps.up.check.regions.Containing(addr, size); !ok {
 			acc.OutsideReserved++
 			acc.problem("repetition %d, request %d: block [%#x, %#x) is not inside memory reserved from the backend",
 				ps.rep+1, i, addr, addr+size)
@@ -360,8 +361,8 @@ func (r *runner) beforeFree(ps *passState, slot uint32, addr uint64) {
 		}
 	}
 	if ps.live != nil {
-		if s, ok := ps.live.get(addr); ok && s.size == size {
-			ps.live.remove(addr)
+		if s, ok := ps.live.Get(addr); ok && s.Size == size {
+			ps.live.Remove(addr)
 		}
 	}
 }

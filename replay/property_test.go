@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/backend/host"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -73,7 +74,7 @@ func TestPropertyRandomTracesOnHost(t *testing.T) {
 		for seed := range uint64(4) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			tr := randomTrace(rng, 300).extract(t)
-			h := NewHostBackend(1 << 32)
+			h := host.New(1 << 32)
 			rep, err := Run(tr, h, cfg, Options{Verify: true, Touch: true, MaxOverhead: 1e9})
 			if err != nil {
 				t.Fatalf("%s seed %d: %v", name, seed, err)
@@ -92,8 +93,8 @@ func TestPropertyRandomTracesOnHost(t *testing.T) {
 			if p := rep.Mode(ModePool); cfg.Policy == pool.PolicyStreamOrdered && p.Syncs == 0 {
 				t.Errorf("%s seed %d: no Sync calls", name, seed)
 			}
-			if h.maps.len() != 0 || rep.Memory.LeakedBytes != 0 {
-				t.Errorf("%s seed %d: %d mappings left, %d bytes leaked", name, seed, h.maps.len(), rep.Memory.LeakedBytes)
+			if mapped(h) != 0 || rep.Memory.LeakedBytes != 0 {
+				t.Errorf("%s seed %d: %d bytes still mapped, %d bytes leaked", name, seed, mapped(h), rep.Memory.LeakedBytes)
 			}
 			h.Close()
 		}

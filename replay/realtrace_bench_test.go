@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/backend/host"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -200,7 +201,7 @@ func BenchmarkRealTraceReplay(b *testing.B) {
 	for _, rt := range realTraces {
 		b.Run(rt.name, func(b *testing.B) {
 			tr, cfg := loadRealTrace(b, rt.trace, rt.config)
-			hb := NewHostBackend(0)
+			hb := host.New(0)
 			defer hb.Close()
 			var alloc, free float64
 			var allocator, clock int64

@@ -16,6 +16,7 @@ import (
 	"github.com/allocscope/allocscope/internal/cli/command"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/replay"
+	_ "github.com/allocscope/allocscope/replay/backend/host" // registers the "host" backend
 	"github.com/allocscope/allocscope/trace"
 )
 

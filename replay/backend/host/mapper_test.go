@@ -1,4 +1,4 @@
-package replay
+package host
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestHostMapperMapUnmapRelease(t *testing.T) {
-	h := NewHostBackend(8 * page)
+	h := New(8 * page)
 	defer h.Close()
 	a, err := h.ReserveAddress(10*page + 1) // 11 pages of address space, no memory
 	if err != nil {
@@ -26,8 +26,8 @@ func TestHostMapperMapUnmapRelease(t *testing.T) {
 	if err := errors.Join(h.Map(a+page, 3*page), h.Map(a+4*page, 2*page)); err != nil {
 		t.Fatal(err)
 	}
-	if free, _, _ := h.MemGetInfo(); free != 3*page || h.pages.len() != 1 {
-		t.Errorf("free %d, mapped ranges %d; want %d, 1", free, h.pages.len(), 3*page)
+	if free, _, _ := h.MemGetInfo(); free != 3*page || h.pages.Len() != 1 {
+		t.Errorf("free %d, mapped ranges %d; want %d, 1", free, h.pages.Len(), 3*page)
 	}
 	if err := h.Touch(a+page+10, 5*page-20, 0x77); err != nil {
 		t.Errorf("Touch across two Map calls: %v", err)
@@ -55,19 +55,19 @@ func TestHostMapperMapUnmapRelease(t *testing.T) {
 	if err := h.Unmap(a+page, 5*page); err != nil {
 		t.Fatalf("Unmap of pages mapped by three calls: %v", err)
 	}
-	if free, _, _ := h.MemGetInfo(); free != 8*page || h.pages.len() != 0 {
-		t.Errorf("after unmapping: free %d, mapped ranges %d; want %d, 0", free, h.pages.len(), 8*page)
+	if free, _, _ := h.MemGetInfo(); free != 8*page || h.pages.Len() != 0 {
+		t.Errorf("after unmapping: free %d, mapped ranges %d; want %d, 0", free, h.pages.Len(), 8*page)
 	}
 	if err := h.ReleaseAddress(a, 10*page+1); err != nil {
 		t.Fatal(err)
 	}
-	if h.vas.len() != 0 {
-		t.Errorf("%d address reservations left", h.vas.len())
+	if h.vas.Len() != 0 {
+		t.Errorf("%d address reservations left", h.vas.Len())
 	}
 }
 
 func TestHostMapperErrors(t *testing.T) {
-	h := NewHostBackend(4 * page)
+	h := New(4 * page)
 	defer h.Close()
 	a, err := h.ReserveAddress(8 * page)
 	if err != nil {
@@ -99,22 +99,22 @@ func TestHostMapperErrors(t *testing.T) {
 			t.Errorf("%s: err = %v, want one containing %q (matching %v)", c.name, c.err, c.want, c.is)
 		}
 	}
-	if free, _, _ := h.MemGetInfo(); free != 2*page || h.pages.len() != 1 {
-		t.Errorf("after the refused calls: free %d, mapped ranges %d; want %d, 1", free, h.pages.len(), 2*page)
+	if free, _, _ := h.MemGetInfo(); free != 2*page || h.pages.Len() != 1 {
+		t.Errorf("after the refused calls: free %d, mapped ranges %d; want %d, 1", free, h.pages.Len(), 2*page)
 	}
 	// Close unmaps the reservation with its mapped pages.
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if free, _, _ := h.MemGetInfo(); free != 4*page || h.vas.len() != 0 || h.pages.len() != 0 {
-		t.Errorf("after Close: free %d, reservations %d, mapped ranges %d; want %d, 0, 0", free, h.vas.len(), h.pages.len(), 4*page)
+	if free, _, _ := h.MemGetInfo(); free != 4*page || h.vas.Len() != 0 || h.pages.Len() != 0 {
+		t.Errorf("after Close: free %d, reservations %d, mapped ranges %d; want %d, 0, 0", free, h.vas.Len(), h.pages.Len(), 4*page)
 	}
 }
 
 // TestHostMapperAdjacentReservationsStayApart maps the last page of one reservation and the first
 // of the next: even when the kernel put the two reservations side by side, no block may span them.
 func TestHostMapperAdjacentReservationsStayApart(t *testing.T) {
-	h := NewHostBackend(4 * page)
+	h := New(4 * page)
 	defer h.Close()
 	a, _ := h.ReserveAddress(2 * page)
 	b, _ := h.ReserveAddress(2 * page)
@@ -122,8 +122,8 @@ func TestHostMapperAdjacentReservationsStayApart(t *testing.T) {
 	if err := errors.Join(h.Map(lo+page, page), h.Map(hi, page)); err != nil {
 		t.Fatal(err)
 	}
-	if h.pages.len() != 2 {
-		t.Errorf("mapped ranges = %d, want 2", h.pages.len())
+	if h.pages.Len() != 2 {
+		t.Errorf("mapped ranges = %d, want 2", h.pages.Len())
 	}
 	if err := h.Touch(lo+page, 2*page, 1); err == nil {
 		t.Errorf("Touch across two reservations succeeded (reservations at %#x and %#x)", a, b)

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package replay
+package cuda
 
 /*
 #cgo LDFLAGS: -lcuda
@@ -32,6 +32,7 @@ import (
 	"fmt"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/internal/spans"
 )
 
 // The CUDA backend is a pool.Mapper, so that PyTorch's expandable segments replay on the GPU as
@@ -46,25 +47,25 @@ import (
 // itself makes one handle per segment page (2 MiB small, 20 MiB large); per granule is finer, so a
 // large Map costs more driver calls here than in PyTorch, but it unmaps exactly what it is asked.
 
-var _ pool.Remapper = (*CUDABackend)(nil)
+var _ pool.Remapper = (*Backend)(nil)
 
-// cudaMapper is the CUDA backend's state for the Mapper.
-type cudaMapper struct {
+// vmState is the CUDA backend's state for the Mapper.
+type vmState struct {
 	granularity uint64                                    // 0 until first asked
-	vas         *spans                                    // address reservations
-	pages       *spans                                    // mapped ranges, merged within one reservation
+	vas         *spans.Set                                // address reservations
+	pages       *spans.Set                                // mapped ranges, merged within one reservation
 	handles     map[uint64]C.CUmemGenericAllocationHandle // page address → its physical allocation
 	// rangeUnmap says whether one cuMemUnmap may cover several pages mapped one by one: 0 not
 	// tried yet, 1 yes, -1 no (the driver refused; pages are then unmapped one by one).
 	rangeUnmap int8
 }
 
-func newCUDAMapper() cudaMapper {
-	return cudaMapper{vas: newSpans(), pages: newSpans(), handles: make(map[uint64]C.CUmemGenericAllocationHandle)}
+func newVMState() vmState {
+	return vmState{vas: spans.New(), pages: spans.New(), handles: make(map[uint64]C.CUmemGenericAllocationHandle)}
 }
 
 // pageSize returns the device's minimum allocation granularity for pinned memory.
-func (b *CUDABackend) pageSize() (uint64, error) {
+func (b *Backend) pageSize() (uint64, error) {
 	if b.vm.granularity != 0 {
 		return b.vm.granularity, nil
 	}
@@ -81,7 +82,7 @@ func (b *CUDABackend) pageSize() (uint64, error) {
 
 // ReserveAddress reserves size bytes, rounded up to the granularity, of device address space
 // (cuMemAddressReserve) with no memory behind it.
-func (b *CUDABackend) ReserveAddress(size uint64) (uint64, error) {
+func (b *Backend) ReserveAddress(size uint64) (uint64, error) {
 	g, err := b.pageSize()
 	if err != nil {
 		return 0, fmt.Errorf("backend cuda: reserve %d bytes of address space: %w", size, err)
@@ -94,27 +95,27 @@ func (b *CUDABackend) ReserveAddress(size uint64) (uint64, error) {
 	if err := check("cuMemAddressReserve", C.cuMemAddressReserve(&p, C.size_t(length), 0, 0, 0)); err != nil {
 		return 0, fmt.Errorf("backend cuda: reserve %d bytes of address space: %w", length, err)
 	}
-	b.vm.vas.insert(span{addr: uint64(p), size: length})
+	b.vm.vas.Insert(spans.Span{Addr: uint64(p), Size: length})
 	return uint64(p), nil
 }
 
 // ReleaseAddress frees address space from ReserveAddress (cuMemAddressFree); size must be the size
 // it was reserved with and none of it may be mapped.
-func (b *CUDABackend) ReleaseAddress(addr, size uint64) error {
-	r, ok := b.vm.vas.get(addr)
+func (b *Backend) ReleaseAddress(addr, size uint64) error {
+	r, ok := b.vm.vas.Get(addr)
 	if !ok {
 		return fmt.Errorf("backend cuda: release address space at %#x: no such reservation: %w", addr, pool.ErrUnknownAddress)
 	}
-	if g, _ := b.pageSize(); r.size != (size+g-1)/g*g {
-		return fmt.Errorf("backend cuda: release address space at %#x with size %d, reserved with %d", addr, size, r.size)
+	if g, _ := b.pageSize(); r.Size != (size+g-1)/g*g {
+		return fmt.Errorf("backend cuda: release address space at %#x with size %d, reserved with %d", addr, size, r.Size)
 	}
-	if m, ok := b.vm.pages.overlapping(r.addr, r.size); ok {
-		return fmt.Errorf("backend cuda: release address space at %#x: [%#x, %#x) is still mapped", addr, m.addr, m.end())
+	if m, ok := b.vm.pages.Overlapping(r.Addr, r.Size); ok {
+		return fmt.Errorf("backend cuda: release address space at %#x: [%#x, %#x) is still mapped", addr, m.Addr, m.End())
 	}
-	if err := check("cuMemAddressFree", C.cuMemAddressFree(C.CUdeviceptr(addr), C.size_t(r.size))); err != nil {
+	if err := check("cuMemAddressFree", C.cuMemAddressFree(C.CUdeviceptr(addr), C.size_t(r.Size))); err != nil {
 		return fmt.Errorf("backend cuda: release address space at %#x: %w", addr, err)
 	}
-	b.vm.vas.remove(addr)
+	b.vm.vas.Remove(addr)
 	return nil
 }
 
@@ -122,13 +123,13 @@ func (b *CUDABackend) ReleaseAddress(addr, size uint64) error {
 // allocation per page of the granularity, readable and writable by the device. addr and size must
 // be multiples of the granularity and the range must not be mapped yet. A failure (e.g.
 // CUDA_ERROR_OUT_OF_MEMORY, which matches pool.ErrOutOfMemory) leaves nothing of the range mapped.
-func (b *CUDABackend) Map(addr, size uint64) error {
+func (b *Backend) Map(addr, size uint64) error {
 	r, g, err := b.mapRange("map", addr, size)
 	if err != nil {
 		return err
 	}
-	if m, ok := b.vm.pages.overlapping(addr, size); ok {
-		return fmt.Errorf("backend cuda: map [%#x, %#x): overlaps mapped [%#x, %#x)", addr, addr+size, m.addr, m.end())
+	if m, ok := b.vm.pages.Overlapping(addr, size); ok {
+		return fmt.Errorf("backend cuda: map [%#x, %#x): overlaps mapped [%#x, %#x)", addr, addr+size, m.Addr, m.End())
 	}
 	var prop C.CUmemAllocationProp
 	C.allocscope_device_prop(C.CUdevice(b.dev), &prop)
@@ -142,12 +143,12 @@ func (b *CUDABackend) Map(addr, size uint64) error {
 	if err := check("cuMemSetAccess", C.cuMemSetAccess(C.CUdeviceptr(addr), C.size_t(size), &access, 1)); err != nil {
 		return errors.Join(fmt.Errorf("backend cuda: map %d bytes at %#x: %w", size, addr, err), b.unmapPages(addr, addr+size, g))
 	}
-	b.vm.pages.insertMerged(span{addr: addr, size: size}, r.addr, r.end())
+	b.vm.pages.InsertMerged(spans.Span{Addr: addr, Size: size}, r.Addr, r.End())
 	return nil
 }
 
 // mapPage creates one page of g bytes of device memory and maps it at page.
-func (b *CUDABackend) mapPage(page, g uint64, prop *C.CUmemAllocationProp) error {
+func (b *Backend) mapPage(page, g uint64, prop *C.CUmemAllocationProp) error {
 	var h C.CUmemGenericAllocationHandle
 	if err := check("cuMemCreate", C.cuMemCreate(&h, C.size_t(g), prop, 0)); err != nil {
 		return err
@@ -161,18 +162,18 @@ func (b *CUDABackend) mapPage(page, g uint64, prop *C.CUmemAllocationProp) error
 
 // Unmap unmaps [addr, addr+size), which must be mapped, page by page and releases the pages'
 // memory (cuMemUnmap, cuMemRelease); addr and size must be multiples of the granularity.
-func (b *CUDABackend) Unmap(addr, size uint64) error {
+func (b *Backend) Unmap(addr, size uint64) error {
 	_, g, err := b.mapRange("unmap", addr, size)
 	if err != nil {
 		return err
 	}
-	if _, ok := b.vm.pages.containing(addr, size); !ok {
+	if _, ok := b.vm.pages.Containing(addr, size); !ok {
 		return fmt.Errorf("backend cuda: unmap [%#x, %#x): not mapped: %w", addr, addr+size, pool.ErrUnknownAddress)
 	}
 	if err := b.unmapPages(addr, addr+size, g); err != nil {
 		return fmt.Errorf("backend cuda: unmap [%#x, %#x): %w", addr, addr+size, err)
 	}
-	b.vm.pages.cut(addr, size)
+	b.vm.pages.Cut(addr, size)
 	return nil
 }
 
@@ -181,7 +182,7 @@ func (b *CUDABackend) Unmap(addr, size uint64) error {
 // allocation, then one cuMemSetAccess, without releasing or creating memory. Both ranges must be
 // granularity-aligned and inside address reservations. A failure leaves the pages moved so far
 // at their new place and reports the CUDA error.
-func (b *CUDABackend) Remap(from, to, size uint64) error {
+func (b *Backend) Remap(from, to, size uint64) error {
 	rt, g, err := b.mapRange("remap", to, size)
 	if err != nil {
 		return err
@@ -189,27 +190,27 @@ func (b *CUDABackend) Remap(from, to, size uint64) error {
 	if _, _, err := b.mapRange("remap", from, size); err != nil {
 		return err
 	}
-	if _, ok := b.vm.pages.containing(from, size); !ok {
+	if _, ok := b.vm.pages.Containing(from, size); !ok {
 		return fmt.Errorf("backend cuda: remap from [%#x, %#x): not mapped: %w", from, from+size, pool.ErrUnknownAddress)
 	}
-	if m, ok := b.vm.pages.overlapping(to, size); ok {
-		return fmt.Errorf("backend cuda: remap to [%#x, %#x): overlaps mapped [%#x, %#x)", to, to+size, m.addr, m.end())
+	if m, ok := b.vm.pages.Overlapping(to, size); ok {
+		return fmt.Errorf("backend cuda: remap to [%#x, %#x): overlaps mapped [%#x, %#x)", to, to+size, m.Addr, m.End())
 	}
 	if size > g && b.unmapRange(from, size) {
 		for off := uint64(0); off < size; off += g {
 			if err := b.mapHandle(from+off, to+off, g); err != nil {
 				return fmt.Errorf("backend cuda: remap %d bytes from %#x to %#x: %w", size, from, to, err)
 			}
-			b.vm.pages.cut(from+off, g)
-			b.vm.pages.insertMerged(span{addr: to + off, size: g}, rt.addr, rt.end())
+			b.vm.pages.Cut(from+off, g)
+			b.vm.pages.InsertMerged(spans.Span{Addr: to + off, Size: g}, rt.Addr, rt.End())
 		}
 	} else {
 		for off := uint64(0); off < size; off += g {
 			if err := b.movePage(from+off, to+off, g); err != nil {
 				return fmt.Errorf("backend cuda: remap %d bytes from %#x to %#x: %w", size, from, to, err)
 			}
-			b.vm.pages.cut(from+off, g)
-			b.vm.pages.insertMerged(span{addr: to + off, size: g}, rt.addr, rt.end())
+			b.vm.pages.Cut(from+off, g)
+			b.vm.pages.InsertMerged(spans.Span{Addr: to + off, Size: g}, rt.Addr, rt.End())
 		}
 	}
 	var access C.CUmemAccessDesc
@@ -221,7 +222,7 @@ func (b *CUDABackend) Remap(from, to, size uint64) error {
 }
 
 // movePage unmaps the page at from and maps its physical allocation at to.
-func (b *CUDABackend) movePage(from, to, g uint64) error {
+func (b *Backend) movePage(from, to, g uint64) error {
 	if err := check("cuMemUnmap", C.cuMemUnmap(C.CUdeviceptr(from), C.size_t(g))); err != nil {
 		return err
 	}
@@ -229,7 +230,7 @@ func (b *CUDABackend) movePage(from, to, g uint64) error {
 }
 
 // mapHandle maps at to the physical allocation of the page that was mapped at from (unmapped now).
-func (b *CUDABackend) mapHandle(from, to, g uint64) error {
+func (b *Backend) mapHandle(from, to, g uint64) error {
 	h := b.vm.handles[from]
 	delete(b.vm.handles, from)
 	if err := check("cuMemMap", C.cuMemMap(C.CUdeviceptr(to), C.size_t(g), 0, h, 0)); err != nil {
@@ -241,7 +242,7 @@ func (b *CUDABackend) mapHandle(from, to, g uint64) error {
 
 // unmapRange unmaps [addr, addr+size), pages mapped one by one, with a single cuMemUnmap when the
 // driver allows it, and reports whether it did; when it does not (remembered), nothing is unmapped.
-func (b *CUDABackend) unmapRange(addr, size uint64) bool {
+func (b *Backend) unmapRange(addr, size uint64) bool {
 	if b.vm.rangeUnmap < 0 {
 		return false
 	}
@@ -255,7 +256,7 @@ func (b *CUDABackend) unmapRange(addr, size uint64) bool {
 
 // unmapPages unmaps and releases the pages of [from, to) that Map created, stopping at the first
 // failure (the pages not unmapped stay recorded).
-func (b *CUDABackend) unmapPages(from, to, g uint64) error {
+func (b *Backend) unmapPages(from, to, g uint64) error {
 	whole := to-from > g && b.allMapped(from, to, g) && b.unmapRange(from, to-from)
 	for page := from; page < to; page += g {
 		h, ok := b.vm.handles[page]
@@ -281,7 +282,7 @@ func (b *CUDABackend) unmapPages(from, to, g uint64) error {
 }
 
 // allMapped reports whether every page of [from, to) has a physical allocation mapped.
-func (b *CUDABackend) allMapped(from, to, g uint64) bool {
+func (b *Backend) allMapped(from, to, g uint64) bool {
 	for page := from; page < to; page += g {
 		if _, ok := b.vm.handles[page]; !ok {
 			return false
@@ -292,33 +293,33 @@ func (b *CUDABackend) allMapped(from, to, g uint64) bool {
 
 // mapRange checks that [addr, addr+size) is a non-empty, granularity-aligned range inside one
 // address reservation, and returns the reservation and the granularity.
-func (b *CUDABackend) mapRange(call string, addr, size uint64) (span, uint64, error) {
+func (b *Backend) mapRange(call string, addr, size uint64) (spans.Span, uint64, error) {
 	g, err := b.pageSize()
 	if err != nil {
-		return span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: %w", call, size, addr, err)
+		return spans.Span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: %w", call, size, addr, err)
 	}
 	if size == 0 || addr%g != 0 || size%g != 0 {
-		return span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: not a non-empty multiple of the %d-byte granularity", call, size, addr, g)
+		return spans.Span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: not a non-empty multiple of the %d-byte granularity", call, size, addr, g)
 	}
-	r, ok := b.vm.vas.containing(addr, size)
+	r, ok := b.vm.vas.Containing(addr, size)
 	if !ok || addr+size < addr {
-		return span{}, 0, fmt.Errorf("backend cuda: %s [%#x, %#x): not inside reserved address space: %w", call, addr, addr+size, pool.ErrUnknownAddress)
+		return spans.Span{}, 0, fmt.Errorf("backend cuda: %s [%#x, %#x): not inside reserved address space: %w", call, addr, addr+size, pool.ErrUnknownAddress)
 	}
 	return r, g, nil
 }
 
 // closeAddressSpace unmaps every mapped page and frees every address reservation.
-func (b *CUDABackend) closeAddressSpace() error {
+func (b *Backend) closeAddressSpace() error {
 	var errs []error
 	for page, h := range b.vm.handles {
 		errs = append(errs, check("cuMemUnmap", C.cuMemUnmap(C.CUdeviceptr(page), C.size_t(b.vm.granularity))),
 			check("cuMemRelease", C.cuMemRelease(h)))
 	}
-	b.vm.vas.each(func(r span) bool {
-		errs = append(errs, check("cuMemAddressFree", C.cuMemAddressFree(C.CUdeviceptr(r.addr), C.size_t(r.size))))
+	b.vm.vas.Each(func(r spans.Span) bool {
+		errs = append(errs, check("cuMemAddressFree", C.cuMemAddressFree(C.CUdeviceptr(r.Addr), C.size_t(r.Size))))
 		return true
 	})
-	b.vm = newCUDAMapper()
+	b.vm = newVMState()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("backend cuda: free address space: %w", err)
 	}

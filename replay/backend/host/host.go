@@ -1,4 +1,10 @@
-package replay
+// Package host is replay's host backend: allocation requests replayed on host memory from mmap,
+// so that the whole replay path runs without a GPU. It measures HOST memory, not GPU memory.
+//
+// Importing the package registers the backend as "host" with package replay/backend; New makes one
+// directly. Like the CUDA backend it is a pool.Upstream and a pool.Remapper, so it serves
+// pool.New too.
+package host
 
 import (
 	"errors"
@@ -8,10 +14,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/backend"
+	"github.com/allocscope/allocscope/replay/internal/spans"
 )
 
-// DefaultHostCapacity is the host backend's capacity when none is given: the machine's RAM.
-var DefaultHostCapacity = hostRAM()
+var _ backend.Backend = (*Backend)(nil)
+
+func init() {
+	backend.Register("host", func(o backend.Options) (backend.Backend, error) { return New(o.HostCapacityBytes), nil })
+}
+
+// DefaultCapacity is the host backend's capacity when none is given: the machine's RAM.
+var DefaultCapacity = hostRAM()
 
 func hostRAM() uint64 {
 	var info unix.Sysinfo_t
@@ -21,7 +35,7 @@ func hostRAM() uint64 {
 	return uint64(info.Totalram) * uint64(info.Unit)
 }
 
-// HostBackend replays on host memory from mmap. It measures HOST memory, not GPU memory; it lets
+// Backend replays on host memory from mmap. It measures HOST memory, not GPU memory; it lets
 // the whole replay path (verify and touch included) run without a GPU.
 //
 //   - Reserve/Release: one anonymous private mapping per call (mmap/munmap), page-rounded. The raw
@@ -32,60 +46,60 @@ func hostRAM() uint64 {
 //     ResetAsyncPool, or until a mapping would exceed the capacity: then, as CUDA's pool does
 //     before it fails, every free mapping is unmapped and the allocation tried once more.
 //   - ReserveAddress/Map/Unmap/ReleaseAddress (pool.Mapper, for expandable segments; see
-//     host_mapper.go): address space mapped PROT_NONE, whose pages Map makes read/write.
+//     mapper.go): address space mapped PROT_NONE, whose pages Map makes read/write.
 //   - MemGetInfo: capacity minus the bytes mapped now, from its own counters.
 //
 // Mapped bytes never exceed the capacity: beyond it Reserve, Map and AllocAsync fail with
 // pool.ErrOutOfMemory.
-type HostBackend struct {
+type Backend struct {
 	capacity    uint64
 	pageSize    uint64
-	mapped      uint64 // bytes mapped now, all uses
-	maps        *spans // every live mapping of Reserve and AllocAsync, by address
-	vas         *spans // address reservations (ReserveAddress), with their host bytes
-	pages       *spans // mapped ranges inside them (Map), merged within one reservation
-	asyncFree   map[Stream]map[uint64][]uint64
+	mapped      uint64     // bytes mapped now, all uses
+	maps        *spans.Set // every live mapping of Reserve and AllocAsync, by address
+	vas         *spans.Set // address reservations (ReserveAddress), with their host bytes
+	pages       *spans.Set // mapped ranges inside them (Map), merged within one reservation
+	asyncFree   map[backend.Stream]map[uint64][]uint64
 	asyncSize   map[uint64]uint64 // AllocAsync mapping → its mapped size
 	asyncHeld   uint64            // bytes the async pool holds (in use and free)
 	asyncHigh   uint64
-	nextStream  Stream
-	liveStreams map[Stream]bool
+	nextStream  backend.Stream
+	liveStreams map[backend.Stream]bool
 }
 
-// NewHostBackend returns a host backend that may map up to capacity bytes (0 = DefaultHostCapacity).
-func NewHostBackend(capacity uint64) *HostBackend {
+// New returns a host backend that may map up to capacity bytes (0 = DefaultCapacity).
+func New(capacity uint64) *Backend {
 	if capacity == 0 {
-		capacity = DefaultHostCapacity
+		capacity = DefaultCapacity
 	}
-	return &HostBackend{
+	return &Backend{
 		capacity:    capacity,
 		pageSize:    uint64(unix.Getpagesize()),
-		maps:        newSpans(),
-		vas:         newSpans(),
-		pages:       newSpans(),
-		asyncFree:   make(map[Stream]map[uint64][]uint64),
+		maps:        spans.New(),
+		vas:         spans.New(),
+		pages:       spans.New(),
+		asyncFree:   make(map[backend.Stream]map[uint64][]uint64),
 		asyncSize:   make(map[uint64]uint64),
-		liveStreams: make(map[Stream]bool),
+		liveStreams: make(map[backend.Stream]bool),
 	}
 }
 
 // Name returns "host".
-func (h *HostBackend) Name() string { return "host" }
+func (h *Backend) Name() string { return "host" }
 
 // IsHost returns true.
-func (h *HostBackend) IsHost() bool { return true }
+func (h *Backend) IsHost() bool { return true }
 
 // Description says plainly that host memory is measured.
-func (h *HostBackend) Description() string {
+func (h *Backend) Description() string {
 	return fmt.Sprintf("backend host: measured HOST memory (mmap), not GPU; capacity %d bytes", h.capacity)
 }
 
-func (h *HostBackend) roundUp(size uint64) uint64 {
+func (h *Backend) roundUp(size uint64) uint64 {
 	return (size + h.pageSize - 1) / h.pageSize * h.pageSize
 }
 
 // mmap maps size bytes (page-rounded) and records the mapping.
-func (h *HostBackend) mmap(size uint64) (uint64, uint64, error) {
+func (h *Backend) mmap(size uint64) (uint64, uint64, error) {
 	length := h.roundUp(size)
 	if length == 0 || length > h.capacity-h.mapped {
 		return 0, 0, fmt.Errorf("host backend: map %d bytes with %d of %d mapped: %w", size, h.mapped, h.capacity, pool.ErrOutOfMemory)
@@ -96,7 +110,7 @@ func (h *HostBackend) mmap(size uint64) (uint64, uint64, error) {
 		return 0, 0, fmt.Errorf("host backend: mmap %d bytes: %w (%w)", length, err, pool.ErrOutOfMemory)
 	}
 	addr := addrOf(data)
-	h.maps.insert(span{addr: addr, size: length, data: data})
+	h.maps.Insert(spans.Span{Addr: addr, Size: length, Data: data})
 	h.mapped += length
 	return addr, length, nil
 }
@@ -105,38 +119,38 @@ func (h *HostBackend) mmap(size uint64) (uint64, uint64, error) {
 func addrOf(data []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&data[0]))) }
 
 // munmap unmaps the mapping that starts at addr.
-func (h *HostBackend) munmap(addr uint64) error {
-	m, ok := h.maps.remove(addr)
+func (h *Backend) munmap(addr uint64) error {
+	m, ok := h.maps.Remove(addr)
 	if !ok {
 		return fmt.Errorf("host backend: unmap %#x: %w", addr, pool.ErrUnknownAddress)
 	}
-	h.mapped -= m.size
-	if err := unix.Munmap(m.data); err != nil {
+	h.mapped -= m.Size
+	if err := unix.Munmap(m.Data); err != nil {
 		return fmt.Errorf("host backend: munmap %#x: %w", addr, err)
 	}
 	return nil
 }
 
 // Reserve maps size bytes.
-func (h *HostBackend) Reserve(size uint64) (uint64, error) {
+func (h *Backend) Reserve(size uint64) (uint64, error) {
 	addr, _, err := h.mmap(size)
 	return addr, err
 }
 
 // Release unmaps a region from Reserve; size must be the size it was reserved with.
-func (h *HostBackend) Release(addr, size uint64) error {
-	m, ok := h.maps.get(addr)
+func (h *Backend) Release(addr, size uint64) error {
+	m, ok := h.maps.Get(addr)
 	if !ok {
 		return fmt.Errorf("host backend: release %#x: %w", addr, pool.ErrUnknownAddress)
 	}
-	if m.size != h.roundUp(size) {
-		return fmt.Errorf("host backend: release %#x with size %d, reserved with %d", addr, size, m.size)
+	if m.Size != h.roundUp(size) {
+		return fmt.Errorf("host backend: release %#x with size %d, reserved with %d", addr, size, m.Size)
 	}
 	return h.munmap(addr)
 }
 
 // CreateStream returns a new stream handle.
-func (h *HostBackend) CreateStream() (Stream, error) {
+func (h *Backend) CreateStream() (backend.Stream, error) {
 	h.nextStream++
 	h.liveStreams[h.nextStream] = true
 	h.asyncFree[h.nextStream] = make(map[uint64][]uint64)
@@ -145,7 +159,7 @@ func (h *HostBackend) CreateStream() (Stream, error) {
 
 // DestroyStream forgets a stream; its free list moves to the pool's stream 0 list, like CUDA's
 // pool, which keeps memory freed on a destroyed stream.
-func (h *HostBackend) DestroyStream(s Stream) error {
+func (h *Backend) DestroyStream(s backend.Stream) error {
 	if !h.liveStreams[s] {
 		return fmt.Errorf("host backend: destroy stream %d: no such stream", s)
 	}
@@ -163,7 +177,7 @@ func (h *HostBackend) DestroyStream(s Stream) error {
 }
 
 // AllocAsync takes a mapping of the page-rounded size freed on stream s, else maps a new one.
-func (h *HostBackend) AllocAsync(size uint64, s Stream) (uint64, error) {
+func (h *Backend) AllocAsync(size uint64, s backend.Stream) (uint64, error) {
 	free, ok := h.asyncFree[s]
 	if !ok {
 		return 0, fmt.Errorf("host backend: alloc on stream %d: no such stream", s)
@@ -192,7 +206,7 @@ func (h *HostBackend) AllocAsync(size uint64, s Stream) (uint64, error) {
 }
 
 // FreeAsync puts the mapping on stream s's free list; it stays mapped.
-func (h *HostBackend) FreeAsync(addr uint64, s Stream) error {
+func (h *Backend) FreeAsync(addr uint64, s backend.Stream) error {
 	length, ok := h.asyncSize[addr]
 	if !ok {
 		return fmt.Errorf("host backend: free async %#x: %w", addr, pool.ErrUnknownAddress)
@@ -206,15 +220,15 @@ func (h *HostBackend) FreeAsync(addr uint64, s Stream) error {
 }
 
 // Synchronize does nothing: host work is done when a call returns.
-func (h *HostBackend) Synchronize() error { return nil }
+func (h *Backend) Synchronize() error { return nil }
 
 // AsyncPoolReserved returns the bytes mapped by AllocAsync and not yet given back, and their maximum.
-func (h *HostBackend) AsyncPoolReserved() (current, high uint64, err error) {
+func (h *Backend) AsyncPoolReserved() (current, high uint64, err error) {
 	return h.asyncHeld, h.asyncHigh, nil
 }
 
 // ResetAsyncPool unmaps every mapping on the streams' free lists and resets the high-water mark.
-func (h *HostBackend) ResetAsyncPool() error {
+func (h *Backend) ResetAsyncPool() error {
 	if err := h.trimAsync(); err != nil {
 		return err
 	}
@@ -223,7 +237,7 @@ func (h *HostBackend) ResetAsyncPool() error {
 }
 
 // trimAsync unmaps every mapping on the streams' free lists.
-func (h *HostBackend) trimAsync() error {
+func (h *Backend) trimAsync() error {
 	for _, free := range h.asyncFree {
 		for size, addrs := range free {
 			for _, addr := range addrs {
@@ -240,27 +254,28 @@ func (h *HostBackend) trimAsync() error {
 }
 
 // MemGetInfo returns capacity minus the bytes mapped now, and the capacity.
-func (h *HostBackend) MemGetInfo() (free, total uint64, err error) {
+func (h *Backend) MemGetInfo() (free, total uint64, err error) {
 	return h.capacity - h.mapped, h.capacity, nil
 }
 
-// block returns the host bytes of [addr, addr+size), which must lie inside one mapping or inside
-// mapped pages of one address reservation.
-func (h *HostBackend) block(addr, size uint64) ([]byte, error) {
-	m, ok := h.maps.containing(addr, size)
+// Bytes returns the host memory of the block [addr, addr+size), which must lie inside one mapping
+// (Reserve, AllocAsync) or inside mapped pages of one address reservation (Map), so that a caller
+// can read or write it directly; it stays valid until that memory is unmapped.
+func (h *Backend) Bytes(addr, size uint64) ([]byte, error) {
+	m, ok := h.maps.Containing(addr, size)
 	if !ok {
 		if b, ok := h.mappedBlock(addr, size); ok {
 			return b, nil
 		}
 		return nil, fmt.Errorf("host backend: [%#x, %#x) is not inside a mapping", addr, addr+size)
 	}
-	off := addr - m.addr
-	return m.data[off : off+size], nil
+	off := addr - m.Addr
+	return m.Data[off : off+size], nil
 }
 
 // Touch writes pattern to every byte of the block and reads a sample back.
-func (h *HostBackend) Touch(addr, size uint64, pattern byte) error {
-	b, err := h.block(addr, size)
+func (h *Backend) Touch(addr, size uint64, pattern byte) error {
+	b, err := h.Bytes(addr, size)
 	if err != nil {
 		return err
 	}
@@ -280,12 +295,12 @@ func fill(b []byte, v byte) {
 }
 
 // Check compares a sample of the block with pattern.
-func (h *HostBackend) Check(addr, size uint64, pattern byte) error {
-	b, err := h.block(addr, size)
+func (h *Backend) Check(addr, size uint64, pattern byte) error {
+	b, err := h.Bytes(addr, size)
 	if err != nil {
 		return err
 	}
-	for _, r := range sampleRanges(size) {
+	for _, r := range backend.SampleRanges(size) {
 		for i, v := range b[r[0] : r[0]+r[1]] {
 			if v != pattern {
 				return fmt.Errorf("byte %d of block %#x (%d bytes) is %#02x, want %#02x", r[0]+uint64(i), addr, size, v, pattern)
@@ -296,9 +311,9 @@ func (h *HostBackend) Check(addr, size uint64, pattern byte) error {
 }
 
 // Close unmaps everything still mapped, address reservations included.
-func (h *HostBackend) Close() error {
+func (h *Backend) Close() error {
 	var addrs []uint64
-	h.maps.each(func(m span) bool { addrs = append(addrs, m.addr); return true })
+	h.maps.Each(func(m spans.Span) bool { addrs = append(addrs, m.Addr); return true })
 	for _, a := range addrs {
 		if err := h.munmap(a); err != nil {
 			return err

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package replay
+package cuda
 
 /*
 #cgo LDFLAGS: -lcuda
@@ -49,24 +49,28 @@ import (
 	"gorgonia.org/cu"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/replay/backend"
 )
 
+var _ backend.Backend = (*Backend)(nil)
+
 func init() {
-	backendMakers["cuda"] = func(o BackendOptions) (Backend, error) { return NewCUDABackend(o.Device) }
+	backend.Register("cuda", func(o backend.Options) (backend.Backend, error) { return Open(o.Device) })
 }
 
-// CUDAError is a failed CUDA driver call. Its message carries the CUDA error name, e.g.
+// Error is a failed CUDA driver call. Its message carries the CUDA error name, e.g.
 // "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY"; out-of-memory errors match pool.ErrOutOfMemory.
-type CUDAError struct {
+type Error struct {
 	Call string // the driver function
 	Code int    // its CUresult
 	Name string // cuGetErrorName of Code
 }
 
-func (e *CUDAError) Error() string { return e.Call + ": " + e.Name }
+// Error returns the driver function and the CUDA error name, e.g. "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY".
+func (e *Error) Error() string { return e.Call + ": " + e.Name }
 
 // Is makes CUDA_ERROR_OUT_OF_MEMORY match pool.ErrOutOfMemory.
-func (e *CUDAError) Is(target error) bool {
+func (e *Error) Is(target error) bool {
 	return target == pool.ErrOutOfMemory && e.Code == int(C.CUDA_ERROR_OUT_OF_MEMORY)
 }
 
@@ -74,13 +78,13 @@ func cudaErr(call string, code int) error {
 	if code == 0 {
 		return nil
 	}
-	return &CUDAError{Call: call, Code: code, Name: C.GoString(C.allocscope_error_name(C.int(code)))}
+	return &Error{Call: call, Code: code, Name: C.GoString(C.allocscope_error_name(C.int(code)))}
 }
 
 func check(call string, r C.CUresult) error { return cudaErr(call, int(r)) }
 
-// cuErr turns an error of gorgonia.org/cu, whose type holds the CUresult as an int, into a
-// CUDAError with the CUDA error name.
+// cuErr turns an error of gorgonia.org/cu, whose type holds the CUresult as an int, into an
+// *Error with the CUDA error name.
 func cuErr(call string, err error) error {
 	if err == nil {
 		return nil
@@ -91,29 +95,31 @@ func cuErr(call string, err error) error {
 	return fmt.Errorf("%s: %w", call, err)
 }
 
-// CUDABackend replays on GPU memory of one device through the CUDA driver API: cuMemAlloc and
+// Backend replays on GPU memory of one device through the CUDA driver API: cuMemAlloc and
 // cuMemFree (gorgonia.org/cu) for the pool's Upstream and the raw mode; cuMemAddressReserve,
-// cuMemCreate and cuMemMap for the pool.Mapper that expandable segments need (cuda_mapper.go);
+// cuMemCreate and cuMemMap for the pool.Mapper that expandable segments need (mapper.go);
 // cuMemAllocAsync and cuMemFreeAsync from the device's default memory pool, its release threshold
 // set to the maximum (it keeps all freed memory), on streams of its own for the async mode.
 //
-// NewCUDABackend makes the device's primary context current and locks the calling goroutine to
+// Open makes the device's primary context current and locks the calling goroutine to
 // its OS thread; use the backend from that goroutine only, and Close it there.
-type CUDABackend struct {
+type Backend struct {
 	dev        cu.Device
 	ctx        cu.CUContext
 	pool       C.CUmemoryPool
 	desc       string
-	streams    map[Stream]C.CUstream
-	nextStream Stream
-	buf        []byte     // host copy of one sample; its own allocation, as cgo requires
-	vm         cudaMapper // the pool.Mapper's pages and address space (cuda_mapper.go)
+	streams    map[backend.Stream]C.CUstream
+	nextStream backend.Stream
+	buf        []byte  // host copy of one sample; its own allocation, as cgo requires
+	vm         vmState // the pool.Mapper's pages and address space (mapper.go)
 }
 
-// NewCUDABackend opens device ordinal device.
-func NewCUDABackend(device int) (*CUDABackend, error) {
+// Open opens device ordinal device: it retains the device's primary context, makes it current and
+// locks the calling goroutine to its OS thread, and sets the device's default memory pool to keep
+// all freed memory (for AllocAsync).
+func Open(device int) (*Backend, error) {
 	runtime.LockOSThread()
-	b, err := openCUDA(device)
+	b, err := open(device)
 	if err != nil {
 		runtime.UnlockOSThread()
 		return nil, fmt.Errorf("backend cuda: device %d: %w", device, err)
@@ -121,7 +127,7 @@ func NewCUDABackend(device int) (*CUDABackend, error) {
 	return b, nil
 }
 
-func openCUDA(device int) (*CUDABackend, error) {
+func open(device int) (*Backend, error) {
 	dev, err := cu.GetDevice(device)
 	if err != nil {
 		return nil, cuErr("cuDeviceGet", err)
@@ -130,8 +136,8 @@ func openCUDA(device int) (*CUDABackend, error) {
 	if err != nil {
 		return nil, cuErr("cuDevicePrimaryCtxRetain", err)
 	}
-	b := &CUDABackend{dev: dev, ctx: ctx, streams: make(map[Stream]C.CUstream), buf: make([]byte, sampleBytes),
-		vm: newCUDAMapper()}
+	b := &Backend{dev: dev, ctx: ctx, streams: make(map[backend.Stream]C.CUstream), buf: make([]byte, backend.SampleBytes),
+		vm: newVMState()}
 	if err := cuErr("cuCtxSetCurrent", cu.SetCurrentContext(ctx)); err != nil {
 		return nil, err
 	}
@@ -146,16 +152,16 @@ func openCUDA(device int) (*CUDABackend, error) {
 }
 
 // Name returns "cuda".
-func (b *CUDABackend) Name() string { return "cuda" }
+func (b *Backend) Name() string { return "cuda" }
 
 // IsHost returns false.
-func (b *CUDABackend) IsHost() bool { return false }
+func (b *Backend) IsHost() bool { return false }
 
 // Description names the device.
-func (b *CUDABackend) Description() string { return b.desc }
+func (b *Backend) Description() string { return b.desc }
 
 // Reserve allocates size bytes with cuMemAlloc.
-func (b *CUDABackend) Reserve(size uint64) (uint64, error) {
+func (b *Backend) Reserve(size uint64) (uint64, error) {
 	p, err := cu.MemAlloc(int64(size))
 	if err != nil {
 		return 0, cuErr("cuMemAlloc", err)
@@ -164,13 +170,13 @@ func (b *CUDABackend) Reserve(size uint64) (uint64, error) {
 }
 
 // Release frees a Reserve'd region with cuMemFree.
-func (b *CUDABackend) Release(addr, size uint64) error {
+func (b *Backend) Release(addr, size uint64) error {
 	return cuErr("cuMemFree", cu.MemFree(cu.DevicePtr(addr)))
 }
 
 // CreateStream creates a blocking stream (cuStreamCreate with CU_STREAM_DEFAULT), so that work
 // on the legacy default stream (cuMemsetD8 of --touch) is ordered after it.
-func (b *CUDABackend) CreateStream() (Stream, error) {
+func (b *Backend) CreateStream() (backend.Stream, error) {
 	var s C.CUstream
 	if err := check("cuStreamCreate", C.cuStreamCreate(&s, C.CU_STREAM_DEFAULT)); err != nil {
 		return 0, err
@@ -181,7 +187,7 @@ func (b *CUDABackend) CreateStream() (Stream, error) {
 }
 
 // DestroyStream destroys a stream from CreateStream.
-func (b *CUDABackend) DestroyStream(s Stream) error {
+func (b *Backend) DestroyStream(s backend.Stream) error {
 	cs, ok := b.streams[s]
 	if !ok {
 		return fmt.Errorf("backend cuda: destroy stream %d: no such stream", s)
@@ -190,7 +196,7 @@ func (b *CUDABackend) DestroyStream(s Stream) error {
 	return check("cuStreamDestroy", C.cuStreamDestroy(cs))
 }
 
-func (b *CUDABackend) stream(s Stream) (C.CUstream, error) {
+func (b *Backend) stream(s backend.Stream) (C.CUstream, error) {
 	cs, ok := b.streams[s]
 	if !ok {
 		return nil, fmt.Errorf("backend cuda: no stream %d", s)
@@ -199,7 +205,7 @@ func (b *CUDABackend) stream(s Stream) (C.CUstream, error) {
 }
 
 // AllocAsync allocates with cuMemAllocAsync on stream s from the default pool.
-func (b *CUDABackend) AllocAsync(size uint64, s Stream) (uint64, error) {
+func (b *Backend) AllocAsync(size uint64, s backend.Stream) (uint64, error) {
 	cs, err := b.stream(s)
 	if err != nil {
 		return 0, err
@@ -212,7 +218,7 @@ func (b *CUDABackend) AllocAsync(size uint64, s Stream) (uint64, error) {
 }
 
 // FreeAsync frees with cuMemFreeAsync on stream s; the pool keeps the memory.
-func (b *CUDABackend) FreeAsync(addr uint64, s Stream) error {
+func (b *Backend) FreeAsync(addr uint64, s backend.Stream) error {
 	cs, err := b.stream(s)
 	if err != nil {
 		return err
@@ -221,10 +227,10 @@ func (b *CUDABackend) FreeAsync(addr uint64, s Stream) error {
 }
 
 // Synchronize waits for the device (cuCtxSynchronize).
-func (b *CUDABackend) Synchronize() error { return cuErr("cuCtxSynchronize", cu.Synchronize()) }
+func (b *Backend) Synchronize() error { return cuErr("cuCtxSynchronize", cu.Synchronize()) }
 
 // AsyncPoolReserved reads the default pool's CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT and _HIGH.
-func (b *CUDABackend) AsyncPoolReserved() (current, high uint64, err error) {
+func (b *Backend) AsyncPoolReserved() (current, high uint64, err error) {
 	var cur, hi C.cuuint64_t
 	if err := check("cuMemPoolGetAttribute", C.allocscope_pool_reserved(b.pool, &cur, &hi)); err != nil {
 		return 0, 0, err
@@ -234,12 +240,12 @@ func (b *CUDABackend) AsyncPoolReserved() (current, high uint64, err error) {
 
 // ResetAsyncPool trims the default pool to nothing (cuMemPoolTrimTo 0) and resets its
 // high-water marks.
-func (b *CUDABackend) ResetAsyncPool() error {
+func (b *Backend) ResetAsyncPool() error {
 	return check("cuMemPoolTrimTo/cuMemPoolSetAttribute", C.allocscope_pool_reset(b.pool))
 }
 
 // MemGetInfo returns cuMemGetInfo.
-func (b *CUDABackend) MemGetInfo() (free, total uint64, err error) {
+func (b *Backend) MemGetInfo() (free, total uint64, err error) {
 	f, t, err := cu.MemInfo()
 	if err != nil {
 		return 0, 0, cuErr("cuMemGetInfo", err)
@@ -248,7 +254,7 @@ func (b *CUDABackend) MemGetInfo() (free, total uint64, err error) {
 }
 
 // Touch sets every byte of the block to pattern (cuMemsetD8) and reads a sample back.
-func (b *CUDABackend) Touch(addr, size uint64, pattern byte) error {
+func (b *Backend) Touch(addr, size uint64, pattern byte) error {
 	if err := cu.MemsetD8(cu.DevicePtr(addr), pattern, int64(size)); err != nil {
 		return cuErr("cuMemsetD8", err)
 	}
@@ -256,8 +262,8 @@ func (b *CUDABackend) Touch(addr, size uint64, pattern byte) error {
 }
 
 // Check copies samples of the block to the host (cuMemcpyDtoH) and compares them with pattern.
-func (b *CUDABackend) Check(addr, size uint64, pattern byte) error {
-	for _, r := range sampleRanges(size) {
+func (b *Backend) Check(addr, size uint64, pattern byte) error {
+	for _, r := range backend.SampleRanges(size) {
 		buf := b.buf[:r[1]]
 		if err := cu.MemcpyDtoH(unsafe.Pointer(&buf[0]), cu.DevicePtr(addr+r[0]), int64(r[1])); err != nil {
 			return cuErr("cuMemcpyDtoH", err)
@@ -273,7 +279,7 @@ func (b *CUDABackend) Check(addr, size uint64, pattern byte) error {
 
 // Close destroys the streams left, trims the pool, unmaps the Mapper's pages and frees its address
 // space, releases the primary context and unlocks the goroutine from its thread.
-func (b *CUDABackend) Close() error {
+func (b *Backend) Close() error {
 	var errs []error
 	for s := range b.streams {
 		errs = append(errs, b.DestroyStream(s))
