@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/allocscope/allocscope/pool/internal/addrindex"
+	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
 // base holds what every policy shares: the lock, the counters, the counted Upstream.
@@ -67,6 +70,12 @@ type block struct {
 	small     bool   // PolicyPyTorch: from the small pool
 }
 
+// liveBlock is what an arena keeps per live block: its space node and the bytes requested.
+type liveBlock struct {
+	req  uint64
+	node int32
+}
+
 func errClosed(op string) error { return fmt.Errorf("%s: %w", op, ErrClosed) }
 
 func errUnknown(addr uint64) error { return fmt.Errorf("free %#x: %w", addr, ErrUnknownAddress) }
@@ -80,9 +89,9 @@ func errUnknown(addr uint64) error { return fmt.Errorf("free %#x: %w", addr, Err
 // With perStream, a freed block is kept for the stream that freed it (fresh space is shared).
 type arena struct {
 	up        *tracked
-	sp        *space
-	blocks    *addrIndex[liveBlock] // live blocks: address → node and requested bytes
-	owned     map[uint64]uint64     // regions it reserved itself: base → size
+	sp        *spans.Space
+	blocks    *addrindex.Index[liveBlock] // live blocks: address → node and requested bytes
+	owned     map[uint64]uint64           // regions it reserved itself: base → size
 	align     uint64
 	total     uint64 // bytes of all its space
 	growMin   uint64
@@ -98,8 +107,8 @@ func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit F
 	return &arena{
 		fit:       fit.orDefault(),
 		up:        up,
-		sp:        newSpace(),
-		blocks:    newAddrIndex[liveBlock](),
+		sp:        spans.NewSpace(),
+		blocks:    addrindex.New[liveBlock](),
 		owned:     make(map[uint64]uint64),
 		align:     align,
 		growMin:   roundUp(growMin, align),
@@ -110,7 +119,7 @@ func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit F
 
 // addSpace gives the arena [addr, addr+size), a planned part of a region someone else owns.
 func (a *arena) addSpace(addr, size uint64) {
-	a.sp.addSegment(addr, size, false, 0, nodeFree)
+	a.sp.AddSegment(addr, size, false, 0, spans.NodeFree)
 	a.total += size
 }
 
@@ -148,19 +157,19 @@ func (a *arena) alloc(size, stream uint64) (addr, blk uint64, err error) {
 		id, _ = a.find(blk, stream)
 	}
 	if a.cutHigh(id, blk) {
-		id = a.sp.takeHigh(id, blk)
+		id = a.sp.TakeHigh(id, blk)
 	} else {
-		a.sp.take(id, blk)
+		a.sp.Take(id, blk)
 	}
-	addr = a.sp.nodes[id].addr
+	addr = a.sp.Node(id).Addr
 	if a.pg != nil && a.pg.owns(addr) {
 		if err := a.pg.cover(addr, blk); err != nil {
-			a.sp.release(id, false, 0)
+			a.sp.Release(id, false, 0)
 			return 0, 0, err
 		}
 	}
 	a.noteBorn(id)
-	a.blocks.put(addr, liveBlock{req: size, node: id})
+	a.blocks.Put(addr, liveBlock{req: size, node: id})
 	return addr, blk, nil
 }
 
@@ -169,25 +178,23 @@ func (a *arena) alloc(size, stream uint64) (addr, blk uint64, err error) {
 // calls of the variable-shape CNN trace at about a quarter of following the fit on a tie; measured
 // before the budget was mapped at New), else as the fit says.
 func (a *arena) cutHigh(id int32, blk uint64) bool {
-	if n := &a.sp.nodes[id]; a.pg != nil && a.pg.owns(n.addr) {
-		low, high := a.pg.unmappedIn(n.addr, blk), a.pg.unmappedIn(n.end()-blk, blk)
+	if n := a.sp.Node(id); a.pg != nil && a.pg.owns(n.Addr) {
+		low, high := a.pg.unmappedIn(n.Addr, blk), a.pg.unmappedIn(n.End()-blk, blk)
 		return high < low
 	}
-	return a.high(id)
+	return a.fit == FitBestAged && a.high(id)
 }
 
-// high reports whether the block is cut from the high end of free node id.
+// high reports whether FitBestAged cuts the block from the high end of free node id: its low
+// neighbour is younger than its high one.
 func (a *arena) high(id int32) bool {
-	if a.fit != FitBestAged {
-		return false
-	}
-	n := &a.sp.nodes[id]
-	return a.bornAt(n.prev) > a.bornAt(n.next)
+	n := a.sp.Node(id)
+	return a.bornAt(n.Prev) > a.bornAt(n.Next)
 }
 
 // bornAt returns when node id became a live block; 0 (oldest) for a free node or none.
 func (a *arena) bornAt(id int32) uint64 {
-	if id == nilNode || a.sp.nodes[id].state != nodeUsed {
+	if id == spans.NoNode || a.sp.Node(id).State != spans.NodeUsed {
 		return 0
 	}
 	return a.born[id]
@@ -207,29 +214,29 @@ func (a *arena) noteBorn(id int32) {
 
 func (a *arena) find(blk, stream uint64) (int32, bool) {
 	if a.perStream {
-		if id, ok := a.sp.bestFit(true, stream, blk); ok {
+		if id, ok := a.sp.BestFit(true, stream, blk); ok {
 			return id, true
 		}
 	}
-	return a.sp.bestFit(false, 0, blk)
+	return a.sp.BestFit(false, 0, blk)
 }
 
 // free returns the block at addr, freed on stream, to the free space and returns the bytes
 // requested for it and its size; ok is false when no block starts at addr.
 func (a *arena) free(addr, stream uint64) (req, blk uint64, ok bool) {
-	b, ok := a.blocks.take(addr)
+	b, ok := a.blocks.Take(addr)
 	if !ok {
 		return 0, 0, false
 	}
 	id, req := b.node, b.req
-	blk = a.sp.nodes[id].size
+	blk = a.sp.Node(id).Size
 	if a.pg != nil && a.pg.owns(addr) {
 		a.pg.uncover(addr, blk)
 	}
 	if a.perStream {
-		a.sp.release(id, true, stream)
+		a.sp.Release(id, true, stream)
 	} else {
-		a.sp.release(id, false, 0)
+		a.sp.Release(id, false, 0)
 	}
 	return req, blk, true
 }

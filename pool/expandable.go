@@ -1,6 +1,10 @@
 package pool
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/allocscope/allocscope/pool/internal/spans"
+)
 
 // This file models PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).
 
@@ -20,21 +24,21 @@ func (p *torchPool) allocExpandable(small bool, stream, rs uint64) (int32, bool,
 	c, err := p.findExpandable(small, stream, rs)
 	if err != nil {
 		if isOOM(err) {
-			return nilNode, false, nil
+			return spans.NoNode, false, nil
 		}
-		return nilNode, false, err
+		return spans.NoNode, false, err
 	}
 	ok := true
-	if sp.node(c).state == nodeUnmapped {
-		if c, ok, err = p.mapBlock(small, c, min(sp.node(c).size, rs)); !ok || err != nil {
-			return nilNode, false, err
+	if sp.Node(c).State == spans.NodeUnmapped {
+		if c, ok, err = p.mapBlock(small, c, min(sp.Node(c).Size, rs)); !ok || err != nil {
+			return spans.NoNode, false, err
 		}
 	}
-	for sp.node(c).size < rs {
-		next := sp.node(c).next // unmapped: findExpandable saw enough room
-		need := rs - sp.node(c).size
-		if c, ok, err = p.mapBlock(small, next, min(need, sp.node(next).size)); !ok || err != nil {
-			return nilNode, false, err
+	for sp.Node(c).Size < rs {
+		next := sp.Node(c).Next // unmapped: findExpandable saw enough room
+		need := rs - sp.Node(c).Size
+		if c, ok, err = p.mapBlock(small, next, min(need, sp.Node(next).Size)); !ok || err != nil {
+			return spans.NoNode, false, err
 		}
 	}
 	return c, true, nil
@@ -45,11 +49,11 @@ func (p *torchPool) allocExpandable(small bool, stream, rs uint64) (int32, bool,
 // follows; else a new segment.
 func (p *torchPool) findExpandable(small bool, stream, rs uint64) (int32, error) {
 	sp := p.pools[poolIndex(small)]
-	found := nilNode
-	u, ok := sp.unmapped.lowerBound(span{tagged: true, stream: stream})
-	for ; ok && u.tagged && u.stream == stream; u, ok = sp.unmapped.above(u) {
-		c := u.node
-		if prev := sp.node(c).prev; prev != nilNode && sp.node(prev).state == nodeFree {
+	found := spans.NoNode
+	u, ok := sp.LowerBoundUnmapped(spans.Span{Tagged: true, Stream: stream})
+	for ; ok && u.Tagged && u.Stream == stream; u, ok = sp.AboveUnmapped(u) {
+		c := u.Node
+		if prev := sp.Node(c).Prev; prev != spans.NoNode && sp.Node(prev).State == spans.NodeFree {
 			c = prev
 		}
 		if p.hasAddressSpace(sp, c, rs) {
@@ -57,23 +61,23 @@ func (p *torchPool) findExpandable(small bool, stream, rs uint64) (int32, error)
 			break
 		}
 	}
-	if found != nilNode {
+	if found != spans.NoNode {
 		return found, nil
 	}
 	addr, err := p.mapper.ReserveAddress(p.vaSize)
 	if err != nil {
-		return nilNode, err
+		return spans.NoNode, err
 	}
-	id := sp.addSegment(addr, p.vaSize, true, stream, nodeUnmapped)
+	id := sp.AddSegment(addr, p.vaSize, true, stream, spans.NodeUnmapped)
 	p.segments[addr] = &torchSegment{size: p.vaSize, small: small, stream: stream, expandable: true, head: id}
 	return id, nil
 }
 
 // hasAddressSpace reports whether the free and unmapped nodes from c on add up to need bytes.
-func (p *torchPool) hasAddressSpace(sp *space, c int32, need uint64) bool {
+func (p *torchPool) hasAddressSpace(sp *spans.Space, c int32, need uint64) bool {
 	total := uint64(0)
-	for ; c != nilNode && sp.node(c).state != nodeUsed; c = sp.node(c).next {
-		if total += sp.node(c).size; total >= need {
+	for ; c != spans.NoNode && sp.Node(c).State != spans.NodeUsed; c = sp.Node(c).Next {
+		if total += sp.Node(c).Size; total >= need {
 			return true
 		}
 	}
@@ -84,28 +88,28 @@ func (p *torchPool) hasAddressSpace(sp *space, c int32, need uint64) bool {
 // size bytes, and return the free node they form with their free neighbours.
 func (p *torchPool) mapBlock(small bool, u int32, size uint64) (int32, bool, error) {
 	sp := p.pools[poolIndex(small)]
-	un := *sp.node(u)
-	n := min(roundUpAny(size, pageSize(small)), un.size)
-	if err := p.up.mapPages(p.mapper, un.addr, n); err != nil {
+	un := *sp.Node(u)
+	n := min(roundUpAny(size, pageSize(small)), un.Size)
+	if err := p.up.mapPages(p.mapper, un.Addr, n); err != nil {
 		if isOOM(err) {
-			return nilNode, false, nil
+			return spans.NoNode, false, nil
 		}
-		return nilNode, false, err
+		return spans.NoNode, false, err
 	}
-	if n < un.size {
-		sp.split(u, n)
+	if n < un.Size {
+		sp.Split(u, n)
 	}
-	return sp.setState(u, nodeFree), true, nil
+	return sp.SetState(u, spans.NodeFree), true, nil
 }
 
 // unmapBlock is PyTorch's unmap_block: unmap the whole pages inside free node id; the slivers
 // before and after them stay free and mapped.
 func (p *torchPool) unmapBlock(small bool, id int32) error {
 	sp := p.pools[poolIndex(small)]
-	s := sp.node(id).span
+	s := sp.Node(id).Span
 	page := pageSize(small)
-	begin := s.seg + roundUpAny(s.addr-s.seg, page)
-	end := s.seg + (s.end()-s.seg)/page*page
+	begin := s.Seg + roundUpAny(s.Addr-s.Seg, page)
+	end := s.Seg + (s.End()-s.Seg)/page*page
 	if begin >= end {
 		return nil
 	}
@@ -113,29 +117,29 @@ func (p *torchPool) unmapBlock(small bool, id int32) error {
 		return err
 	}
 	mid := id
-	if begin > s.addr {
-		mid = sp.split(id, begin-s.addr)
+	if begin > s.Addr {
+		mid = sp.Split(id, begin-s.Addr)
 	}
-	if end < s.end() {
-		sp.split(mid, end-begin)
+	if end < s.End() {
+		sp.Split(mid, end-begin)
 	}
-	sp.setState(mid, nodeUnmapped)
+	sp.SetState(mid, spans.NodeUnmapped)
 	return nil
 }
 
 // unmapAndRelease unmaps the pages inside free block s and, when its segment has no page mapped
 // any more, releases the segment's address space (PyTorch's release_expandable_segment).
-func (p *torchPool) unmapAndRelease(small bool, s span) error {
-	if err := p.unmapBlock(small, s.node); err != nil {
+func (p *torchPool) unmapAndRelease(small bool, s spans.Span) error {
+	if err := p.unmapBlock(small, s.Node); err != nil {
 		return err
 	}
-	sp, seg := p.pools[poolIndex(small)], p.segments[s.seg]
-	if h := sp.node(seg.head); h.state != nodeUnmapped || h.next != nilNode {
+	sp, seg := p.pools[poolIndex(small)], p.segments[s.Seg]
+	if h := sp.Node(seg.head); h.State != spans.NodeUnmapped || h.Next != spans.NoNode {
 		return nil
 	}
-	sp.dropSegment(seg.head)
-	delete(p.segments, s.seg)
-	return p.mapper.ReleaseAddress(s.seg, seg.size)
+	sp.DropSegment(seg.head)
+	delete(p.segments, s.Seg)
+	return p.mapper.ReleaseAddress(s.Seg, seg.size)
 }
 
 // closeExpandable unmaps every mapped range of a segment and releases its address space.
@@ -143,20 +147,20 @@ func (p *torchPool) closeExpandable(addr uint64, seg *torchSegment) error {
 	sp := p.pools[poolIndex(seg.small)]
 	var errs []error
 	runStart, inRun := uint64(0), false
-	for id := seg.head; id != nilNode; id = sp.node(id).next {
-		n := sp.node(id)
+	for id := seg.head; id != spans.NoNode; id = sp.Node(id).Next {
+		n := sp.Node(id)
 		switch {
-		case n.state != nodeUnmapped && !inRun:
-			runStart, inRun = n.addr, true
-		case n.state == nodeUnmapped && inRun:
-			errs = append(errs, p.up.unmapPages(p.mapper, runStart, n.addr-runStart))
+		case n.State != spans.NodeUnmapped && !inRun:
+			runStart, inRun = n.Addr, true
+		case n.State == spans.NodeUnmapped && inRun:
+			errs = append(errs, p.up.unmapPages(p.mapper, runStart, n.Addr-runStart))
 			inRun = false
 		}
 	}
 	if inRun {
 		errs = append(errs, p.up.unmapPages(p.mapper, runStart, addr+seg.size-runStart))
 	}
-	sp.dropSegment(seg.head)
+	sp.DropSegment(seg.head)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

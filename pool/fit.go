@@ -39,25 +39,3 @@ func (f Fit) validate() error {
 	}
 	return fmt.Errorf("%q is not one of %q", f, Fits)
 }
-
-// takeHigh makes the top size bytes of free node id a used block and returns the block's node;
-// the rest stays free in node id.
-func (sp *space) takeHigh(id int32, size uint64) int32 {
-	n := sp.nodes[id]
-	if n.size <= size {
-		sp.take(id, size)
-		return id
-	}
-	top := n.span
-	top.addr, top.size = n.end()-size, size
-	r := sp.newNode(top, nodeUsed)
-	sp.nodes[r].prev, sp.nodes[r].next = id, n.next
-	if n.next != nilNode {
-		sp.nodes[n.next].prev = r
-	}
-	sp.nodes[id].next = r
-	sp.nodes[id].size = n.size - size
-	sp.free.rekeyHint(&sp.fit.at, sp.fit.id == id, n.span, sp.nodes[id].span)
-	sp.freeBytes -= size
-	return r
-}

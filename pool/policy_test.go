@@ -301,7 +301,7 @@ func TestStreamOrderedReleaseFails(t *testing.T) {
 	want := Stats{Allocs: 3, Frees: 2, LiveBytes: 2 * mib, PeakLiveBytes: 4 * mib, BlockBytes: 2 * mib,
 		PeakBlockBytes: 4 * mib, ReservedBytes: 4 * mib, PeakReservedBytes: 4 * mib, UpstreamReserves: 2}
 	wantStats(t, "Stats", a.Stats(), want)
-	if len(so.skipped) != 0 || len(so.drop) != 0 || so.regions.get(b).dropping {
-		t.Fatalf("after the failed trim: %d skipped, %d to drop, region A dropping %v", len(so.skipped), len(so.drop), so.regions.get(b).dropping)
+	if len(so.skipped) != 0 || len(so.drop) != 0 || so.regions.Get(b).dropping {
+		t.Fatalf("after the failed trim: %d skipped, %d to drop, region A dropping %v", len(so.skipped), len(so.drop), so.regions.Get(b).dropping)
 	}
 }

@@ -8,7 +8,9 @@
 // are deterministic: the same sequence of calls on the same Upstream gives the same addresses and
 // the same Stats. All of them are safe for concurrent use.
 //
-// Package pool imports no other allocscope package.
+// Package pool imports no allocscope package outside its own tree: the data structures its
+// policies share are its internal packages spans (address space as spans, best fit) and addrindex
+// (live blocks and regions by address).
 package pool
 
 import "errors"

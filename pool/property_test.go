@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
 // propertyConfigs are the configs the property tests drive with random traces: every policy,
@@ -50,7 +52,7 @@ type checker struct {
 	t      *testing.T
 	a      Allocator
 	up     *SimUpstream
-	byAddr *spanTree      // live blocks as the user sees them, by address
+	byAddr *spans.Tree    // live blocks as the user sees them, by address
 	addrs  []uint64       // live addresses, for picking one at random
 	index  map[uint64]int // address → position in addrs
 	live   uint64         // requested bytes live
@@ -64,7 +66,7 @@ func newChecker(t *testing.T, cfg Config, capacity uint64) *checker {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return &checker{t: t, a: a, up: up, index: map[uint64]int{}, byAddr: newSpanTree(byAddrOrder)}
+	return &checker{t: t, a: a, up: up, index: map[uint64]int{}, byAddr: spans.NewTree(spans.ByAddr)}
 }
 
 func (c *checker) alloc(size, stream uint64) {
@@ -77,17 +79,17 @@ func (c *checker) alloc(size, stream uint64) {
 		c.fails++
 		return
 	}
-	r := span{addr: addr, size: max(size, 1)} // untagged, stream 0: ordered by address alone
-	if prev, ok := c.byAddr.below(span{addr: addr + 1}); ok && prev.end() > addr {
-		c.t.Fatalf("block %#x+%d overlaps live block %#x+%d", addr, size, prev.addr, prev.size)
+	r := spans.Span{Addr: addr, Size: max(size, 1)} // untagged, stream 0: ordered by address alone
+	if prev, ok := c.byAddr.Below(spans.Span{Addr: addr + 1}); ok && prev.End() > addr {
+		c.t.Fatalf("block %#x+%d overlaps live block %#x+%d", addr, size, prev.Addr, prev.Size)
 	}
-	if next, ok := c.byAddr.lowerBound(span{addr: addr}); ok && next.addr < r.end() {
-		c.t.Fatalf("block %#x+%d overlaps live block %#x+%d", addr, size, next.addr, next.size)
+	if next, ok := c.byAddr.LowerBound(spans.Span{Addr: addr}); ok && next.Addr < r.End() {
+		c.t.Fatalf("block %#x+%d overlaps live block %#x+%d", addr, size, next.Addr, next.Size)
 	}
-	if !c.up.Contains(addr, r.size) {
+	if !c.up.Contains(addr, r.Size) {
 		c.t.Fatalf("block %#x+%d is not inside reserved memory", addr, size)
 	}
-	c.byAddr.insert(r)
+	c.byAddr.Insert(r)
 	c.index[addr] = len(c.addrs)
 	c.addrs = append(c.addrs, addr)
 	c.live += size
@@ -96,19 +98,19 @@ func (c *checker) alloc(size, stream uint64) {
 func (c *checker) free(i int, stream uint64) {
 	c.t.Helper()
 	addr := c.addrs[i]
-	r, _ := c.byAddr.lowerBound(span{addr: addr})
+	r, _ := c.byAddr.LowerBound(spans.Span{Addr: addr})
 	before := c.a.Stats()
 	if err := c.a.Free(addr, stream); err != nil {
 		c.t.Fatalf("Free(%#x): %v", addr, err)
 	}
 	after := c.a.Stats()
-	if req := before.LiveBytes - after.LiveBytes; req != r.size && !(r.size == 1 && req == 0) {
-		c.t.Fatalf("Free(%#x) gave back %d live bytes, allocated %d", addr, req, r.size)
+	if req := before.LiveBytes - after.LiveBytes; req != r.Size && !(r.Size == 1 && req == 0) {
+		c.t.Fatalf("Free(%#x) gave back %d live bytes, allocated %d", addr, req, r.Size)
 	}
 	if err := c.a.Free(addr, stream); !errors.Is(err, ErrUnknownAddress) {
 		c.t.Fatalf("second Free(%#x) = %v, want ErrUnknownAddress", addr, err)
 	}
-	c.byAddr.delete(r)
+	c.byAddr.Delete(r)
 	last := c.addrs[len(c.addrs)-1]
 	c.addrs[i] = last
 	c.index[last] = i

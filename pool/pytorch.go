@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/allocscope/allocscope/pool/internal/addrindex"
+	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
 // Constants of PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp).
@@ -45,9 +48,9 @@ const (
 type torchPool struct {
 	base
 	mapper     Mapper
-	pools      [2]*space // [0] large pool, [1] small pool
+	pools      [2]*spans.Space // [0] large pool, [1] small pool
 	segments   map[uint64]*torchSegment
-	blocks     *addrIndex[block]
+	blocks     *addrindex.Index[block]
 	maxSplit   uint64 // math.MaxUint64 when unlimited
 	divisions  uint64
 	expandable bool
@@ -76,7 +79,7 @@ func newPyTorch(cfg Config, up Upstream, o options) (*torchPool, error) {
 	}
 	p := &torchPool{
 		segments:   make(map[uint64]*torchSegment),
-		blocks:     newAddrIndex[block](),
+		blocks:     addrindex.New[block](),
 		maxSplit:   math.MaxUint64,
 		divisions:  pc.RoundupPower2Divisions,
 		expandable: pc.ExpandableSegments,
@@ -87,7 +90,7 @@ func newPyTorch(cfg Config, up Upstream, o options) (*torchPool, error) {
 		p.maxSplit = pc.MaxSplitSizeMB << 20
 	}
 	for i := range p.pools {
-		p.pools[i] = newSpace()
+		p.pools[i] = spans.NewSpace()
 	}
 	if p.expandable {
 		m, ok := up.(Mapper)
@@ -166,16 +169,16 @@ func (p *torchPool) Alloc(size, stream uint64) (uint64, error) {
 		return 0, fmt.Errorf("alloc %d bytes on stream %#x: %w", size, stream, err)
 	}
 	sp := p.pools[poolIndex(small)]
-	n := sp.node(id)
-	keep := n.size
-	if p.shouldSplit(n.size, rs, small) {
+	n := sp.Node(id)
+	keep := n.Size
+	if p.shouldSplit(n.Size, rs, small) {
 		keep = rs
 	}
-	sp.take(id, keep)
-	n = sp.node(id)
-	p.blocks.put(n.addr, block{req: size, size: keep, seg: n.seg, stream: stream, node: id, small: small})
+	sp.Take(id, keep)
+	n = sp.Node(id)
+	p.blocks.Put(n.Addr, block{req: size, size: keep, seg: n.Seg, stream: stream, node: id, small: small})
 	p.c.allocated(size, keep)
-	return n.addr, nil
+	return n.Addr, nil
 }
 
 // shouldSplit is PyTorch's should_split.
@@ -191,9 +194,9 @@ func (p *torchPool) shouldSplit(blockSize, rs uint64, small bool) bool {
 // It returns a free node, still in its tree.
 func (p *torchPool) getFreeBlock(small bool, stream, rs uint64) (int32, bool) {
 	sp := p.pools[poolIndex(small)]
-	var cand span
+	var cand spans.Span
 	found := false
-	sp.ascendFree(true, stream, rs, func(s span) bool {
+	sp.AscendFree(true, stream, rs, func(s spans.Span) bool {
 		if !found {
 			cand, found = s, true
 			return p.expandable
@@ -206,23 +209,23 @@ func (p *torchPool) getFreeBlock(small bool, stream, rs uint64) (int32, bool) {
 		return false
 	})
 	if !found {
-		return nilNode, false
+		return spans.NoNode, false
 	}
-	if rs < p.maxSplit && cand.size >= p.maxSplit {
-		return nilNode, false
+	if rs < p.maxSplit && cand.Size >= p.maxSplit {
+		return spans.NoNode, false
 	}
-	if rs >= p.maxSplit && cand.size >= rs+torchLargeBuffer {
-		return nilNode, false
+	if rs >= p.maxSplit && cand.Size >= rs+torchLargeBuffer {
+		return spans.NoNode, false
 	}
-	return cand.node, true
+	return cand.Node, true
 }
 
 // expandableSize is a free block's size plus the unmapped range right after it in its segment.
-func (p *torchPool) expandableSize(sp *space, s span) uint64 {
-	if nx := sp.node(s.node).next; nx != nilNode && sp.node(nx).state == nodeUnmapped {
-		return s.size + sp.node(nx).size
+func (p *torchPool) expandableSize(sp *spans.Space, s spans.Span) uint64 {
+	if nx := sp.Node(s.Node).Next; nx != spans.NoNode && sp.Node(nx).State == spans.NodeUnmapped {
+		return s.Size + sp.Node(nx).Size
 	}
-	return s.size
+	return s.Size
 }
 
 // allocWithRetry is the cudaMalloc part of PyTorch's malloc with its two retries. It returns
@@ -234,7 +237,7 @@ func (p *torchPool) allocWithRetry(small bool, stream, rs uint64) (int32, bool, 
 	}
 	released, err := p.releaseAvailable(small, stream, rs)
 	if err != nil {
-		return nilNode, false, err
+		return spans.NoNode, false, err
 	}
 	if released {
 		if id, ok, err = p.allocBlock(small, stream, rs); ok || err != nil {
@@ -242,7 +245,7 @@ func (p *torchPool) allocWithRetry(small bool, stream, rs uint64) (int32, bool, 
 		}
 	}
 	if err := p.releaseCached(); err != nil {
-		return nilNode, false, err
+		return spans.NoNode, false, err
 	}
 	return p.allocBlock(small, stream, rs)
 }
@@ -257,11 +260,11 @@ func (p *torchPool) allocBlock(small bool, stream, rs uint64) (int32, bool, erro
 	addr, err := p.up.reserve(n)
 	if err != nil {
 		if isOOM(err) {
-			return nilNode, false, nil
+			return spans.NoNode, false, nil
 		}
-		return nilNode, false, err
+		return spans.NoNode, false, err
 	}
-	id := p.pools[poolIndex(small)].addSegment(addr, n, true, stream, nodeFree)
+	id := p.pools[poolIndex(small)].AddSegment(addr, n, true, stream, spans.NodeFree)
 	p.segments[addr] = &torchSegment{size: n, small: small, stream: stream, head: id}
 	return id, true, nil
 }
@@ -275,18 +278,18 @@ func (p *torchPool) releaseAvailable(small bool, stream, rs uint64) (bool, error
 	}
 	sp := p.pools[poolIndex(small)]
 	key := max(rs, p.maxSplit)
-	if id, ok := sp.bestFit(true, stream, key); ok && !p.segments[sp.node(id).seg].expandable {
+	if id, ok := sp.BestFit(true, stream, key); ok && !p.segments[sp.Node(id).Seg].expandable {
 		return p.releaseWhole(sp, id)
 	}
 	var victims []int32
 	total := uint64(0)
-	sp.descendFreeBelow(true, stream, key, func(s span) bool {
-		if total >= key || s.size < p.maxSplit {
+	sp.DescendFreeBelow(true, stream, key, func(s spans.Span) bool {
+		if total >= key || s.Size < p.maxSplit {
 			return false
 		}
-		if !p.segments[s.seg].expandable && isWholeSegment(sp, s.node) {
-			victims = append(victims, s.node)
-			total += s.size
+		if !p.segments[s.Seg].expandable && isWholeSegment(sp, s.Node) {
+			victims = append(victims, s.Node)
+			total += s.Size
 		}
 		return true
 	})
@@ -299,20 +302,20 @@ func (p *torchPool) releaseAvailable(small bool, stream, rs uint64) (bool, error
 }
 
 // isWholeSegment reports whether node id is all of its segment (PyTorch: no prev, no next).
-func isWholeSegment(sp *space, id int32) bool {
-	n := sp.node(id)
-	return n.prev == nilNode && n.next == nilNode
+func isWholeSegment(sp *spans.Space, id int32) bool {
+	n := sp.Node(id)
+	return n.Prev == spans.NoNode && n.Next == spans.NoNode
 }
 
 // releaseWhole returns the segment of free node id to the Upstream if the node is the whole segment.
-func (p *torchPool) releaseWhole(sp *space, id int32) (bool, error) {
+func (p *torchPool) releaseWhole(sp *spans.Space, id int32) (bool, error) {
 	if !isWholeSegment(sp, id) {
 		return false, nil
 	}
-	n := *sp.node(id)
-	sp.dropSegment(id)
-	delete(p.segments, n.seg)
-	if err := p.up.release(n.addr, n.size); err != nil {
+	n := *sp.Node(id)
+	sp.DropSegment(id)
+	delete(p.segments, n.Seg)
+	if err := p.up.release(n.Addr, n.Size); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -323,12 +326,12 @@ func (p *torchPool) releaseWhole(sp *space, id int32) (bool, error) {
 // unmapped, and a segment left with no page mapped gives its address space back.
 func (p *torchPool) releaseCached() error {
 	for i, sp := range p.pools {
-		for _, s := range sp.freeSpans() {
+		for _, s := range sp.FreeSpans() {
 			var err error
-			if p.segments[s.seg].expandable {
+			if p.segments[s.Seg].expandable {
 				err = p.unmapAndRelease(i == 1, s)
 			} else {
-				_, err = p.releaseWhole(sp, s.node)
+				_, err = p.releaseWhole(sp, s.Node)
 			}
 			if err != nil {
 				return err
@@ -345,11 +348,11 @@ func (p *torchPool) Free(addr, stream uint64) error {
 	if p.closed {
 		return errClosed("free")
 	}
-	b, ok := p.blocks.take(addr)
+	b, ok := p.blocks.Take(addr)
 	if !ok {
 		return errUnknown(addr)
 	}
-	p.pools[poolIndex(b.small)].release(b.node, true, b.stream)
+	p.pools[poolIndex(b.small)].Release(b.node, true, b.stream)
 	p.c.freed(b.req, b.size)
 	return nil
 }

@@ -3,17 +3,19 @@ package pool
 import (
 	"errors"
 	"fmt"
+
+	"github.com/allocscope/allocscope/pool/internal/addrindex"
 )
 
 // rawPool is PolicyRaw: every block is its own Upstream region.
 type rawPool struct {
 	base
 	align  uint64
-	blocks *addrIndex[block]
+	blocks *addrindex.Index[block]
 }
 
 func newRaw(cfg Config, up Upstream, o options) *rawPool {
-	p := &rawPool{align: cfg.alignment(), blocks: newAddrIndex[block]()}
+	p := &rawPool{align: cfg.alignment(), blocks: addrindex.New[block]()}
 	p.init(up, o)
 	return p
 }
@@ -31,7 +33,7 @@ func (p *rawPool) Alloc(size, stream uint64) (uint64, error) {
 		p.c.failed()
 		return 0, fmt.Errorf("alloc %d bytes: %w", size, err)
 	}
-	p.blocks.put(addr, block{req: size, size: blk, seg: addr, stream: stream})
+	p.blocks.Put(addr, block{req: size, size: blk, seg: addr, stream: stream})
 	p.c.allocated(size, blk)
 	return addr, nil
 }
@@ -43,7 +45,7 @@ func (p *rawPool) Free(addr, stream uint64) error {
 	if p.closed {
 		return errClosed("free")
 	}
-	bp := p.blocks.get(addr)
+	bp := p.blocks.Get(addr)
 	if bp == nil {
 		return errUnknown(addr)
 	}
@@ -51,7 +53,7 @@ func (p *rawPool) Free(addr, stream uint64) error {
 	if err := p.up.release(addr, b.size); err != nil {
 		return fmt.Errorf("free %#x: %w", addr, err)
 	}
-	p.blocks.take(addr)
+	p.blocks.Take(addr)
 	p.c.freed(b.req, b.size)
 	return nil
 }
@@ -60,8 +62,8 @@ func (p *rawPool) Free(addr, stream uint64) error {
 func (p *rawPool) Close() error {
 	return p.closeOnce(func() error {
 		var errs []error
-		for _, addr := range p.blocks.sortedAddrs() {
-			errs = append(errs, p.up.release(addr, p.blocks.get(addr).size))
+		for _, addr := range p.blocks.SortedAddrs() {
+			errs = append(errs, p.up.release(addr, p.blocks.Get(addr).size))
 		}
 		return errors.Join(errs...)
 	})

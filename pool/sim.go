@@ -3,6 +3,9 @@ package pool
 import (
 	"fmt"
 	"math"
+
+	"github.com/allocscope/allocscope/pool/internal/addrindex"
+	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
 // SimBase is the first address a SimUpstream hands out (rounded up to its granularity).
@@ -22,12 +25,12 @@ type SimUpstream struct {
 	mu          optionalMutex
 	capacity    uint64
 	granularity uint64
-	top         uint64                // the lowest address above every range handed out
-	reusable    map[uint64][]uint64   // freed ranges by size, most recent last
-	nReusable   int                   // ranges in reusable
-	regions     *addrIndex[simRegion] // ranges handed out, by base address
-	byAddr      *spanTree             // the ReserveAddress ranges among them, ordered by address
-	mapped      *spanTree             // mapped page ranges, coalesced within one address reservation (seg = its base)
+	top         uint64                      // the lowest address above every range handed out
+	reusable    map[uint64][]uint64         // freed ranges by size, most recent last
+	nReusable   int                         // ranges in reusable
+	regions     *addrindex.Index[simRegion] // ranges handed out, by base address
+	byAddr      *spans.Tree                 // the ReserveAddress ranges among them, ordered by address
+	mapped      *spans.Tree                 // mapped page ranges, coalesced within one address reservation (seg = its base)
 	st          SimStats
 }
 
@@ -65,9 +68,9 @@ func NewSimUpstream(capacity, granularity uint64, opts ...Option) *SimUpstream {
 		granularity: granularity,
 		top:         roundUpAny(SimBase, granularity),
 		reusable:    make(map[uint64][]uint64),
-		regions:     newAddrIndex[simRegion](),
-		byAddr:      newSpanTree(byAddrOrder),
-		mapped:      newSpanTree(byAddrOrder),
+		regions:     addrindex.New[simRegion](),
+		byAddr:      spans.NewTree(spans.ByAddr),
+		mapped:      spans.NewTree(spans.ByAddr),
 	}
 	return u
 }
@@ -136,8 +139,8 @@ func (u *SimUpstream) ReleaseAddress(addr, size uint64) error {
 	if !ok || !reg.addressOnly || reg.size != r {
 		return fmt.Errorf("release %d bytes of address space at %#x: no such reservation: %w", size, addr, ErrUnknownAddress)
 	}
-	if m, ok := u.mapped.lowerBound(span{addr: addr}); ok && m.addr < addr+r {
-		return fmt.Errorf("release address space at %#x: %d bytes at %#x still mapped", addr, m.size, m.addr)
+	if m, ok := u.mapped.LowerBound(spans.Span{Addr: addr}); ok && m.Addr < addr+r {
+		return fmt.Errorf("release address space at %#x: %d bytes at %#x still mapped", addr, m.Size, m.Addr)
 	}
 	u.give(addr, reg)
 	u.st.AddressBytes -= r
@@ -153,17 +156,17 @@ func (u *SimUpstream) Map(addr, size uint64) error {
 	if err != nil {
 		return fmt.Errorf("map %d bytes at %#x: %w", size, addr, err)
 	}
-	if prev, ok := u.lastMappedAtOrBelow(addr); ok && prev.end() > addr {
-		return fmt.Errorf("map %d bytes at %#x: overlaps mapped range at %#x", size, addr, prev.addr)
+	if prev, ok := u.lastMappedAtOrBelow(addr); ok && prev.End() > addr {
+		return fmt.Errorf("map %d bytes at %#x: overlaps mapped range at %#x", size, addr, prev.Addr)
 	}
-	if next, ok := u.mapped.lowerBound(span{addr: addr}); ok && next.addr < addr+size {
-		return fmt.Errorf("map %d bytes at %#x: overlaps mapped range at %#x", size, addr, next.addr)
+	if next, ok := u.mapped.LowerBound(spans.Span{Addr: addr}); ok && next.Addr < addr+size {
+		return fmt.Errorf("map %d bytes at %#x: overlaps mapped range at %#x", size, addr, next.Addr)
 	}
 	if u.capacity > 0 && u.st.ReservedBytes+size > u.capacity {
 		u.st.Failures++
 		return fmt.Errorf("map %d bytes with %d of %d held: %w", size, u.st.ReservedBytes, u.capacity, ErrOutOfMemory)
 	}
-	u.addMapped(span{addr: addr, size: size, seg: owner})
+	u.addMapped(spans.Span{Addr: addr, Size: size, Seg: owner})
 	u.st.Maps++
 	u.hold(size)
 	return nil
@@ -177,7 +180,7 @@ func (u *SimUpstream) Unmap(addr, size uint64) error {
 		return fmt.Errorf("unmap %d bytes at %#x: %w", size, addr, err)
 	}
 	m, ok := u.lastMappedAtOrBelow(addr)
-	if !ok || m.end() < addr+size {
+	if !ok || m.End() < addr+size {
 		return fmt.Errorf("unmap %d bytes at %#x: not mapped: %w", size, addr, ErrUnknownAddress)
 	}
 	u.cutMapped(m, addr, size)
@@ -199,29 +202,29 @@ func (u *SimUpstream) Remap(from, to, size uint64) error {
 		return fmt.Errorf("remap %d bytes from %#x to %#x: %w", size, from, to, err)
 	}
 	m, ok := u.lastMappedAtOrBelow(from)
-	if !ok || m.end() < from+size {
+	if !ok || m.End() < from+size {
 		return fmt.Errorf("remap %d bytes from %#x: not mapped: %w", size, from, ErrUnknownAddress)
 	}
-	if prev, ok := u.lastMappedAtOrBelow(to); ok && prev.end() > to {
-		return fmt.Errorf("remap %d bytes to %#x: overlaps mapped range at %#x", size, to, prev.addr)
+	if prev, ok := u.lastMappedAtOrBelow(to); ok && prev.End() > to {
+		return fmt.Errorf("remap %d bytes to %#x: overlaps mapped range at %#x", size, to, prev.Addr)
 	}
-	if next, ok := u.mapped.lowerBound(span{addr: to}); ok && next.addr < to+size {
-		return fmt.Errorf("remap %d bytes to %#x: overlaps mapped range at %#x", size, to, next.addr)
+	if next, ok := u.mapped.LowerBound(spans.Span{Addr: to}); ok && next.Addr < to+size {
+		return fmt.Errorf("remap %d bytes to %#x: overlaps mapped range at %#x", size, to, next.Addr)
 	}
 	u.cutMapped(m, from, size)
-	u.addMapped(span{addr: to, size: size, seg: owner})
+	u.addMapped(spans.Span{Addr: to, Size: size, Seg: owner})
 	u.st.Remaps++
 	return nil
 }
 
 // cutMapped takes [addr, addr+size) out of the mapped range m that holds it.
-func (u *SimUpstream) cutMapped(m span, addr, size uint64) {
-	u.mapped.delete(m)
-	if addr > m.addr {
-		u.mapped.insert(span{addr: m.addr, size: addr - m.addr, seg: m.seg})
+func (u *SimUpstream) cutMapped(m spans.Span, addr, size uint64) {
+	u.mapped.Delete(m)
+	if addr > m.Addr {
+		u.mapped.Insert(spans.Span{Addr: m.Addr, Size: addr - m.Addr, Seg: m.Seg})
 	}
-	if end := addr + size; end < m.end() {
-		u.mapped.insert(span{addr: end, size: m.end() - end, seg: m.seg})
+	if end := addr + size; end < m.End() {
+		u.mapped.Insert(spans.Span{Addr: end, Size: m.End() - end, Seg: m.Seg})
 	}
 }
 
@@ -235,12 +238,12 @@ func (u *SimUpstream) Contains(addr, size uint64) bool {
 	if end < addr {
 		return false
 	}
-	if reg, found := u.byAddr.below(span{addr: addr + 1}); found && end <= reg.end() {
+	if reg, found := u.byAddr.Below(spans.Span{Addr: addr + 1}); found && end <= reg.End() {
 		m, ok := u.lastMappedAtOrBelow(addr)
-		return ok && m.end() >= end
+		return ok && m.End() >= end
 	}
 	found := false
-	u.regions.each(func(base uint64, reg *simRegion) {
+	u.regions.Each(func(base uint64, reg *simRegion) {
 		found = found || (!reg.addressOnly && base <= addr && end <= base+reg.size)
 	})
 	return found
@@ -286,16 +289,16 @@ func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
 		addr = u.top
 		u.top += r
 	}
-	u.regions.put(addr, simRegion{size: r, addressOnly: addressOnly})
+	u.regions.Put(addr, simRegion{size: r, addressOnly: addressOnly})
 	if addressOnly {
-		u.byAddr.insert(span{addr: addr, size: r})
+		u.byAddr.Insert(spans.Span{Addr: addr, Size: r})
 	}
 	return addr, nil
 }
 
 // region returns the range handed out at addr.
 func (u *SimUpstream) region(addr uint64) (simRegion, bool) {
-	if r := u.regions.get(addr); r != nil {
+	if r := u.regions.Get(addr); r != nil {
 		return *r, true
 	}
 	return simRegion{}, false
@@ -303,7 +306,7 @@ func (u *SimUpstream) region(addr uint64) (simRegion, bool) {
 
 // give returns a range handed out to the free address space.
 func (u *SimUpstream) give(addr uint64, reg simRegion) {
-	u.regions.take(addr)
+	u.regions.Take(addr)
 	switch {
 	case addr+reg.size == u.top:
 		u.top = addr
@@ -312,7 +315,7 @@ func (u *SimUpstream) give(addr uint64, reg simRegion) {
 		u.nReusable++
 	}
 	if reg.addressOnly {
-		u.byAddr.delete(span{addr: addr})
+		u.byAddr.Delete(spans.Span{Addr: addr})
 	}
 }
 
@@ -327,27 +330,27 @@ func (u *SimUpstream) checkPages(addr, size uint64) (uint64, error) {
 	if size == 0 || addr%u.granularity != 0 || size%u.granularity != 0 {
 		return 0, fmt.Errorf("range not a non-empty multiple of the %d-byte granularity", u.granularity)
 	}
-	reg, found := u.byAddr.below(span{addr: addr + 1})
-	if !found || addr+size > reg.end() || addr+size < addr {
+	reg, found := u.byAddr.Below(spans.Span{Addr: addr + 1})
+	if !found || addr+size > reg.End() || addr+size < addr {
 		return 0, fmt.Errorf("range outside any address reservation: %w", ErrUnknownAddress)
 	}
-	return reg.addr, nil
+	return reg.Addr, nil
 }
 
 // addMapped inserts a mapped range, merging it with adjacent ranges of the same reservation.
-func (u *SimUpstream) addMapped(m span) {
-	if prev, ok := u.lastMappedAtOrBelow(m.addr); ok && prev.end() == m.addr && prev.seg == m.seg {
-		u.mapped.delete(prev)
-		m.addr, m.size = prev.addr, prev.size+m.size
+func (u *SimUpstream) addMapped(m spans.Span) {
+	if prev, ok := u.lastMappedAtOrBelow(m.Addr); ok && prev.End() == m.Addr && prev.Seg == m.Seg {
+		u.mapped.Delete(prev)
+		m.Addr, m.Size = prev.Addr, prev.Size+m.Size
 	}
-	if next, ok := u.mapped.lowerBound(span{addr: m.end()}); ok && next.addr == m.end() && next.seg == m.seg {
-		u.mapped.delete(next)
-		m.size += next.size
+	if next, ok := u.mapped.LowerBound(spans.Span{Addr: m.End()}); ok && next.Addr == m.End() && next.Seg == m.Seg {
+		u.mapped.Delete(next)
+		m.Size += next.Size
 	}
-	u.mapped.insert(m)
+	u.mapped.Insert(m)
 }
 
 // lastMappedAtOrBelow returns the mapped range with the highest base not above addr.
-func (u *SimUpstream) lastMappedAtOrBelow(addr uint64) (span, bool) {
-	return u.mapped.below(span{addr: addr + 1})
+func (u *SimUpstream) lastMappedAtOrBelow(addr uint64) (spans.Span, bool) {
+	return u.mapped.Below(spans.Span{Addr: addr + 1})
 }

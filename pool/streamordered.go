@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/allocscope/allocscope/pool/internal/addrindex"
+	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
 // streamOrderedChunk is the granularity in which the stream-ordered model takes memory from the
@@ -25,15 +28,15 @@ const streamOrderedChunk = 2 << 20
 //     growth is tried once more, as the driver trims a pool before failing.
 type streamOrderedPool struct {
 	base
-	sp        *space
-	regions   *addrIndex[soRegion]
-	blocks    *addrIndex[block]
+	sp        *spans.Space
+	regions   *addrindex.Index[soRegion]
+	blocks    *addrindex.Index[block]
 	align     uint64
 	threshold uint64
 	empties   []uint64 // bases of regions that had no live block when last looked at (some may have one now)
 	pending   []pendingFree
 	skipped   []pendingFree // pending frees in regions being released
-	drop      []span        // the regions a trim releases
+	drop      []spans.Span  // the regions a trim releases
 	tagged    bool          // some free span may be on a stream's own list
 }
 
@@ -55,9 +58,9 @@ type soRegion struct {
 
 func newStreamOrdered(cfg Config, up Upstream, o options) *streamOrderedPool {
 	p := &streamOrderedPool{
-		sp:      newSpace(),
-		regions: newAddrIndex[soRegion](),
-		blocks:  newAddrIndex[block](),
+		sp:      spans.NewSpace(),
+		regions: addrindex.New[soRegion](),
+		blocks:  addrindex.New[block](),
 		align:   cfg.alignment(),
 	}
 	if cfg.StreamOrdered != nil {
@@ -77,16 +80,16 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 	}
 	blk := roundUp(max(size, 1), p.align)
 	p.settlePending()
-	id, ok := nilNode, false
+	id, ok := spans.NoNode, false
 	if p.tagged {
-		id, ok = p.sp.bestFit(true, stream, blk)
+		id, ok = p.sp.BestFit(true, stream, blk)
 	}
 	if !ok {
-		id, ok = p.sp.bestFit(false, 0, blk)
+		id, ok = p.sp.BestFit(false, 0, blk)
 	}
 	if ok {
-		p.sp.take(id, blk)
-		p.regions.get(p.sp.node(id).seg).live++
+		p.sp.Take(id, blk)
+		p.regions.Get(p.sp.Node(id).Seg).live++
 	} else {
 		var err error
 		if id, err = p.grow(blk); err != nil {
@@ -94,10 +97,10 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 			return 0, fmt.Errorf("alloc %d bytes on stream %#x: %w", size, stream, err)
 		}
 	}
-	n := p.sp.node(id)
-	p.blocks.put(n.addr, block{req: size, size: blk, seg: n.seg, stream: stream, node: id})
+	n := p.sp.Node(id)
+	p.blocks.Put(n.Addr, block{req: size, size: blk, seg: n.Seg, stream: stream, node: id})
 	p.c.allocated(size, blk)
-	return n.addr, nil
+	return n.Addr, nil
 }
 
 // grow adds a region for a block of blk bytes and returns the block's node, trimming empty
@@ -108,15 +111,15 @@ func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
 	if err != nil && isOOM(err) {
 		p.planTrim(0)
 		if terr := p.trim(); terr != nil {
-			return nilNode, terr
+			return spans.NoNode, terr
 		}
 		addr, err = p.up.reserve(n)
 	}
 	if err != nil {
-		return nilNode, err
+		return spans.NoNode, err
 	}
-	id := p.sp.addSegmentTaken(addr, n, blk)
-	p.regions.put(addr, soRegion{size: n, head: id, live: 1})
+	id := p.sp.AddSegmentTaken(addr, n, blk)
+	p.regions.Put(addr, soRegion{size: n, head: id, live: 1})
 	return id, nil
 }
 
@@ -127,11 +130,11 @@ func (p *streamOrderedPool) Free(addr, stream uint64) error {
 	if p.closed {
 		return errClosed("free")
 	}
-	b, ok := p.blocks.take(addr)
+	b, ok := p.blocks.Take(addr)
 	if !ok {
 		return errUnknown(addr)
 	}
-	r := p.regions.get(b.seg)
+	r := p.regions.Get(b.seg)
 	if r.live--; r.live == 0 && !r.listed {
 		r.listed = true
 		p.empties = append(p.empties, b.seg)
@@ -158,11 +161,11 @@ func (p *streamOrderedPool) Sync() error {
 	}
 	// Tagged spans sort after untagged ones: take the first tagged span until none is left.
 	for p.tagged {
-		s, ok := p.sp.free.lowerBound(span{tagged: true})
-		if !ok || !s.tagged {
+		s, ok := p.sp.LowerBoundFree(spans.Span{Tagged: true})
+		if !ok || !s.Tagged {
 			break
 		}
-		p.sp.setOwner(s.node, false, 0)
+		p.sp.SetOwner(s.Node, false, 0)
 	}
 	p.tagged = false
 	return err
@@ -171,7 +174,7 @@ func (p *streamOrderedPool) Sync() error {
 // settlePending puts the blocks freed since the last call on their streams' free lists.
 func (p *streamOrderedPool) settlePending() {
 	for _, f := range p.pending {
-		p.sp.release(f.node, true, f.stream)
+		p.sp.Release(f.node, true, f.stream)
 	}
 	p.tagged = p.tagged || len(p.pending) > 0
 	p.pending = p.pending[:0]
@@ -181,11 +184,11 @@ func (p *streamOrderedPool) settlePending() {
 // shares, except those in regions planned for release, which wait in p.skipped.
 func (p *streamOrderedPool) settleShared() {
 	for _, f := range p.pending {
-		if len(p.drop) > 0 && p.regions.get(p.sp.node(f.node).seg).dropping {
+		if len(p.drop) > 0 && p.regions.Get(p.sp.Node(f.node).Seg).dropping {
 			p.skipped = append(p.skipped, f)
 			continue
 		}
-		p.sp.release(f.node, false, 0)
+		p.sp.Release(f.node, false, 0)
 	}
 	p.pending = p.pending[:0]
 }
@@ -193,9 +196,9 @@ func (p *streamOrderedPool) settleShared() {
 // settleSkipped settles the skipped blocks whose region is still held (a release failed).
 func (p *streamOrderedPool) settleSkipped() {
 	for _, f := range p.skipped {
-		if r := p.regions.get(p.sp.node(f.node).seg); r != nil {
+		if r := p.regions.Get(p.sp.Node(f.node).Seg); r != nil {
 			r.dropping = false
-			p.sp.release(f.node, false, 0)
+			p.sp.Release(f.node, false, 0)
 		}
 	}
 	p.skipped = p.skipped[:0]
@@ -211,7 +214,7 @@ func (p *streamOrderedPool) planTrim(keep uint64) {
 	}
 	idle := p.empties[:0]
 	for _, base := range p.empties {
-		if r := p.regions.get(base); r.live == 0 {
+		if r := p.regions.Get(base); r.live == 0 {
 			idle = append(idle, base)
 		} else {
 			r.listed = false
@@ -222,9 +225,9 @@ func (p *streamOrderedPool) planTrim(keep uint64) {
 		slices.Sort(idle)
 	}
 	for i := len(idle) - 1; i >= 0 && reserved > keep; i-- {
-		r := p.regions.get(idle[i])
+		r := p.regions.Get(idle[i])
 		r.dropping = true
-		p.drop = append(p.drop, span{addr: idle[i], size: r.size})
+		p.drop = append(p.drop, spans.Span{Addr: idle[i], Size: r.size})
 		reserved -= r.size
 	}
 }
@@ -232,11 +235,11 @@ func (p *streamOrderedPool) planTrim(keep uint64) {
 // trim releases the regions planTrim listed.
 func (p *streamOrderedPool) trim() error {
 	for i, e := range p.drop {
-		r, _ := p.regions.take(e.addr)
-		p.sp.dropSegment(r.head)
-		if err := p.up.release(e.addr, e.size); err != nil {
+		r, _ := p.regions.Take(e.Addr)
+		p.sp.DropSegment(r.head)
+		if err := p.up.release(e.Addr, e.Size); err != nil {
 			for _, rest := range p.drop[i+1:] {
-				p.regions.get(rest.addr).dropping = false
+				p.regions.Get(rest.Addr).dropping = false
 			}
 			p.forgetDropped()
 			return err
@@ -251,7 +254,7 @@ func (p *streamOrderedPool) trim() error {
 func (p *streamOrderedPool) forgetDropped() {
 	kept := p.empties[:0]
 	for _, base := range p.empties {
-		if p.regions.get(base) != nil {
+		if p.regions.Get(base) != nil {
 			kept = append(kept, base)
 		}
 	}
@@ -263,8 +266,8 @@ func (p *streamOrderedPool) forgetDropped() {
 func (p *streamOrderedPool) Close() error {
 	return p.closeOnce(func() error {
 		var errs []error
-		for _, addr := range p.regions.sortedAddrs() {
-			errs = append(errs, p.up.release(addr, p.regions.get(addr).size))
+		for _, addr := range p.regions.SortedAddrs() {
+			errs = append(errs, p.up.release(addr, p.regions.Get(addr).size))
 		}
 		return errors.Join(errs...)
 	})

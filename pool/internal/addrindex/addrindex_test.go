@@ -1,23 +1,23 @@
-package pool
+package addrindex
 
 import (
 	"math/rand/v2"
 	"testing"
 )
 
-// TestAddrIndexMatchesMap puts and takes random block addresses (clustered, as in an arena) and
+// TestIndexMatchesMap puts and takes random block addresses (clustered, as in an arena) and
 // checks every answer against a map, through several growths and deletions that shift entries.
-func TestAddrIndexMatchesMap(t *testing.T) {
+func TestIndexMatchesMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 9))
-	x, ref := newAddrIndex[liveBlock](), map[uint64]liveBlock{}
+	x, ref := New[liveBlock](), map[uint64]liveBlock{}
 	var live []uint64
 	for i := range 200000 {
 		if len(live) == 0 || rng.IntN(100) < 55 {
-			addr := SimBase + 512*rng.Uint64N(1<<16)
+			addr := simBase + 512*rng.Uint64N(1<<16)
 			if _, ok := ref[addr]; ok {
 				continue
 			}
-			x.put(addr, liveBlock{node: int32(i), req: uint64(i) * 3})
+			x.Put(addr, liveBlock{node: int32(i), req: uint64(i) * 3})
 			ref[addr] = liveBlock{node: int32(i), req: uint64(i) * 3}
 			live = append(live, addr)
 			continue
@@ -26,26 +26,26 @@ func TestAddrIndexMatchesMap(t *testing.T) {
 		addr := live[k]
 		live[k] = live[len(live)-1]
 		live = live[:len(live)-1]
-		if p := x.get(addr); p == nil || *p != ref[addr] {
+		if p := x.Get(addr); p == nil || *p != ref[addr] {
 			t.Fatalf("get %#x = %v; want %v", addr, p, ref[addr])
 		}
-		got, ok := x.take(addr)
+		got, ok := x.Take(addr)
 		if want := ref[addr]; !ok || got != want {
 			t.Fatalf("take %#x = %v, %v; want %v", addr, got, ok, want)
 		}
 		delete(ref, addr)
-		if x.get(addr) != nil {
+		if x.Get(addr) != nil {
 			t.Fatalf("get %#x after take found it", addr)
 		}
-		if _, ok := x.take(addr); ok {
+		if _, ok := x.Take(addr); ok {
 			t.Fatalf("take %#x twice succeeded", addr)
 		}
 	}
-	if x.count != len(ref) {
-		t.Fatalf("count %d, want %d", x.count, len(ref))
+	if x.Len() != len(ref) {
+		t.Fatalf("count %d, want %d", x.Len(), len(ref))
 	}
 	n := 0
-	x.each(func(addr uint64, v *liveBlock) {
+	x.Each(func(addr uint64, v *liveBlock) {
 		n++
 		if want := ref[addr]; *v != want {
 			t.Fatalf("entry %#x = %v; want %v", addr, *v, want)
@@ -55,3 +55,12 @@ func TestAddrIndexMatchesMap(t *testing.T) {
 		t.Fatalf("each visited %d, want %d", n, len(ref))
 	}
 }
+
+// liveBlock is a value like those of package pool's index of live blocks.
+type liveBlock struct {
+	req  uint64
+	node int32
+}
+
+// simBase is where package pool's simulated Upstream starts handing out addresses.
+const simBase = 1 << 32

@@ -1,4 +1,4 @@
-package pool
+package spans
 
 import (
 	"math/rand/v2"
@@ -6,22 +6,22 @@ import (
 	"testing"
 )
 
-// spanCmp is the order of a spanTree written out plainly: owner (untagged first, then by
+// spanCmp is the order of a Tree written out plainly: owner (untagged first, then by
 // stream), then size (bySize), then address.
-func spanCmp(bySize bool) func(a, b span) int {
-	return func(a, b span) int {
+func spanCmp(bySize bool) func(a, b Span) int {
+	return func(a, b Span) int {
 		switch {
-		case a.tagged != b.tagged:
-			if !a.tagged {
+		case a.Tagged != b.Tagged:
+			if !a.Tagged {
 				return -1
 			}
 			return 1
-		case a.stream != b.stream:
-			return cmpU64(a.stream, b.stream)
-		case bySize && a.size != b.size:
-			return cmpU64(a.size, b.size)
+		case a.Stream != b.Stream:
+			return cmpU64(a.Stream, b.Stream)
+		case bySize && a.Size != b.Size:
+			return cmpU64(a.Size, b.Size)
 		}
-		return cmpU64(a.addr, b.addr)
+		return cmpU64(a.Addr, b.Addr)
 	}
 }
 
@@ -35,30 +35,30 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// treeModel drives a spanTree and a sorted slice of the same spans side by side.
+// treeModel drives a Tree and a sorted slice of the same spans side by side.
 type treeModel struct {
 	t    *testing.T
-	tree *spanTree
-	ref  []span
-	cmp  func(a, b span) int
+	tree *Tree
+	ref  []Span
+	cmp  func(a, b Span) int
 }
 
 func newTreeModel(t *testing.T, bySize bool) *treeModel {
-	return &treeModel{t: t, tree: newSpanTree(bySize), cmp: spanCmp(bySize)}
+	return &treeModel{t: t, tree: NewTree(Order(bySize)), cmp: spanCmp(bySize)}
 }
 
-func (m *treeModel) insert(s span) {
+func (m *treeModel) insert(s Span) {
 	at, found := slices.BinarySearchFunc(m.ref, s, m.cmp)
 	if found {
 		return
 	}
-	m.tree.insert(s)
+	m.tree.Insert(s)
 	m.ref = slices.Insert(m.ref, at, s)
 }
 
-func (m *treeModel) delete(s span) {
+func (m *treeModel) delete(s Span) {
 	at, found := slices.BinarySearchFunc(m.ref, s, m.cmp)
-	if deleted := m.tree.delete(s); deleted != found {
+	if deleted := m.tree.Delete(s); deleted != found {
 		m.t.Fatalf("delete(%+v) = %v, present %v", s, deleted, found)
 	}
 	if found {
@@ -66,8 +66,8 @@ func (m *treeModel) delete(s span) {
 	}
 }
 
-// rekey replaces the i-th span (of the sorted order) by s, unless s is already there.
-func (m *treeModel) rekey(i int, s span) {
+// rekey replaces the i-th Span (of the sorted order) by s, unless s is already there.
+func (m *treeModel) rekey(i int, s Span) {
 	if len(m.ref) == 0 {
 		return
 	}
@@ -83,28 +83,28 @@ func (m *treeModel) rekey(i int, s span) {
 }
 
 // check compares the tree's queries for key with the sorted slice, and the whole content.
-func (m *treeModel) check(key span, full bool) {
+func (m *treeModel) check(key Span, full bool) {
 	m.t.Helper()
 	at, found := slices.BinarySearchFunc(m.ref, key, m.cmp)
-	if got, ok := m.tree.lowerBound(key); ok != (at < len(m.ref)) || (ok && got != m.ref[at]) {
+	if got, ok := m.tree.LowerBound(key); ok != (at < len(m.ref)) || (ok && got != m.ref[at]) {
 		m.t.Fatalf("lowerBound(%+v) = %+v %v", key, got, ok)
 	}
-	if got, ok := m.tree.below(key); ok != (at > 0) || (ok && got != m.ref[at-1]) {
+	if got, ok := m.tree.Below(key); ok != (at > 0) || (ok && got != m.ref[at-1]) {
 		m.t.Fatalf("below(%+v) = %+v %v", key, got, ok)
 	}
 	up := at
 	if found {
 		up++
 	}
-	if got, ok := m.tree.above(key); ok != (up < len(m.ref)) || (ok && got != m.ref[up]) {
+	if got, ok := m.tree.Above(key); ok != (up < len(m.ref)) || (ok && got != m.ref[up]) {
 		m.t.Fatalf("above(%+v) = %+v %v", key, got, ok)
 	}
 	if m.tree.count != len(m.ref) {
 		m.t.Fatalf("count %d, want %d", m.tree.count, len(m.ref))
 	}
 	if full {
-		var inOrder []span
-		m.tree.each(func(s span) { inOrder = append(inOrder, s) })
+		var inOrder []Span
+		m.tree.each(func(s Span) { inOrder = append(inOrder, s) })
 		if !slices.Equal(inOrder, m.ref) {
 			m.t.Fatalf("in-order walk differs from the sorted slice:\n%+v\n%+v", inOrder, m.ref)
 		}
@@ -177,8 +177,8 @@ func TestSpanTreeAgainstSortedSlice(t *testing.T) {
 		for _, spread := range []uint64{50, 5000} {
 			m := newTreeModel(t, bySize)
 			rng := rand.New(rand.NewPCG(3, spread))
-			randomSpan := func() span {
-				return span{tagged: rng.IntN(3) > 0, stream: rng.Uint64N(3), size: rng.Uint64N(spread), addr: rng.Uint64N(20 * spread)}
+			randomSpan := func() Span {
+				return Span{Tagged: rng.IntN(3) > 0, Stream: rng.Uint64N(3), Size: rng.Uint64N(spread), Addr: rng.Uint64N(20 * spread)}
 			}
 			for i := range 30000 {
 				switch r := rng.IntN(10); {
@@ -194,14 +194,14 @@ func TestSpanTreeAgainstSortedSlice(t *testing.T) {
 				}
 				m.check(randomSpan(), i%100 == 0)
 			}
-			m.check(span{}, true)
+			m.check(Span{}, true)
 		}
 	}
 }
 
-// nearby returns a span close to the i-th one in the tree (so that rekeys often stay in place), or a
+// nearby returns a Span close to the i-th one in the tree (so that rekeys often stay in place), or a
 // random one.
-func nearby(rng *rand.Rand, m *treeModel, i int, random func() span) span {
+func nearby(rng *rand.Rand, m *treeModel, i int, random func() Span) Span {
 	if len(m.ref) == 0 || rng.IntN(2) == 0 {
 		return random()
 	}
@@ -209,76 +209,76 @@ func nearby(rng *rand.Rand, m *treeModel, i int, random func() span) span {
 	s := m.ref[i]
 	if i+1 < len(m.ref) && rng.IntN(2) == 0 {
 		s = m.ref[i+1] // just below the next one, beyond a separator left behind by a delete
-		s.addr -= min(s.addr, 1)
+		s.Addr -= min(s.Addr, 1)
 		return s
 	}
-	s.size += rng.Uint64N(3)
-	s.addr += rng.Uint64N(3)
+	s.Size += rng.Uint64N(3)
+	s.Addr += rng.Uint64N(3)
 	return s
 }
 
 // TestSpanTreeHints checks the remembered position of lowerBoundHint: rekey in place or by delete
 // and insert while the tree is unchanged, a search or a refusal after a change.
 func TestSpanTreeHints(t *testing.T) {
-	m := newTreeModel(t, bySizeOrder)
+	m := newTreeModel(t, bool(BySize))
 	for i := range uint64(100) {
-		m.insert(span{size: 10 * (i % 10), addr: i})
+		m.insert(Span{Size: 10 * (i % 10), Addr: i})
 	}
 	var h treeHint
-	s, ok := m.tree.lowerBoundHint(&span{size: 35}, &h)
-	if !ok || s.size != 40 || s.addr != 4 {
+	s, ok := m.tree.lowerBoundHint(&Span{Size: 35}, &h)
+	if !ok || s.Size != 40 || s.Addr != 4 {
 		t.Fatalf("lowerBoundHint(35) = %+v %v, want size 40 addr 4", s, ok)
 	}
-	m.tree.rekeyHint(&h, true, *s, span{size: 31, addr: 4}) // between (30, 93) and (40, 14): in place
-	m.ref[40] = span{size: 31, addr: 4}
+	m.tree.rekeyHint(&h, true, *s, Span{Size: 31, Addr: 4}) // between (30, 93) and (40, 14): in place
+	m.ref[40] = Span{Size: 31, Addr: 4}
 	if m.tree.items[m.tree.nodes[h.at.leaf].vals[h.at.pos]] != m.ref[40] {
 		t.Fatal("rekeyHint did not replace (40, 4) in place by (31, 4)")
 	}
 	if m.tree.deleteHint(&h) {
 		t.Fatal("deleteHint used a hint taken before a change")
 	}
-	m.check(span{size: 31}, true)
-	if s, ok = m.tree.lowerBoundHint(&span{size: 31}, &h); !ok {
+	m.check(Span{Size: 31}, true)
+	if s, ok = m.tree.lowerBoundHint(&Span{Size: 31}, &h); !ok {
 		t.Fatal("lowerBoundHint(31) found nothing")
 	}
-	m.tree.rekeyHint(&h, true, *s, span{size: 95, addr: 1}) // moves to the end
-	m.ref = append(slices.Delete(m.ref, 40, 41), span{size: 95, addr: 1})
-	m.check(span{size: 95}, true)
-	m.tree.rekeyHint(&h, true, span{size: 95, addr: 1}, span{size: 31, addr: 4}) // stale hint: a search
-	m.ref = slices.Insert(m.ref[:len(m.ref)-1], 40, span{size: 31, addr: 4})
-	m.check(span{size: 31}, true)
-	if _, ok := m.tree.lowerBoundHint(&span{size: 31}, &h); !ok || !m.tree.deleteHint(&h) {
+	m.tree.rekeyHint(&h, true, *s, Span{Size: 95, Addr: 1}) // moves to the end
+	m.ref = append(slices.Delete(m.ref, 40, 41), Span{Size: 95, Addr: 1})
+	m.check(Span{Size: 95}, true)
+	m.tree.rekeyHint(&h, true, Span{Size: 95, Addr: 1}, Span{Size: 31, Addr: 4}) // stale hint: a search
+	m.ref = slices.Insert(m.ref[:len(m.ref)-1], 40, Span{Size: 31, Addr: 4})
+	m.check(Span{Size: 31}, true)
+	if _, ok := m.tree.lowerBoundHint(&Span{Size: 31}, &h); !ok || !m.tree.deleteHint(&h) {
 		t.Fatal("deleteHint refused a fresh hint")
 	}
 	m.ref = slices.Delete(m.ref, 40, 41)
-	if _, ok := m.tree.lowerBoundHint(&span{size: 91}, &h); ok {
-		t.Fatal("lowerBoundHint found a span above the largest")
+	if _, ok := m.tree.lowerBoundHint(&Span{Size: 91}, &h); ok {
+		t.Fatal("lowerBoundHint found a Span above the largest")
 	}
-	if _, ok := m.tree.lowerBoundHint(&span{tagged: true, size: 1}, &h); ok {
-		t.Fatal("lowerBoundHint found a span of an owner with none")
+	if _, ok := m.tree.lowerBoundHint(&Span{Tagged: true, Size: 1}, &h); ok {
+		t.Fatal("lowerBoundHint found a Span of an owner with none")
 	}
-	m.check(span{size: 50}, true)
+	m.check(Span{Size: 50}, true)
 }
 
 // TestSpanTreeOwners checks that queries cross from one owner to the next in owner order, and
 // that walks of one owner stop at its ends.
 func TestSpanTreeOwners(t *testing.T) {
-	tree := newSpanTree(bySizeOrder)
-	for _, s := range []span{{tagged: true, stream: 7, size: 1}, {size: 5}, {tagged: true, stream: 2, size: 9}} {
-		tree.insert(s)
+	tree := NewTree(BySize)
+	for _, s := range []Span{{Tagged: true, Stream: 7, Size: 1}, {Size: 5}, {Tagged: true, Stream: 2, Size: 9}} {
+		tree.Insert(s)
 	}
-	if s, ok := tree.lowerBound(span{tagged: true}); !ok || s.stream != 2 {
+	if s, ok := tree.LowerBound(Span{Tagged: true}); !ok || s.Stream != 2 {
 		t.Fatalf("lowerBound(tagged) = %+v %v, want stream 2", s, ok)
 	}
-	if s, ok := tree.above(span{tagged: true, stream: 2, size: 9}); !ok || s.stream != 7 {
+	if s, ok := tree.Above(Span{Tagged: true, Stream: 2, Size: 9}); !ok || s.Stream != 7 {
 		t.Fatalf("above(stream 2) = %+v %v, want stream 7", s, ok)
 	}
-	if s, ok := tree.below(span{tagged: true, stream: 2}); !ok || s.tagged || s.size != 5 {
-		t.Fatalf("below(stream 2) = %+v %v, want the untagged span", s, ok)
+	if s, ok := tree.Below(Span{Tagged: true, Stream: 2}); !ok || s.Tagged || s.Size != 5 {
+		t.Fatalf("below(stream 2) = %+v %v, want the untagged Span", s, ok)
 	}
 	var sizes []uint64
-	tree.ascend(span{tagged: true, stream: 2}, &treeHint{}, func(s span) bool { sizes = append(sizes, s.size); return true })
-	tree.descendBelow(span{tagged: true, stream: 7, size: 2}, func(s span) bool { sizes = append(sizes, s.size); return true })
+	tree.ascend(Span{Tagged: true, Stream: 2}, &treeHint{}, func(s Span) bool { sizes = append(sizes, s.Size); return true })
+	tree.descendBelow(Span{Tagged: true, Stream: 7, Size: 2}, func(s Span) bool { sizes = append(sizes, s.Size); return true })
 	if !slices.Equal(sizes, []uint64{9, 1}) {
 		t.Fatalf("walks of streams 2 and 7 gave sizes %v, want [9 1]", sizes)
 	}
@@ -291,7 +291,7 @@ func FuzzSpanTree(f *testing.F) {
 		m := newTreeModel(t, len(ops)%2 == 0)
 		for i := 0; i+1 < len(ops); i += 2 {
 			op, v := ops[i], uint64(ops[i+1])
-			s := span{tagged: op&1 != 0, stream: uint64(op>>1) & 1, size: v >> 4, addr: v & 15}
+			s := Span{Tagged: op&1 != 0, Stream: uint64(op>>1) & 1, Size: v >> 4, Addr: v & 15}
 			switch op >> 6 {
 			case 0, 1:
 				m.insert(s)
@@ -302,6 +302,6 @@ func FuzzSpanTree(f *testing.F) {
 			}
 			m.check(s, false)
 		}
-		m.check(span{}, true)
+		m.check(Span{}, true)
 	})
 }

@@ -1,18 +1,18 @@
-package pool
+package spans
 
 import "slices"
 
-// spanTree is an ordered set of spans: O(log n) insert, delete, lower bound and neighbour walks
+// Tree is an ordered set of spans: O(log n) insert, delete, lower bound and neighbour walks
 // in the worst case. Spans are ordered by owner (untagged first, then tagged by stream), then
 // size (bySize), then address. Each owner has its own B+tree, so that a key is two words: (size,
 // address) by size, (address, 0) by address. All owners' nodes share one slice, linked by index;
 // leaves hold sorted keys and are chained per owner for walks to a neighbour; the spans live in
 // items, the leaves hold their indexes.
-type spanTree struct {
+type Tree struct {
 	bySize    bool
 	nodes     []bnode
 	freeNodes []int32
-	items     []span
+	items     []Span
 	freeItems []int32
 	owners    []treeOwner        // in first-seen order (owner 0 is untagged stream 0)
 	sorted    []int32            // owner indexes by (tagged, stream)
@@ -46,22 +46,19 @@ type bnode struct {
 	prev, next int32 // leaf chain of the owner, treeNil at its ends
 }
 
-// treeNil marks the absence of a tree node; nilNode the absence of a space node.
-const (
-	treeNil int32 = -1
-	nilNode int32 = -1
-)
+// treeNil marks the absence of a tree node.
+const treeNil int32 = -1
 
 type ownerKey struct {
-	tagged bool
-	stream uint64
+	Tagged bool
+	Stream uint64
 }
 
 func (a ownerKey) less(b ownerKey) bool {
-	if a.tagged != b.tagged {
-		return !a.tagged
+	if a.Tagged != b.Tagged {
+		return !a.Tagged
 	}
-	return a.stream < b.stream
+	return a.Stream < b.Stream
 }
 
 // treeOwner is the B+tree of one owner's spans.
@@ -71,23 +68,24 @@ type treeOwner struct {
 	height int32 // levels, the leaves being level 1
 }
 
-func newSpanTree(bySize bool) *spanTree {
-	t := &spanTree{bySize: bySize, byOwner: map[ownerKey]int32{}}
+// NewTree returns an empty tree that keeps its spans in the given order.
+func NewTree(order Order) *Tree {
+	t := &Tree{bySize: bool(order), byOwner: map[ownerKey]int32{}}
 	t.owners = []treeOwner{{root: treeNil}}
 	t.sorted = []int32{0}
 	t.byOwner[ownerKey{}] = 0
 	return t
 }
 
-func (t *spanTree) key(s *span) bkey {
+func (t *Tree) key(s *Span) bkey {
 	if t.bySize {
-		return bkey{s.size, s.addr}
+		return bkey{s.Size, s.Addr}
 	}
-	return bkey{s.addr, 0}
+	return bkey{s.Addr, 0}
 }
 
 // owner returns the index of s's owner; with create, it adds one unknown so far (else -1).
-func (t *spanTree) owner(tagged bool, stream uint64, create bool) int32 {
+func (t *Tree) owner(tagged bool, stream uint64, create bool) int32 {
 	if !tagged && stream == 0 {
 		return 0
 	}
@@ -115,7 +113,7 @@ func (t *spanTree) owner(tagged bool, stream uint64, create bool) int32 {
 	return i
 }
 
-func (t *spanTree) newNode(leaf bool) int32 {
+func (t *Tree) newNode(leaf bool) int32 {
 	nd := bnode{leaf: leaf, prev: treeNil, next: treeNil}
 	if k := len(t.freeNodes); k > 0 {
 		i := t.freeNodes[k-1]
@@ -127,7 +125,7 @@ func (t *spanTree) newNode(leaf bool) int32 {
 	return int32(len(t.nodes) - 1)
 }
 
-func (t *spanTree) newItem(s span) int32 {
+func (t *Tree) newItem(s Span) int32 {
 	if k := len(t.freeItems); k > 0 {
 		i := t.freeItems[k-1]
 		t.freeItems = t.freeItems[:k-1]
@@ -148,7 +146,7 @@ type treePath struct {
 
 // childFor returns the child of inner node n whose range holds k: the number of separators ≤ k.
 // Keys being sorted, those with a lower hi come first, then those with k's hi.
-func (t *spanTree) childFor(n int32, k bkey) int32 {
+func (t *Tree) childFor(n int32, k bkey) int32 {
 	nd := &t.nodes[n]
 	i := int32(1)
 	for i < nd.n && nd.keys[i].hi < k.hi {
@@ -161,7 +159,7 @@ func (t *spanTree) childFor(n int32, k bkey) int32 {
 }
 
 // leafPos returns the number of keys of leaf n below k (strict: not above k).
-func (t *spanTree) leafPos(n int32, k bkey, strict bool) int32 {
+func (t *Tree) leafPos(n int32, k bkey, strict bool) int32 {
 	nd := &t.nodes[n]
 	i := int32(0)
 	for i < nd.n && nd.keys[i].hi < k.hi {
@@ -180,7 +178,7 @@ func (t *spanTree) leafPos(n int32, k bkey, strict bool) int32 {
 }
 
 // descend walks from owner o's root to the leaf whose range holds k, recording the path.
-func (t *spanTree) descend(o int32, k bkey, path *treePath) int32 {
+func (t *Tree) descend(o int32, k bkey, path *treePath) int32 {
 	path.depth = 0
 	n := t.owners[o].root
 	for !t.nodes[n].leaf {
@@ -196,7 +194,7 @@ func (t *spanTree) descend(o int32, k bkey, path *treePath) int32 {
 type cursor struct{ leaf, pos int32 }
 
 // seek returns the first position in owner o whose key is not below k (strict: above k).
-func (t *spanTree) seek(o int32, k bkey, strict bool, path *treePath) cursor {
+func (t *Tree) seek(o int32, k bkey, strict bool, path *treePath) cursor {
 	if t.owners[o].root == treeNil {
 		return cursor{treeNil, 0}
 	}
@@ -209,11 +207,11 @@ func (t *spanTree) seek(o int32, k bkey, strict bool, path *treePath) cursor {
 	return c
 }
 
-func (t *spanTree) valid(c cursor) bool { return c.leaf != treeNil && c.pos < t.nodes[c.leaf].n }
+func (t *Tree) valid(c cursor) bool { return c.leaf != treeNil && c.pos < t.nodes[c.leaf].n }
 
-func (t *spanTree) at(c cursor) *span { return &t.items[t.nodes[c.leaf].vals[c.pos]] }
+func (t *Tree) at(c cursor) *Span { return &t.items[t.nodes[c.leaf].vals[c.pos]] }
 
-func (t *spanTree) next(c cursor) cursor {
+func (t *Tree) next(c cursor) cursor {
 	if c.pos+1 < t.nodes[c.leaf].n {
 		return cursor{c.leaf, c.pos + 1}
 	}
@@ -224,7 +222,7 @@ func (t *spanTree) next(c cursor) cursor {
 }
 
 // prev returns the position before c; leaf treeNil when c is the first.
-func (t *spanTree) prev(c cursor) cursor {
+func (t *Tree) prev(c cursor) cursor {
 	if c.leaf == treeNil {
 		return c
 	}
@@ -238,7 +236,7 @@ func (t *spanTree) prev(c cursor) cursor {
 }
 
 // first and last return owner o's first and last positions (leaf treeNil when it is empty).
-func (t *spanTree) first(o int32) cursor {
+func (t *Tree) first(o int32) cursor {
 	n := t.owners[o].root
 	if n == treeNil {
 		return cursor{treeNil, 0}
@@ -249,7 +247,7 @@ func (t *spanTree) first(o int32) cursor {
 	return cursor{n, 0}
 }
 
-func (t *spanTree) last(o int32) cursor {
+func (t *Tree) last(o int32) cursor {
 	n := t.owners[o].root
 	if n == treeNil {
 		return cursor{treeNil, 0}
@@ -260,9 +258,9 @@ func (t *spanTree) last(o int32) cursor {
 	return cursor{n, t.nodes[n].n - 1}
 }
 
-// insert adds s, which must not be in the tree.
-func (t *spanTree) insert(s span) {
-	o := t.owner(s.tagged, s.stream, true)
+// Insert adds s, which must not be in the tree.
+func (t *Tree) Insert(s Span) {
+	o := t.owner(s.Tagged, s.Stream, true)
 	t.mods++
 	t.count++
 	item := t.newItem(s)
@@ -280,7 +278,7 @@ func (t *spanTree) insert(s span) {
 }
 
 // insertAt puts (k, v) at position pos of leaf, reached by path, splitting full nodes upwards.
-func (t *spanTree) insertAt(o int32, path *treePath, leaf, pos int32, k bkey, v int32) {
+func (t *Tree) insertAt(o int32, path *treePath, leaf, pos int32, k bkey, v int32) {
 	nd := &t.nodes[leaf]
 	if nd.n < bOrder {
 		copy(nd.keys[pos+1:nd.n+1], nd.keys[pos:nd.n])
@@ -313,7 +311,7 @@ func (t *spanTree) insertAt(o int32, path *treePath, leaf, pos int32, k bkey, v 
 // split divides full node n, with (k, v) added at position pos, into n and a new right node,
 // returned. A leaf's right node starts with its first key; an inner one's keys[0] is the
 // separator to put in the parent.
-func (t *spanTree) split(n, pos int32, k bkey, v int32) int32 {
+func (t *Tree) split(n, pos int32, k bkey, v int32) int32 {
 	var keys [bOrder + 1]bkey
 	var vals [bOrder + 1]int32
 	nd := &t.nodes[n]
@@ -343,7 +341,7 @@ func (t *spanTree) split(n, pos int32, k bkey, v int32) int32 {
 }
 
 // find returns the position of key k in owner o (leaf treeNil when absent) and the path to it.
-func (t *spanTree) find(o int32, k bkey, path *treePath) cursor {
+func (t *Tree) find(o int32, k bkey, path *treePath) cursor {
 	if o < 0 || t.owners[o].root == treeNil {
 		return cursor{treeNil, 0}
 	}
@@ -355,10 +353,10 @@ func (t *spanTree) find(o int32, k bkey, path *treePath) cursor {
 	return cursor{leaf, pos}
 }
 
-// delete removes the span equal to s (same owner, size and address); it reports whether one was there.
-func (t *spanTree) delete(s span) bool {
+// Delete removes the span equal to s (same owner, size and address); it reports whether one was there.
+func (t *Tree) Delete(s Span) bool {
 	var path treePath
-	o := t.owner(s.tagged, s.stream, false)
+	o := t.owner(s.Tagged, s.Stream, false)
 	c := t.find(o, t.key(&s), &path)
 	if c.leaf == treeNil {
 		return false
@@ -369,7 +367,7 @@ func (t *spanTree) delete(s span) bool {
 
 // deleteAt removes the entry at c of owner o, reached by path, merging or refilling nodes that
 // fall below bMinFill on the way up.
-func (t *spanTree) deleteAt(o int32, path *treePath, c cursor) {
+func (t *Tree) deleteAt(o int32, path *treePath, c cursor) {
 	t.mods++
 	t.count--
 	nd := &t.nodes[c.leaf]
@@ -397,7 +395,7 @@ func (t *spanTree) deleteAt(o int32, path *treePath, c cursor) {
 
 // refill brings child i of inner node p back to bMinFill entries, from a sibling that can spare
 // one or by merging with it. It reports whether p lost a child.
-func (t *spanTree) refill(p, i int32) bool {
+func (t *Tree) refill(p, i int32) bool {
 	pn := &t.nodes[p]
 	l, r, sep := i-1, i, i // the siblings l and r and the separator between them
 	if i == 0 {
@@ -417,7 +415,7 @@ func (t *spanTree) refill(p, i int32) bool {
 }
 
 // merge appends child sep of p to child sep-1 and removes it from p.
-func (t *spanTree) merge(p, sep int32) {
+func (t *Tree) merge(p, sep int32) {
 	pn := &t.nodes[p]
 	li, ri := pn.vals[sep-1], pn.vals[sep]
 	ln, rn := &t.nodes[li], &t.nodes[ri]
@@ -440,7 +438,7 @@ func (t *spanTree) merge(p, sep int32) {
 }
 
 // rotateRight moves ln's last entry to the front of its right sibling rn (separator sep of pn).
-func (t *spanTree) rotateRight(pn, ln, rn *bnode, sep int32) {
+func (t *Tree) rotateRight(pn, ln, rn *bnode, sep int32) {
 	copy(rn.keys[1:rn.n+1], rn.keys[:rn.n])
 	copy(rn.vals[1:rn.n+1], rn.vals[:rn.n])
 	rn.vals[0] = ln.vals[ln.n-1]
@@ -456,7 +454,7 @@ func (t *spanTree) rotateRight(pn, ln, rn *bnode, sep int32) {
 }
 
 // rotateLeft moves rn's first entry to the end of its left sibling ln (separator sep of pn).
-func (t *spanTree) rotateLeft(pn, ln, rn *bnode, sep int32) {
+func (t *Tree) rotateLeft(pn, ln, rn *bnode, sep int32) {
 	ln.vals[ln.n] = rn.vals[0]
 	if ln.leaf {
 		ln.keys[ln.n] = rn.keys[0]
@@ -473,7 +471,7 @@ func (t *spanTree) rotateLeft(pn, ln, rn *bnode, sep int32) {
 
 // fits reports whether key k may take the place of the entry at c: it lies strictly between
 // the entries before and after it.
-func (t *spanTree) fits(c cursor, k bkey) bool {
+func (t *Tree) fits(c cursor, k bkey) bool {
 	if p := t.prev(c); p.leaf != treeNil && !t.nodes[p.leaf].keys[p.pos].less(k) {
 		return false
 	}
@@ -484,7 +482,7 @@ func (t *spanTree) fits(c cursor, k bkey) bool {
 // replace puts s (key k, same owner) at c, reached by path, where fits allows it. The separators
 // on either side of the leaf bound its keys: a first key becomes the one on its left, and a last
 // key moves the one on its right up to the next leaf's first key (a delete may have left it lower).
-func (t *spanTree) replace(path *treePath, c cursor, k bkey, s *span) {
+func (t *Tree) replace(path *treePath, c cursor, k bkey, s *Span) {
 	t.mods++
 	nd := &t.nodes[c.leaf]
 	nd.keys[c.pos] = k
@@ -509,12 +507,12 @@ func (t *spanTree) replace(path *treePath, c cursor, k bkey, s *span) {
 
 // rekey replaces old, which must be in the tree, by s. When s has old's owner and falls between
 // old's neighbours it takes old's place (no rebalancing); otherwise it is a delete and an insert.
-func (t *spanTree) rekey(old, s span) {
+func (t *Tree) rekey(old, s Span) {
 	var path treePath
-	o := t.owner(old.tagged, old.stream, false)
+	o := t.owner(old.Tagged, old.Stream, false)
 	c := t.find(o, t.key(&old), &path)
 	if c.leaf == treeNil {
-		t.insert(s)
+		t.Insert(s)
 		return
 	}
 	if k := t.key(&s); old.ownerKey() == s.ownerKey() && t.fits(c, k) {
@@ -522,10 +520,10 @@ func (t *spanTree) rekey(old, s span) {
 		return
 	}
 	t.deleteAt(o, &path, c)
-	t.insert(s)
+	t.Insert(s)
 }
 
-func (s *span) ownerKey() ownerKey { return ownerKey{s.tagged, s.stream} }
+func (s *Span) ownerKey() ownerKey { return ownerKey{s.Tagged, s.Stream} }
 
 // treeHint is a position found by lowerBoundHint, usable while the tree's mods stay the same.
 type treeHint struct {
@@ -536,8 +534,8 @@ type treeHint struct {
 }
 
 // lowerBoundHint returns the smallest span of key's owner not below key, and records where it is.
-func (t *spanTree) lowerBoundHint(key *span, h *treeHint) (*span, bool) {
-	o := t.owner(key.tagged, key.stream, false)
+func (t *Tree) lowerBoundHint(key *Span, h *treeHint) (*Span, bool) {
+	o := t.owner(key.Tagged, key.Stream, false)
 	if o < 0 {
 		return nil, false
 	}
@@ -553,7 +551,7 @@ func (t *spanTree) lowerBoundHint(key *span, h *treeHint) (*span, bool) {
 }
 
 // deleteHint removes the span at h if the tree is unchanged since; it reports whether it did.
-func (t *spanTree) deleteHint(h *treeHint) bool {
+func (t *Tree) deleteHint(h *treeHint) bool {
 	if t.mods != h.mods {
 		return false
 	}
@@ -564,7 +562,7 @@ func (t *spanTree) deleteHint(h *treeHint) bool {
 // rekeyHint replaces the span at h, old, by s of the same owner: in place when the tree is
 // unchanged since h was taken (use says h is about old) and s sits between old's neighbours,
 // else without a second search when h is still good, else as rekey.
-func (t *spanTree) rekeyHint(h *treeHint, use bool, old, s span) {
+func (t *Tree) rekeyHint(h *treeHint, use bool, old, s Span) {
 	if !use || t.mods != h.mods {
 		t.rekey(old, s)
 		return
@@ -574,16 +572,16 @@ func (t *spanTree) rekeyHint(h *treeHint, use bool, old, s span) {
 		return
 	}
 	t.deleteAt(h.owner, &h.path, h.at)
-	t.insert(s)
+	t.Insert(s)
 }
 
-// lowerBound returns the smallest span not below key.
-func (t *spanTree) lowerBound(key span) (span, bool) { return t.bound(key, false) }
+// LowerBound returns the smallest span not below key.
+func (t *Tree) LowerBound(key Span) (Span, bool) { return t.bound(key, false) }
 
-// above returns the smallest span greater than key.
-func (t *spanTree) above(key span) (span, bool) { return t.bound(key, true) }
+// Above returns the smallest span greater than key.
+func (t *Tree) Above(key Span) (Span, bool) { return t.bound(key, true) }
 
-func (t *spanTree) bound(key span, strict bool) (span, bool) {
+func (t *Tree) bound(key Span, strict bool) (Span, bool) {
 	var path treePath
 	ko := key.ownerKey()
 	for _, o := range t.sorted {
@@ -601,11 +599,11 @@ func (t *spanTree) bound(key span, strict bool) (span, bool) {
 			return *t.at(c), true
 		}
 	}
-	return span{}, false
+	return Span{}, false
 }
 
-// below returns the greatest span less than key.
-func (t *spanTree) below(key span) (span, bool) {
+// Below returns the greatest span less than key.
+func (t *Tree) Below(key Span) (Span, bool) {
 	var path treePath
 	ko := key.ownerKey()
 	for j := len(t.sorted) - 1; j >= 0; j-- {
@@ -624,12 +622,12 @@ func (t *spanTree) below(key span) (span, bool) {
 			return *t.at(c), true
 		}
 	}
-	return span{}, false
+	return Span{}, false
 }
 
 // ascend calls fn on the spans of the given owner from the first not below key, in order, until
 // fn returns false, and records in h where the first one is. fn must not change the tree.
-func (t *spanTree) ascend(key span, h *treeHint, fn func(span) bool) {
+func (t *Tree) ascend(key Span, h *treeHint, fn func(Span) bool) {
 	s, ok := t.lowerBoundHint(&key, h)
 	if !ok {
 		return
@@ -643,8 +641,8 @@ func (t *spanTree) ascend(key span, h *treeHint, fn func(span) bool) {
 
 // descendBelow calls fn on the spans of the given owner below key, greatest first, until fn
 // returns false. fn must not change the tree.
-func (t *spanTree) descendBelow(key span, fn func(span) bool) {
-	o := t.owner(key.tagged, key.stream, false)
+func (t *Tree) descendBelow(key Span, fn func(Span) bool) {
+	o := t.owner(key.Tagged, key.Stream, false)
 	if o < 0 {
 		return
 	}
@@ -654,7 +652,7 @@ func (t *spanTree) descendBelow(key span, fn func(span) bool) {
 }
 
 // each calls fn on every span in order.
-func (t *spanTree) each(fn func(span)) {
+func (t *Tree) each(fn func(Span)) {
 	for _, o := range t.sorted {
 		for c := t.first(o); t.valid(c); c = t.next(c) {
 			fn(*t.at(c))
