@@ -115,6 +115,8 @@ static int current_device(void) {
 	return d;
 }
 
+#include "serve.h"
+
 /* ---- the three shapes of hook ------------------------------------------------------------------- */
 
 /* The real call, timed, with the frame marked as inside it. */
@@ -128,11 +130,16 @@ static int current_device(void) {
 
 /* An allocation: seq taken after the real call. */
 #define ALLOC_BODY(CALL, FID, IS_DEVICE, OUT_ADDR, SIZE_EXPR, STREAM, MAP)                                 \
+	SERVED_ALLOC_BODY(CALL, CALL, FID, IS_DEVICE, OUT_ADDR, SIZE_EXPR, STREAM, MAP)
+
+/* An allocation that record --pool may serve: SERVED, the recorded call, tries the pool first; a
+ * call that is not recorded (the runtime's own driver call) goes straight to CALL. */
+#define SERVED_ALLOC_BODY(SERVED, CALL, FID, IS_DEVICE, OUT_ADDR, SIZE_EXPR, STREAM, MAP)                  \
 	do {                                                                                             \
 		int d_ = hook_enter(FID);                                                                \
 		if (d_ < 0)                                                                              \
 			return CALL;                                                                     \
-		TIMED_CALL(d_, FID, CALL, r_, tsc_, t0_, t1_);                                           \
+		TIMED_CALL(d_, FID, SERVED, r_, tsc_, t0_, t1_);                                         \
 		int e_ = errno;                                                                          \
 		uint64_t addr_ = r_ == 0 ? (uint64_t)(OUT_ADDR) : 0;                                     \
 		uint64_t size_ = (uint64_t)(SIZE_EXPR);                                                  \
@@ -147,7 +154,10 @@ static int current_device(void) {
 	} while (0)
 
 /* A free: seq and size taken before the real call; the map entry comes back if the call fails. */
-#define FREE_BODY(CALL, FID, MAP, KEY, STREAM)                                                           \
+#define FREE_BODY(CALL, FID, MAP, KEY, STREAM) SERVED_FREE_BODY(CALL, CALL, FID, MAP, KEY, STREAM)
+
+/* A free that record --pool may take (SERVED, the recorded call, tries the pool first). */
+#define SERVED_FREE_BODY(SERVED, CALL, FID, MAP, KEY, STREAM)                                            \
 	do {                                                                                             \
 		int d_ = hook_enter(FID);                                                                \
 		if (d_ < 0)                                                                              \
@@ -157,7 +167,7 @@ static int current_device(void) {
 		uint64_t seq_ = take_seq();                                                              \
 		uint64_t v_ = map_find(MAP, key_, 1);                                                    \
 		errno = e0_;                                                                             \
-		TIMED_CALL(d_, FID, CALL, r_, tsc_, t0_, t1_);                                           \
+		TIMED_CALL(d_, FID, SERVED, r_, tsc_, t0_, t1_);                                         \
 		int e_ = errno;                                                                          \
 		if (r_ != 0 && v_ != 0)                                                                  \
 			map_insert(MAP, key_, v_);                                                       \
@@ -222,11 +232,27 @@ typedef cudaError_t (*cudaGetDriverEntryPointByVersion_fn)(const char *, void **
 
 #define BODY static inline __attribute__((always_inline))
 
+/* The calls record --pool serves: the pool first, CUDA when it cannot. */
+static inline int served_alloc(uint64_t n, void **p) {
+	uint64_t a;
+	if (p == NULL || !serve_alloc(n, &a))
+		return -1;
+	*p = (void *)(uintptr_t)a;
+	return 0;
+}
+static inline int served_free(uint64_t p) {
+	int r;
+	return serve_free(p, &r) ? r : -1;
+}
+#define SERVED(TRY, CALL) ((r_try_ = (TRY)) >= 0 ? r_try_ : (CALL))
+
 BODY cudaError_t b_cudaMalloc(cudaMalloc_fn f, int fid, void *cs, void **p, size_t n) {
-	ALLOC_BODY(f(p, n), fid, 1, PTR(*p), n, 0, &g_addrs);
+	int r_try_;
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p), f(p, n)), f(p, n), fid, 1, PTR(*p), n, 0, &g_addrs);
 }
 BODY cudaError_t b_cudaFree(cudaFree_fn f, int fid, void *cs, void *p) {
-	FREE_BODY(f(p), fid, &g_addrs, PTR(p), 0);
+	int r_try_;
+	SERVED_FREE_BODY(SERVED(served_free(PTR(p)), f(p)), f(p), fid, &g_addrs, PTR(p), 0);
 }
 BODY cudaError_t b_cudaMallocAsync(cudaMallocAsync_fn f, int fid, void *cs, void **p, size_t n, cudaStream_t s) {
 	ALLOC_BODY(f(p, n, s), fid, 1, PTR(*p), n, s, &g_addrs);
@@ -260,10 +286,34 @@ BODY cudaError_t b_cudaFreeHost(cudaFreeHost_fn f, int fid, void *cs, void *p) {
 	FREE_BODY(f(p), fid, &g_addrs, PTR(p), 0);
 }
 BODY CUresult b_cuMemAlloc_v2(cuMemAlloc_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t n) {
-	ALLOC_BODY(f(p, n), fid, 1, *p, n, 0, &g_addrs);
+	int r_try_;
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p), f(p, n)), f(p, n), fid, 1, *p, n, 0, &g_addrs);
 }
 BODY CUresult b_cuMemFree_v2(cuMemFree_v2_fn f, int fid, void *cs, CUdeviceptr p) {
-	FREE_BODY(f(p), fid, &g_addrs, p, 0);
+	int r_try_;
+	SERVED_FREE_BODY(SERVED(served_free(p), f(p)), f(p), fid, &g_addrs, p, 0);
+}
+
+/* A device synchronization: the pools' pending blocks on the device become reusable. Not logged. */
+typedef cudaError_t (*cudaDeviceSynchronize_fn)(void);
+typedef CUresult (*cuCtxSynchronize_fn)(void);
+BODY cudaError_t b_cudaDeviceSynchronize(cudaDeviceSynchronize_fn f, int fid, void *cs, int unused) {
+	(void)fid, (void)cs, (void)unused;
+	cudaError_t r = f();
+	int e = errno;
+	if (r == 0)
+		serve_synchronized();
+	errno = e;
+	return r;
+}
+BODY CUresult b_cuCtxSynchronize(cuCtxSynchronize_fn f, int fid, void *cs, int unused) {
+	(void)fid, (void)cs, (void)unused;
+	CUresult r = f();
+	int e = errno;
+	if (r == 0)
+		serve_synchronized();
+	errno = e;
+	return r;
 }
 BODY CUresult b_cuMemAllocPitch_v2(cuMemAllocPitch_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t *pitch,
 				   size_t w, size_t h, unsigned el) {

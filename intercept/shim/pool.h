@@ -142,9 +142,10 @@ struct cp_pool {
 	int32_t recycled;
 	uint64_t arena_total, grow_min, allocs_seen;
 	int closed;
+	int no_grow; /* growths fail with CP_WOULD_GROW (uncounted) */
 };
 
-struct cp_live { uint64_t addr; uint64_t req; int32_t node; int32_t used; };
+struct cp_live { uint64_t addr; uint64_t req; int32_t node; uint8_t used, pending; };
 
 static inline uint64_t cp_round(uint64_t n, uint64_t a) { return (n + a - 1) & ~(a - 1); }
 
@@ -385,9 +386,23 @@ static int cp_live_put(struct cp_pool *p, uint64_t addr, uint64_t req, int32_t n
 	size_t mask = p->live.len - 1, j = cp_hash(addr, mask);
 	while (CP_AT(&p->live, struct cp_live, j).used)
 		j = (j + 1) & mask;
-	CP_AT(&p->live, struct cp_live, j) = (struct cp_live){addr, req, node, 1};
+	CP_AT(&p->live, struct cp_live, j) = (struct cp_live){addr, req, node, 1, 0};
 	p->nlive++;
 	return 0;
+}
+
+/* cp_live_find returns addr's entry, or NULL. */
+static struct cp_live *cp_live_find(struct cp_pool *p, uint64_t addr) {
+	if (p->live.len == 0)
+		return NULL;
+	size_t mask = p->live.len - 1;
+	for (size_t j = cp_hash(addr, mask);; j = (j + 1) & mask) {
+		struct cp_live *e = &CP_AT(&p->live, struct cp_live, j);
+		if (!e->used)
+			return NULL;
+		if (e->addr == addr)
+			return e;
+	}
 }
 
 /* cp_live_take removes addr's entry (backward-shift deletion) into *out; 0 when absent. */
@@ -420,10 +435,17 @@ static int cp_live_take(struct cp_pool *p, uint64_t addr, struct cp_live *out) {
 
 /* ---- the arena ------------------------------------------------------------------------------------ */
 
-enum { CP_OK = 0, CP_ERR = 1, CP_OOM = 2, CP_UNKNOWN = 3, CP_CLOSED = 4 };
+/* Results. CP_WOULD_GROW: the request needs a growth that no_grow forbids (the caller may make room
+ * first, then allow it). */
+enum { CP_OK = 0, CP_ERR = 1, CP_OOM = 2, CP_UNKNOWN = 3, CP_CLOSED = 4, CP_WOULD_GROW = 5, CP_PENDING = 6 };
+
+/* A class slot's requested-bytes word with this bit: freed by the program, not reusable yet. */
+#define CP_PENDING_BIT (1ull << 63)
 
 /* cp_arena_grow adds a segment that can hold a block of blk bytes: a fallback. */
 static int cp_arena_grow(struct cp_pool *p, uint64_t blk) {
+	if (p->no_grow)
+		return CP_WOULD_GROW;
 	uint64_t n = blk > p->grow_min ? blk : p->grow_min;
 	uint64_t maximum = p->cfg.maximum;
 	if (maximum > 0) {
@@ -601,6 +623,8 @@ static int cp_pop(struct cp_pool *p, int ci, uint64_t stream, struct cp_slot *ou
 }
 
 static int cp_grow_class(struct cp_pool *p, int ci) {
+	if (p->no_grow)
+		return CP_WOULD_GROW;
 	struct cp_class *c = &p->classes[ci];
 	uint64_t addr, bytes = c->grow_slots * c->size;
 	int err = cp_reserve(p, bytes, &addr);
@@ -698,7 +722,8 @@ static int cp_alloc(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t 
 		uint64_t blk;
 		int err = cp_arena_alloc(p, size, stream, addr, &blk);
 		if (err != CP_OK) {
-			cp_failed(p);
+			if (err != CP_WOULD_GROW)
+				cp_failed(p);
 			return err;
 		}
 		cp_allocated(p, size, blk);
@@ -708,7 +733,8 @@ static int cp_alloc(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t 
 	if (!cp_pop(p, ci, stream, &s)) {
 		int err = cp_grow_class(p, ci);
 		if (err != CP_OK) {
-			cp_failed(p);
+			if (err != CP_WOULD_GROW)
+				cp_failed(p);
 			return err;
 		}
 		cp_pop(p, ci, stream, &s);
@@ -734,7 +760,7 @@ static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
 		uint64_t *r = &CP_AT(&sl->req, uint64_t, slot);
 		if (slot * sl->size != off || *r == 0)
 			return CP_UNKNOWN;
-		req = *r - 1;
+		req = (*r & ~CP_PENDING_BIT) - 1;
 		blk = sl->size;
 		*r = 0;
 		struct cp_slot s = {sl, slot};
@@ -751,6 +777,30 @@ static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
 	p->s.frees++;
 	p->s.live_bytes -= req;
 	p->s.block_bytes -= blk;
+	return CP_OK;
+}
+
+/* cp_mark_pending marks the live block at addr as freed by the program but not reusable yet (the
+ * device may still use it): CP_OK, CP_PENDING when it is marked already (a double free), CP_UNKNOWN
+ * when no live block of the pool starts at addr. cp_free takes a marked block back. */
+static int cp_mark_pending(struct cp_pool *p, uint64_t addr) {
+	struct cp_slab *sl = cp_slab_for(p, addr);
+	if (sl == NULL) {
+		struct cp_live *e = cp_live_find(p, addr);
+		if (e == NULL)
+			return CP_UNKNOWN;
+		if (e->pending)
+			return CP_PENDING;
+		e->pending = 1;
+		return CP_OK;
+	}
+	uint64_t off = addr - sl->base, slot = off / sl->size;
+	uint64_t *r = &CP_AT(&sl->req, uint64_t, slot);
+	if (slot * sl->size != off || *r == 0)
+		return CP_UNKNOWN;
+	if (*r & CP_PENDING_BIT)
+		return CP_PENDING;
+	*r |= CP_PENDING_BIT;
 	return CP_OK;
 }
 

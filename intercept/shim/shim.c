@@ -10,6 +10,8 @@
  *   addrmap.h  address -> size map, so that frees carry sizes
  *   log.h      the raw log: control file, per-process log, per-thread lanes
  *   hooks.h    what a hooked call does around the real one
+ *   pool.h     the size-class pool in C (package pool's PolicySizeClass)
+ *   serve.h    record --pool: the program's allocations served from pool.h
  *   resolve.h  the wrappers, how the real functions are found, and the dlsym override
  *
  * The rules it keeps: writers never wait for each other; no hook takes a lock, so a signal handler
@@ -38,6 +40,7 @@ static void atfork_child(void) {
 	int parent_log = g_log_fd;
 	g_log_fd = -1;
 	log_forget();
+	serve_forget();
 	if (g_ctl != NULL)
 		__atomic_fetch_add(&g_ctl->processes, 1, __ATOMIC_RELAXED);
 	else
@@ -61,6 +64,7 @@ static void shim_init(void) {
 			map_grow(&g_handles, 0);
 			map_control();
 			log_open();
+			serve_init();
 			pthread_atfork(NULL, NULL, atfork_child);
 			__atomic_store_n(&g_enabled, 1, __ATOMIC_RELEASE);
 		}

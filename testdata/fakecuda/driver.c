@@ -185,6 +185,11 @@ static CUresult i_cuCtxGetDevice(CUdevice *d) {
 	*d = current_device;
 	return CUDA_SUCCESS;
 }
+static long syncs; /* cuCtxSynchronize calls, all threads */
+static CUresult i_cuCtxSynchronize(void) {
+	__atomic_fetch_add(&syncs, 1, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
 static CUresult i_cuCtxSetCurrent(CUcontext ctx) {
 	current_device = ctx == NULL ? 0 : (int)((intptr_t)ctx - 1);
 	return CUDA_SUCCESS;
@@ -306,6 +311,7 @@ static CUresult i_cuGetProcAddress(const char *sym, void **fn, int version, cuui
 ENTRY_UNCOUNTED(cuInit, i_cuInit, (unsigned int f), (f))
 ENTRY_UNCOUNTED(cuCtxGetDevice, i_cuCtxGetDevice, (CUdevice *d), (d))
 ENTRY_UNCOUNTED(cuCtxSetCurrent, i_cuCtxSetCurrent, (CUcontext c), (c))
+ENTRY_UNCOUNTED(cuCtxSynchronize, i_cuCtxSynchronize, (void), ())
 ENTRY(cuMemAlloc_v2, i_cuMemAlloc_v2, (CUdeviceptr *p, size_t n), (p, n))
 ENTRY(cuMemFree_v2, i_cuMemFree_v2, (CUdeviceptr p), (p))
 ENTRY(cuMemAllocPitch_v2, i_cuMemAllocPitch_v2, (CUdeviceptr *p, size_t *pi, size_t w, size_t h, unsigned int e),
@@ -336,6 +342,8 @@ ENTRY(cuGetProcAddress, i_cuGetProcAddress, (const char *s, void **fn, int v, cu
 ENTRY(cuGetProcAddress_v2, i_cuGetProcAddress_v2, (const char *s, void **fn, int v, cuuint64_t f, void *st),
       (s, fn, v, f, st))
 
+long fakecuda_syncs(void) { return __atomic_load_n(&syncs, __ATOMIC_RELAXED); }
+
 void fakecuda_calls(long *exported, long *via_proc_address) {
 	*exported = calls_exported;
 	*via_proc_address = calls_gpa;
@@ -356,6 +364,7 @@ static const struct {
 	{"cuInit", 2000, PROC(cuInit), NULL, NULL},
 	{"cuCtxGetDevice", 2000, PROC(cuCtxGetDevice), NULL, NULL},
 	{"cuCtxSetCurrent", 4000, PROC(cuCtxSetCurrent), NULL, NULL},
+	{"cuCtxSynchronize", 2000, PROC(cuCtxSynchronize), NULL, NULL},
 	{"cuMemAlloc", 3020, PROC(cuMemAlloc_v2), NULL, NULL},
 	{"cuMemFree", 3020, PROC(cuMemFree_v2), NULL, NULL},
 	{"cuMemAllocPitch", 3020, PROC(cuMemAllocPitch_v2), NULL, NULL},

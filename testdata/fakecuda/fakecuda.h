@@ -64,6 +64,7 @@ cudaError_t cudaMallocHost(void **p, size_t n);
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags);
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, void *status);
 cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int version,
 					     unsigned long long flags, void *status);
@@ -72,6 +73,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigne
 CUresult cuInit(unsigned int flags);
 CUresult cuCtxGetDevice(CUdevice *d);
 CUresult cuCtxSetCurrent(CUcontext ctx); /* fake: ctx = (CUcontext)(device + 1) */
+CUresult cuCtxSynchronize(void);
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 CUresult cuMemFree_v2(CUdeviceptr p);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int elem);
@@ -97,6 +99,8 @@ CUresult cuGetProcAddress_v2(const char *sym, void **fn, int version, cuuint64_t
 /* Fake only: how many driver calls this thread made through exported symbols and through pointers
  * handed out by cuGetProcAddress (distinct functions, so a test sees which one a wrapper called). */
 void fakecuda_calls(long *exported, long *via_proc_address);
+/* Fake only: how many times any thread synchronized the device (cuCtxSynchronize, cudaDeviceSynchronize). */
+long fakecuda_syncs(void);
 
 typedef CUresult (*PFN_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, void *);
 typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *, void **, int, cuuint64_t);

@@ -18,6 +18,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static struct {
 	PFN_cuGetProcAddress_v2 getProcAddress;
 	CUresult (*ctxSetCurrent)(CUcontext);
+	CUresult (*ctxSynchronize)(void);
 	CUresult (*memAlloc)(CUdeviceptr *, size_t);
 	CUresult (*memFree)(CUdeviceptr);
 	CUresult (*memAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
@@ -46,6 +47,7 @@ static void runtime_init(void) {
 	if (boot == NULL || boot("cuGetProcAddress", (void **)&drv.getProcAddress, RUNTIME_VERSION, 0, NULL) != 0)
 		return;
 	resolve("cuCtxSetCurrent", &drv.ctxSetCurrent);
+	resolve("cuCtxSynchronize", &drv.ctxSynchronize);
 	resolve("cuMemAlloc", &drv.memAlloc);
 	resolve("cuMemFree", &drv.memFree);
 	resolve("cuMemAllocPitch", &drv.memAllocPitch);
@@ -58,7 +60,7 @@ static void runtime_init(void) {
 	resolve("cuMemFreeHost", &drv.memFreeHost);
 	drv.ok = drv.memAlloc && drv.memFree && drv.memAllocPitch && drv.memAllocManaged && drv.memAllocAsync &&
 		 drv.memFreeAsync && drv.memAllocFromPoolAsync && drv.memAllocHost && drv.memHostAlloc &&
-		 drv.memFreeHost && drv.ctxSetCurrent;
+		 drv.memFreeHost && drv.ctxSetCurrent && drv.ctxSynchronize;
 }
 
 #define INIT()                                                                                           \
@@ -155,6 +157,11 @@ cudaError_t cudaFreeHost(void *p) {
 cudaError_t cudaSetDevice(int device) {
 	INIT();
 	return drv.ctxSetCurrent((CUcontext)(intptr_t)(device + 1));
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+	INIT();
+	return drv.ctxSynchronize();
 }
 
 cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, void *status) {

@@ -32,6 +32,8 @@ type options struct {
 	keepRaw bool
 	quiet   bool
 	wait    time.Duration
+	pool    string // pool.json to serve the program's allocations from
+	spec    string // its intercept.PoolSpec, once checked
 }
 
 // NewCommand returns the cobra command `record` with its subcommands `convert` and `shim`.
@@ -62,6 +64,8 @@ exit code (128+N when a signal N ended it), warnings or not.`,
 	f.BoolVar(&opt.keepRaw, "keep-raw", false, "keep the raw logs after converting them")
 	f.BoolVarP(&opt.quiet, "quiet", "q", false,
 		"print nothing but errors and warnings about events lost or not recorded (no summary, no progress bar)")
+	f.StringVar(&opt.pool, "pool", "", "serve the program's cudaMalloc/cuMemAlloc and their frees from the pool this "+
+		"pool.json describes (analyze --emit-config), as the recorded trace shows; see docs/record-pool.md")
 	f.DurationVar(&opt.wait, "wait", 10*time.Second, "after the program exits, wait up to this long for the "+
 		"processes it started that still run and hold a raw log (so that the trace has all their events); 0: do not wait")
 	cmd.AddCommand(newConvertCommand(stderr), newShimCommand(stdout))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/allocscope/allocscope/intercept"
 	"github.com/allocscope/allocscope/internal/cli/command"
+	"github.com/allocscope/allocscope/pool"
 )
 
 // forwardedSignals are passed on to the traced program.
@@ -33,6 +34,13 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.logDir == "" {
 		opt.logDir = opt.output + ".raw"
+	}
+	if opt.pool != "" {
+		spec, err := poolSpec(opt.pool)
+		if err != nil {
+			return err
+		}
+		opt.spec = spec
 	}
 	lib, created, err := prepareRun(opt, args)
 	if err != nil {
@@ -60,6 +68,20 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	}
 	printSummary(stderr, sum, elapsed, opt.output, opt.quiet)
 	return command.ExitCode(code)
+}
+
+// poolSpec reads the pool.json of --pool and encodes it for the shim, refusing what the pool inside
+// the program does not implement.
+func poolSpec(path string) (string, error) {
+	cfg, err := pool.LoadConfig(path)
+	if err != nil {
+		return "", fmt.Errorf("--pool: %w", err)
+	}
+	spec, err := intercept.PoolSpec(cfg)
+	if err != nil {
+		return "", fmt.Errorf("--pool %s: %w", path, err)
+	}
+	return spec, nil
 }
 
 // prepareRun checks the program, the shim and the trace file, and prepares the raw log directory. It
@@ -91,7 +113,7 @@ func runProgram(opt options, args []string, lib string, stdout, stderr, notice i
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	code, err := runChild(args, lib, opt.logDir, stdout, stderr)
+	code, err := runChild(args, lib, opt, stdout, stderr)
 	if err != nil || opt.wait <= 0 {
 		return code, err
 	}
@@ -165,12 +187,15 @@ func removeRawLogs(dir string, created bool) {
 // runChild starts args with the shim preloaded, its output going to stdout and stderr, forwards
 // signals until it ends and returns its exit code (128+N when signal N ended it). An error means the
 // program could not be started.
-func runChild(args []string, lib, logDir string, stdout, stderr io.Writer) (int, error) {
+func runChild(args []string, lib string, opt options, stdout, stderr io.Writer) (int, error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = append(os.Environ(),
 		"LD_PRELOAD="+preloadValue(os.Getenv("LD_PRELOAD"), lib),
-		intercept.EnvLogDir+"="+logDir)
+		intercept.EnvLogDir+"="+opt.logDir)
+	if opt.spec != "" {
+		cmd.Env = append(cmd.Env, intercept.EnvPool+"="+opt.spec)
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)

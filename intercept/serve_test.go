@@ -1,0 +1,41 @@
+package intercept
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// record --pool on the fake driver (testdata/progs/pooled.c): a block freed with cudaFree is reused
+// only after the device synchronized; a second free fails as CUDA's does; a class whose slots are
+// all pending makes the pool synchronize once instead of growing, and then reuses the block freed
+// last; the program's 2,059 calls reach the driver as one allocation (the pool's plan) and are all
+// recorded. Without the pool the fake driver reuses at once and every call reaches it.
+func TestServedFromPool(t *testing.T) {
+	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := newLogDir(t)
+	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "pooled")
+	want := "reused before a sync: no\nreused after a sync: yes\nsecond free: 1\n" +
+		"syncs for a full class with frees pending: 1\nreused a pending block: yes\ndriver allocation calls: 1\n"
+	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
+		t.Errorf("with the pool: exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	events, sum := convertDir(t, dir)
+	byFunction := map[string]int{}
+	for i := range events {
+		byFunction[events[i].Function]++
+	}
+	if len(events) != 2059 || sum.Lost != 0 || byFunction["cudaMalloc"] != 1028 || byFunction["cudaFree"] != 1029 ||
+		byFunction["cuMemAlloc_v2"] != 1 || byFunction["cuMemFree_v2"] != 1 {
+		t.Errorf("trace: %d events %v, %d lost; want 2059: 1028 cudaMalloc, 1029 cudaFree, one of each driver call",
+			len(events), byFunction, sum.Lost)
+	}
+	base := runWith(t, "", nil, nil, "pooled")
+	if !strings.HasPrefix(base.Stdout, "reused before a sync: yes\n") ||
+		!strings.HasSuffix(base.Stdout, "driver allocation calls: 2059\n") {
+		t.Errorf("without the pool: %q, want the fake driver's own reuse and all 2059 calls reaching it", base.Stdout)
+	}
+}
