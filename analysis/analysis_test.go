@@ -130,7 +130,7 @@ func equal(a, b []uint64) bool {
 	return true
 }
 
-// TestArenaShrunkToSingleRegion: the fragmenting trace of sim.TestFitArena gets a 10 MiB arena
+// TestArenaShrunkToSingleRegion: the fragmenting trace of whatif.TestFitArena gets a 10 MiB arena
 // placing blocks best-aged (the smallest single region that serves it, to 2 MiB, of either
 // placement; best fit would need 14 MiB), not the 16 MiB a growing best-fit arena reaches.
 func TestArenaShrunkToSingleRegion(t *testing.T) {

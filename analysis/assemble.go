@@ -2,15 +2,15 @@ package analysis
 
 import (
 	"github.com/allocscope/allocscope/analysis/internal/model"
-	"github.com/allocscope/allocscope/analysis/internal/sim"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
 
 // assemble builds the report of one stream from the stages' results.
-func assemble(name string, st *stats.Result, rec *recommendation, outs []sim.Outcome) *model.TraceReport {
+func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.Outcome) *model.TraceReport {
 	tr := &model.TraceReport{Name: name, Events: st.Events, RequestLayer: string(st.RequestLayer),
 		Requests: st.Requests, Upstream: st.Upstream, Groups: st.Groups, Anomalies: st.Anomalies}
 	tr.SizeClasses = sizeClassPlan(st, rec)
@@ -60,7 +60,7 @@ func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 	return p
 }
 
-func simulation(o sim.Outcome, st *stats.Result) model.Simulation {
+func simulation(o whatif.Outcome, st *stats.Result) model.Simulation {
 	s := model.Simulation{Name: o.Policy.Name, Policy: string(o.Policy.Config.Policy),
 		Settings: o.Policy.Settings, PeakLiveBytes: o.Stats.PeakLiveBytes,
 		PeakReservedBytes: o.Stats.PeakReservedBytes,
@@ -80,7 +80,7 @@ func simulation(o sim.Outcome, st *stats.Result) model.Simulation {
 
 // fidelity compares the PyTorch model's segments with the real ones of a PyTorch snapshot:
 // with expandable segments when the snapshot maps memory, else with the default settings.
-func fidelity(st *stats.Result, outs []sim.Outcome) *model.Fidelity {
+func fidelity(st *stats.Result, outs []whatif.Outcome) *model.Fidelity {
 	real := st.NativeSegments + st.NativeMaps
 	if st.RequestLayer != requests.Framework || real == 0 {
 		return nil

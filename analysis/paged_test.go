@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
-	"github.com/allocscope/allocscope/analysis/internal/sim"
+	"github.com/allocscope/allocscope/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -67,10 +67,10 @@ func TestChoosePagedKeepsFixed(t *testing.T) {
 	paging := &pool.ArenaPaging{PageBytes: 2 << 20, BudgetBytes: 8 << 20}
 	for _, st := range []pool.Stats{{Fallbacks: 1, PeakReservedBytes: 8 << 20}, {PeakReservedBytes: 10 << 20}} {
 		rec := &recommendation{config: pool.Config{Policy: pool.PolicySizeClass, SizeClass: &pool.SizeClassConfig{ArenaBytes: 12 << 20}}}
-		fixed := sim.Outcome{Policy: sim.Policy{Name: "recommended", Config: rec.config}}
-		paged := sim.Outcome{Policy: sim.Policy{Name: pagedName, Config: pool.Config{Policy: pool.PolicySizeClass,
+		fixed := whatif.Outcome{Policy: whatif.Policy{Name: "recommended", Config: rec.config}}
+		paged := whatif.Outcome{Policy: whatif.Policy{Name: pagedName, Config: pool.Config{Policy: pool.PolicySizeClass,
 			SizeClass: &pool.SizeClassConfig{ArenaBytes: 64 << 20, ArenaPaging: paging}}}, Stats: st}
-		outs := []sim.Outcome{fixed, paged}
+		outs := []whatif.Outcome{fixed, paged}
 		rec.choosePaged(outs, 1, true)
 		if outs[0].Policy.Name != "recommended" || outs[1].Policy.Name != pagedName || rec.config.SizeClass.ArenaPaging != nil {
 			t.Errorf("stats %+v: rows %q, %q; config paging %v", st, outs[0].Policy.Name, outs[1].Policy.Name, rec.config.SizeClass.ArenaPaging)

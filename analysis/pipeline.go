@@ -8,9 +8,9 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
-	"github.com/allocscope/allocscope/analysis/internal/sim"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
@@ -121,16 +121,16 @@ func traceInfo(src Source) *model.TraceInfo {
 func chooseSizeClasses(name string, open opener, st *stats.Result, stream requests.Layer, opts Options,
 	warns *[]string) (*recommendation, error) {
 	plans := make([]sizeclass.Plan, len(sizeclass.Thresholds))
-	cands := make([]sim.Candidate, len(plans))
+	cands := make([]whatif.Candidate, len(plans))
 	perStream := orderedStreams(st) > 1
 	for i, th := range sizeclass.Thresholds {
 		plans[i] = sizeclass.Choose(sizeTallies(st.Sizes), th, opts.K)
-		cands[i] = sim.Candidate{Threshold: th, Classes: plans[i].Classes, LargePeakLiveBytes: st.LargePeakLiveBytes[i],
+		cands[i] = whatif.Candidate{Threshold: th, Classes: plans[i].Classes, LargePeakLiveBytes: st.LargePeakLiveBytes[i],
 			PerStream: perStream}
 	}
-	var sizings []sim.Sizing
+	var sizings []whatif.Sizing
 	err := open.pass(nil, func(src Source) (err error) {
-		sizings, err = sim.Size(src, stream, cands, progress(opts, "sizing "+opts.input))
+		sizings, err = whatif.Size(src, stream, cands, progress(opts, "sizing "+opts.input))
 		return err
 	})
 	if err != nil {
@@ -156,16 +156,16 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream reques
 
 // simulate runs every what-if policy (simulation pass), then re-simulates the recommended one
 // with a grown arena while it needed growth beyond its plan (verification).
-func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats.Result, opts Options) ([]sim.Outcome, error) {
+func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats.Result, opts Options) ([]whatif.Outcome, error) {
 	policies := whatIfPolicies(rec, st, opts.Capacity)
 	paged, withPaged := rec.pagedPolicy()
 	withPaged = withPaged && opts.Arena != ArenaFixed
 	if withPaged {
 		policies = slices.Insert(policies, 1, paged)
 	}
-	var outs []sim.Outcome
+	var outs []whatif.Outcome
 	err := open.pass(nil, func(src Source) (err error) {
-		outs, err = sim.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation "+opts.input))
+		outs, err = whatif.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation "+opts.input))
 		return err
 	})
 	if err != nil {
@@ -176,9 +176,9 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 		if !ok {
 			break
 		}
-		var again []sim.Outcome
+		var again []whatif.Outcome
 		err = open.pass(nil, func(src Source) (err error) {
-			again, err = sim.Run(src, stream, []sim.Policy{grown}, opts.Capacity, st.Calls, nil)
+			again, err = whatif.Run(src, stream, []whatif.Policy{grown}, opts.Capacity, st.Calls, nil)
 			return err
 		})
 		if err != nil {
@@ -203,7 +203,7 @@ func sizeTallies(in []stats.SizeTally) []sizeclass.Size {
 // bestCandidate applies sizeclass.ThresholdRule: the largest threshold (the latest candidate)
 // whose class bytes plus arena bytes are within slackLimit of the least; candidates that could
 // not be simulated come last.
-func bestCandidate(sizings []sim.Sizing, peakLive uint64) int {
+func bestCandidate(sizings []whatif.Sizing, peakLive uint64) int {
 	least, ok := leastTotal(sizings)
 	if !ok {
 		return len(sizings) - 1
@@ -218,7 +218,7 @@ func bestCandidate(sizings []sim.Sizing, peakLive uint64) int {
 }
 
 // leastTotal returns the least class bytes plus arena bytes of the candidates simulated.
-func leastTotal(sizings []sim.Sizing) (least uint64, ok bool) {
+func leastTotal(sizings []whatif.Sizing) (least uint64, ok bool) {
 	for _, sz := range sizings {
 		if b := sz.ClassBytes() + sz.ArenaPeakReservedBytes; sz.Err == nil && (!ok || b < least) {
 			least, ok = b, true
@@ -276,7 +276,7 @@ func (a *arenaSearch) sizes() []uint64 {
 }
 
 // narrow takes the probes of sizes(), ascending, into account.
-func (a *arenaSearch) narrow(probes []sim.ArenaProbe) {
+func (a *arenaSearch) narrow(probes []whatif.ArenaProbe) {
 	for _, p := range probes {
 		if p.Failures == 0 {
 			a.hi, a.served = min(a.hi, p.Bytes), true
@@ -291,7 +291,7 @@ func (a *arenaSearch) narrow(probes []sim.ArenaProbe) {
 // whose least possible total (class bytes plus the large requests' peak live bytes) is within
 // slackLimit of the least total of a grown arena. Fitting only shrinks an arena, so
 // no other candidate can come within the slack of the least fitted total.
-func contenders(sizings []sim.Sizing, peakLive uint64) []int {
+func contenders(sizings []whatif.Sizing, peakLive uint64) []int {
 	least, _ := leastTotal(sizings)
 	limit := slackLimit(least, peakLive)
 	var out []int
@@ -304,11 +304,11 @@ func contenders(sizings []sim.Sizing, peakLive uint64) []int {
 }
 
 // fitArenas shrinks the arena of every contender (indexes into sizings) to the smallest single
-// region (to 2 MiB) that serves its large requests without growing (sim.FitArena), when that is
+// region (to 2 MiB) that serves its large requests without growing (whatif.FitArena), when that is
 // smaller than the grown best-fit arena's peak, searching every placement strategy (pool.Fits) of
 // every contender in the same passes. It returns each candidate's strategy that needs the least,
 // pool.FitBest on a tie and for the others.
-func fitArenas(open opener, stream requests.Layer, plans []sizeclass.Plan, sizings []sim.Sizing, which []int,
+func fitArenas(open opener, stream requests.Layer, plans []sizeclass.Plan, sizings []whatif.Sizing, which []int,
 	peakLive uint64, opts Options) ([]pool.Fit, error) {
 	searches := make([][]arenaSearch, len(sizings))
 	for _, c := range which {
@@ -346,7 +346,7 @@ func fitArenas(open opener, stream requests.Layer, plans []sizeclass.Plan, sizin
 // than the largest size that failed for each strategy, so its total exceeds that much plus its
 // class bytes, and when that is beyond slackLimit of the least total served so far, it would be
 // beyond the final limit too (the least only falls).
-func prune(searches [][]arenaSearch, sizings []sim.Sizing, peakLive uint64) {
+func prune(searches [][]arenaSearch, sizings []whatif.Sizing, peakLive uint64) {
 	least, found := uint64(0), false
 	for c, ss := range searches {
 		for _, a := range ss {
@@ -377,7 +377,7 @@ func prune(searches [][]arenaSearch, sizings []sim.Sizing, peakLive uint64) {
 
 // arenaRound makes one pass of probes for every search and narrows each by its results.
 func arenaRound(open opener, stream requests.Layer, plans []sizeclass.Plan, searches [][]arenaSearch, opts Options) error {
-	var probes []sim.ArenaProbe
+	var probes []whatif.ArenaProbe
 	var owners []*arenaSearch
 	var counts []int
 	for c := range searches {
@@ -385,7 +385,7 @@ func arenaRound(open opener, stream requests.Layer, plans []sizeclass.Plan, sear
 			a := &searches[c][i]
 			sizes := a.sizes()
 			for _, b := range sizes {
-				probes = append(probes, sim.ArenaProbe{Threshold: plans[c].Threshold, Bytes: b, Fit: a.fit})
+				probes = append(probes, whatif.ArenaProbe{Threshold: plans[c].Threshold, Bytes: b, Fit: a.fit})
 			}
 			if len(sizes) > 0 {
 				owners, counts = append(owners, a), append(counts, len(sizes))
@@ -396,7 +396,7 @@ func arenaRound(open opener, stream requests.Layer, plans []sizeclass.Plan, sear
 		return nil
 	}
 	err := open.pass(nil, func(src Source) (err error) {
-		probes, err = sim.FitArena(src, stream, probes, progress(opts, "arena "+opts.input))
+		probes, err = whatif.FitArena(src, stream, probes, progress(opts, "arena "+opts.input))
 		return err
 	})
 	if err != nil {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/analysis/internal/render"
-	"github.com/allocscope/allocscope/analysis/internal/sim"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -27,7 +27,7 @@ type recommendation struct {
 	trace  string
 	st     *stats.Result
 	plan   sizeclass.Plan
-	sizing sim.Sizing
+	sizing whatif.Sizing
 	splits []model.Split
 	config pool.Config
 }
@@ -35,7 +35,7 @@ type recommendation struct {
 // recommend builds the size-class pool of plan and sizing, its arena placing blocks by fit
 // (written to pool.json only when it is not the default), keeping freed blocks per stream when
 // perStream is set (see orderedStreams).
-func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing sim.Sizing, fit pool.Fit,
+func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing whatif.Sizing, fit pool.Fit,
 	perStream bool) *recommendation {
 	sc := &pool.SizeClassConfig{LargeThreshold: plan.Threshold,
 		ArenaBytes: alignUp(sizing.ArenaPeakReservedBytes, pool.DefaultAlignment), PerStream: perStream}
@@ -73,8 +73,8 @@ func orderedStreams(st *stats.Result) int {
 	return len(streams)
 }
 
-func (r *recommendation) policy() sim.Policy {
-	return sim.Policy{Name: "recommended", Settings: r.settings(), Config: r.config}
+func (r *recommendation) policy() whatif.Policy {
+	return whatif.Policy{Name: "recommended", Settings: r.settings(), Config: r.config}
 }
 
 func (r *recommendation) settings() string { return settingsOf(r.config.SizeClass) }
@@ -97,14 +97,14 @@ func settingsOf(sc *pool.SizeClassConfig) string {
 
 // growArena returns the recommended policy with its arena grown by what the simulation had to
 // add beyond the plan, when it had to.
-func (r *recommendation) growArena(o sim.Outcome) (sim.Policy, bool) {
+func (r *recommendation) growArena(o whatif.Outcome) (whatif.Policy, bool) {
 	if o.Err != nil || o.Stats.Fallbacks == 0 {
-		return sim.Policy{}, false
+		return whatif.Policy{}, false
 	}
 	planned := r.classBytes() + r.config.SizeClass.ArenaBytes
 	extra := o.Stats.PeakReservedBytes - min(planned, o.Stats.PeakReservedBytes)
 	if extra == 0 {
-		return sim.Policy{}, false
+		return whatif.Policy{}, false
 	}
 	sc := *r.config.SizeClass
 	sc.ArenaBytes = alignUp(sc.ArenaBytes+extra, pool.DefaultAlignment)
@@ -121,28 +121,28 @@ const (
 // pagedPolicy returns the recommended pool with a paged arena (sizeclass.ArenaRule), when its
 // one-region arena makes it reserve more than sizeclass.SlackCeiling times peak live and the
 // class slots leave room for pages within that.
-func (r *recommendation) pagedPolicy() (sim.Policy, bool) {
+func (r *recommendation) pagedPolicy() (whatif.Policy, bool) {
 	sc := *r.config.SizeClass
 	peakLive := r.st.Requests.PeakLiveBytes
 	ceiling := uint64(float64(peakLive) * sizeclass.SlackCeiling)
 	classes := r.classBytes()
 	if sc.ArenaPaging != nil || classes+sc.ArenaBytes <= ceiling || classes+sizeclass.PageBytes > ceiling ||
 		r.sizing.LargePeakLiveBytes == 0 {
-		return sim.Policy{}, false
+		return whatif.Policy{}, false
 	}
 	sc.ArenaBytes = alignUp(max(sizeclass.PagedAddressFactor*r.sizing.LargePeakLiveBytes, sc.ArenaBytes), sizeclass.PageBytes)
 	sc.ArenaPaging = &pool.ArenaPaging{PageBytes: sizeclass.PageBytes,
 		BudgetBytes: (ceiling - classes) / sizeclass.PageBytes * sizeclass.PageBytes}
 	cfg := r.config
 	cfg.SizeClass = &sc
-	return sim.Policy{Name: pagedName, Settings: settingsOf(&sc), Config: cfg}, true
+	return whatif.Policy{Name: pagedName, Settings: settingsOf(&sc), Config: cfg}, true
 }
 
 // choosePaged makes the paged variant (outs[at]) the recommendation when it stayed within its
 // budget with no fallbacks or failures and few page operations (sizeclass.ArenaRule; any number
 // with anyPageOps), swapping it with outs[0]; the variant not chosen keeps its
 // row in the report under pagedName or fixedName.
-func (r *recommendation) choosePaged(outs []sim.Outcome, at int, anyPageOps bool) {
+func (r *recommendation) choosePaged(outs []whatif.Outcome, at int, anyPageOps bool) {
 	o := outs[at]
 	pg := o.Policy.Config.SizeClass.ArenaPaging
 	requests := o.Stats.Allocs + o.Stats.Frees
@@ -166,13 +166,13 @@ func (r *recommendation) classBytes() uint64 {
 }
 
 // whatIfPolicies lists the policies to simulate; the first is the recommended one.
-func whatIfPolicies(rec *recommendation, st *stats.Result, capacity uint64) []sim.Policy {
+func whatIfPolicies(rec *recommendation, st *stats.Result, capacity uint64) []whatif.Policy {
 	cfg := func(p pool.Policy) pool.Config { return pool.Config{Version: pool.ConfigVersion, Policy: p} }
-	torch := func(name string, t pool.PyTorchConfig) sim.Policy {
+	torch := func(name string, t pool.PyTorchConfig) whatif.Policy {
 		c := cfg(pool.PolicyPyTorch)
 		t.CapacityBytes = capacity
 		c.PyTorch = &t
-		return sim.Policy{Name: name, Settings: allocConf(t), Config: c}
+		return whatif.Policy{Name: name, Settings: allocConf(t), Config: c}
 	}
 	bestfit := cfg(pool.PolicyBestFit)
 	// RMM's pool: one best-fit coalescing arena for every request, first region the recommended
@@ -182,7 +182,7 @@ func whatIfPolicies(rec *recommendation, st *stats.Result, capacity uint64) []si
 	ordered.StreamOrdered = &pool.StreamOrderedConfig{}
 	keep := cfg(pool.PolicyStreamOrdered)
 	keep.StreamOrdered = &pool.StreamOrderedConfig{ReleaseThresholdBytes: neverRelease}
-	return []sim.Policy{
+	return []whatif.Policy{
 		rec.policy(),
 		{Name: "bestfit", Settings: "initial " + render.Bytes(bestfit.BestFit.InitialBytes) + " (RMM pool)", Config: bestfit},
 		torch("pytorch", pool.PyTorchConfig{}),

@@ -5,20 +5,20 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/allocscope/allocscope/analysis/internal/sim"
+	"github.com/allocscope/allocscope/analysis/internal/whatif"
 )
 
 // sizing is a candidate of classBytes in one class slot and an arena of arena bytes for large
 // requests whose peak of live bytes is large.
-func sizing(classBytes, arena, large uint64) sim.Sizing {
-	return sim.Sizing{Classes: []uint64{classBytes}, Slots: []uint64{1}, ArenaPeakReservedBytes: arena,
+func sizing(classBytes, arena, large uint64) whatif.Sizing {
+	return whatif.Sizing{Classes: []uint64{classBytes}, Slots: []uint64{1}, ArenaPeakReservedBytes: arena,
 		LargePeakLiveBytes: large}
 }
 
 // TestBestCandidateTakesTheLargestThresholdWithinSlack: the least total is 1000 MiB; 1018 is within
 // 2 % and its threshold is larger, so it wins; 1025 is not within 2 %.
 func TestBestCandidateTakesTheLargestThresholdWithinSlack(t *testing.T) {
-	sz := []sim.Sizing{sizing(1*mib, 999*mib, 990*mib), sizing(8*mib, 1010*mib, 980*mib),
+	sz := []whatif.Sizing{sizing(1*mib, 999*mib, 990*mib), sizing(8*mib, 1010*mib, 980*mib),
 		sizing(25*mib, 1000*mib, 960*mib)}
 	if got := bestCandidate(sz, 990*mib); got != 1 {
 		t.Errorf("bestCandidate = %d, want 1", got)
@@ -38,7 +38,7 @@ func TestBestCandidateTakesTheLargestThresholdWithinSlack(t *testing.T) {
 // (1020 MiB): 1006 MiB is taken for speed, 1010 MiB is not. When even the least (1000 MiB) is
 // beyond the ceiling (peak live 900 MiB: 945 MiB), the slack alone bounds the choice.
 func TestBestCandidateCeiling(t *testing.T) {
-	sz := []sim.Sizing{sizing(1*mib, 999*mib, 950*mib), sizing(8*mib, 998*mib, 950*mib),
+	sz := []whatif.Sizing{sizing(1*mib, 999*mib, 950*mib), sizing(8*mib, 998*mib, 950*mib),
 		sizing(8*mib, 1002*mib, 950*mib)}
 	if got := bestCandidate(sz, 960*mib); got != 1 {
 		t.Errorf("bestCandidate = %d, want 1 (1010 MiB is above the ceiling of 1008)", got)
@@ -58,7 +58,7 @@ func TestBestCandidateCeiling(t *testing.T) {
 // (its largest failing size), beyond the limit of 1020 MiB: its searches stop. Candidate 2 may
 // still need only 1010 MiB: it goes on.
 func TestPrune(t *testing.T) {
-	sz := []sim.Sizing{sizing(0, 0, 0), sizing(0, 0, 0), sizing(0, 0, 0)}
+	sz := []whatif.Sizing{sizing(0, 0, 0), sizing(0, 0, 0), sizing(0, 0, 0)}
 	searches := [][]arenaSearch{
 		{{lo: 990 * mib, hi: 1000 * mib, served: true}},
 		{{lo: 1030 * mib, hi: 1100 * mib, served: true}, {lo: 1040 * mib, hi: 1100 * mib}},

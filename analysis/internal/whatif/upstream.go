@@ -1,6 +1,6 @@
-// Package sim replays a trace's requests through allocator policies of package pool over a
+// Package whatif replays a trace's requests through allocator policies of package pool over a
 // simulated address space, and through the recommended size classes to count their slots.
-package sim
+package whatif
 
 import "github.com/allocscope/allocscope/pool"
 

@@ -1,4 +1,4 @@
-package sim
+package whatif
 
 import (
 	"github.com/allocscope/allocscope/internal/requests"
