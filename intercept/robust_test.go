@@ -527,3 +527,22 @@ func median(v []float64) float64 {
 	}
 	return s[len(s)/2]
 }
+
+// A program that closes every descriptor and reuses the numbers for files of its own (a daemon):
+// the shim notices before it writes, stops recording with one line, never touches the program's
+// files, and the trace plus the lost events account for every call.
+func TestProgramReusesLogDescriptors(t *testing.T) {
+	dir := newLogDir(t)
+	f1, f2 := filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "two")
+	got := runWith(t, dir, []string{env(t).Shim}, nil, "closefds", f1, f2)
+	if got.ExitCode != 0 || got.Stdout != "files intact: yes\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 0 and intact files", got.ExitCode, got.Stdout, got.Stderr)
+	}
+	if !strings.Contains(got.Stderr, "Bad file descriptor; recording stopped") {
+		t.Errorf("stderr %q, want the one line saying recording stopped", got.Stderr)
+	}
+	_, sum := convertDir(t, dir)
+	if sum.Events+sum.Lost != 6002 || sum.Lost == 0 {
+		t.Errorf("%d events + %d lost, want 6002 with some lost", sum.Events, sum.Lost)
+	}
+}

@@ -94,6 +94,8 @@ static int g_log_fd = -1, g_lanes_fd = -1;
 static char g_log_path[PATH_MAX + 64];
 static char g_lanes_path[PATH_MAX + 64];
 static char *g_groups[MAX_GROUPS];
+static dev_t g_log_dev, g_lanes_dev; /* the files' identities, to tell when the program closed a */
+static ino_t g_log_ino, g_lanes_ino; /* descriptor and reused its number (a daemon closing all fds) */
 static uint32_t g_lanes_next;     /* lanes ever handed out */
 static pthread_key_t g_lane_key;  /* its destructor frees an exiting thread's lanes */
 
@@ -196,6 +198,15 @@ static void log_open(void) {
 		return;
 	}
 	flock(fd, LOCK_SH); /* held until the process exits: record waits for it */
+	struct stat st;
+	if (fstat(fd, &st) == 0) {
+		g_log_dev = st.st_dev;
+		g_log_ino = st.st_ino;
+	}
+	if (fstat(lfd, &st) == 0) {
+		g_lanes_dev = st.st_dev;
+		g_lanes_ino = st.st_ino;
+	}
 	struct log_header *hdr = (struct log_header *)h;
 	hdr->version = 2;
 	hdr->record_size = RECORD_SIZE;
@@ -235,6 +246,17 @@ static void log_forget(void) {
 	g_log_fd = g_lanes_fd = -1;
 }
 
+/* still_ours reports whether fd is still the file opened as (dev, ino): a program that closes every
+ * descriptor (a daemon) may have reused the number for a file of its own, which the shim must never
+ * write. On a mismatch logging stops (EBADF). */
+static int still_ours(int fd, dev_t dev, ino_t ino, const char *path) {
+	struct stat st;
+	if (fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino)
+		return 1;
+	log_fail(path, EBADF, 1);
+	return 0;
+}
+
 /* ---- lanes ----------------------------------------------------------------------------------------- */
 
 /* group_map maps lane group g, growing the lanes file; NULL when the file cannot grow. */
@@ -243,6 +265,8 @@ static char *group_map(uint32_t g) {
 	if (LIKELY(p != NULL))
 		return p;
 	off_t off = (off_t)g * (off_t)GROUP_BYTES;
+	if (!still_ours(g_lanes_fd, g_lanes_dev, g_lanes_ino, g_lanes_path))
+		return NULL;
 	int err = posix_fallocate(g_lanes_fd, off, (off_t)GROUP_BYTES);
 	if (err == 0) {
 		p = mmap(NULL, GROUP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, g_lanes_fd, off);
@@ -330,6 +354,8 @@ static void lanes_release(void *unused) {
 
 /* lane_flush copies a full lane into the next chunk of the log and empties it; 0 on a write error. */
 static int lane_flush(struct lane *l) {
+	if (!still_ours(g_log_fd, g_log_dev, g_log_ino, g_log_path))
+		return 0;
 	uint32_t n = l->head->count;
 	uint64_t chunk = __atomic_fetch_add(&g_hdr->chunks, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&l->head->flush_chunk, chunk + 1, __ATOMIC_RELEASE);

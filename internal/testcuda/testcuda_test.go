@@ -25,7 +25,7 @@ func TestProgramsRun(t *testing.T) {
 	if again := Build(t); again != env {
 		t.Errorf("second Build returned a different Env")
 	}
-	want := []string{"bench", "cupy_style", "daemon", "forkexec", "gpa_local", "killed", "loop", "plain", "pooled", "privdrop", "sighandler",
+	want := []string{"bench", "closefds", "cupy_style", "daemon", "forkexec", "gpa_local", "killed", "loop", "plain", "pooled", "privdrop", "sighandler",
 		"signals", "static_cudart", "threads"}
 	if got := env.Programs(); !slices.Equal(got, want) {
 		t.Errorf("programs %v, want %v", got, want)
