@@ -244,7 +244,7 @@ func runCPool(t *testing.T, driver string, cfg pool.Config, ops []requests.Op, h
 
 // cpoolScript writes the driver's script: it replays ops with the Go pool to know the address of
 // every block the driver must free (a free names an address).
-func cpoolScript(t *testing.T, cfg pool.Config, ops []requests.Op, handles []uint64) string {
+func cpoolScript(t testing.TB, cfg pool.Config, ops []requests.Op, handles []uint64) string {
 	a, err := pool.New(cfg, &bumpUpstream{})
 	if err != nil {
 		t.Fatal(err)
@@ -323,7 +323,7 @@ func loadConfig(t testing.TB, path string) pool.Config {
 	return cfg
 }
 
-func extractTrace(t *testing.T, path string) *requests.Trace {
+func extractTrace(t testing.TB, path string) *requests.Trace {
 	t.Helper()
 	r, err := trace.Open(path)
 	if err != nil {
@@ -387,5 +387,44 @@ func TestPoolSpecRefuses(t *testing.T) {
 	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
 	if want := "config 512 1048576 268435456 67108864 0 0 0 0 4 512 1024 4096 256 65536 64 1048576 16"; err != nil || spec != want {
 		t.Errorf("PoolSpec = %q, %v; want %q", spec, err, want)
+	}
+}
+
+// BenchmarkCPoolTrace serves the requests of each recorded trace of testdata/h200 (and the bundled
+// one) that has a pool.json with the C pool, all in one timed loop of C on a bump upstream: the C
+// pool's own time per request, the figure replay reports for the Go pool.
+//
+//	go test ./intercept -run '^$' -bench CPoolTrace -benchtime 5x
+func BenchmarkCPoolTrace(b *testing.B) {
+	driver := buildCPoolDriver(b)
+	configs, _ := filepath.Glob(filepath.Join("..", "testdata", "h200", "*.pool.json"))
+	for _, cfgPath := range configs {
+		name := strings.TrimSuffix(filepath.Base(cfgPath), ".pool.json")
+		path := strings.TrimSuffix(cfgPath, ".pool.json") + ".arrow"
+		if !fileExists(path) {
+			path = filepath.Join("..", "testdata", name+".arrow")
+		}
+		cfg := loadConfig(b, cfgPath)
+		cfg.SizeClass.ArenaPaging = nil
+		tr := extractTrace(b, path)
+		script := cpoolConfigLine(b, cfg) + cpoolScript(b, cfg, tr.Ops, tr.Streams)
+		b.Run(name, func(b *testing.B) {
+			var best float64
+			for i := 0; i < b.N; i++ {
+				cmd := exec.Command(driver, "-time")
+				cmd.Stdin = strings.NewReader(script)
+				out, err := cmd.Output()
+				var ns float64
+				var n int
+				if _, serr := fmt.Sscanf(string(out), "ns_per_request %g requests %d", &ns, &n); err != nil || serr != nil {
+					b.Fatalf("driver: %v, output %q", err, out)
+				}
+				if best == 0 || ns < best {
+					best = ns
+				}
+			}
+			b.ReportMetric(best, "ns/request")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
 }
