@@ -31,6 +31,7 @@ const (
 	controlFileSize   = 4096
 	laneStateUnused   = 0
 	recordFunctionOff = 63
+	resultPool        = 0x8000 // bit of a record's result: the pool inside the program served the call
 )
 
 // functionInfo describes one intercepted entry point: what its function id in a raw record means.
@@ -367,7 +368,8 @@ func (rec *rawRecord) fillEvent(e *trace.Event, h *rawHeader) {
 	e.Seq, e.TimeNs, e.DurationNs, e.PID, e.TID = rec.Seq, rec.TimeNs, rec.DurationNs, h.PID, rec.TID
 	e.Device, e.Op, e.Memory, e.Layer, e.Function = int32(rec.Device), fi.Op, fi.Memory, fi.Layer, fi.Name
 	e.Size, e.Address, e.Handle, e.Stream = rec.Size, rec.Address, 0, rec.Stream
-	e.Result, e.Callsite = int32(rec.Result), rec.Callsite
+	e.Result, e.Callsite = int32(rec.Result&^resultPool), rec.Callsite
+	e.Pool = rec.Result&resultPool != 0
 	if fi.Op == trace.OpMap {
 		e.Handle, e.Stream = rec.Stream, 0
 	}

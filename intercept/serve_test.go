@@ -10,7 +10,7 @@ import (
 // only after the device synchronized; a second free fails as CUDA's does; a class whose slots are
 // all pending makes the pool synchronize once instead of growing, and then reuses the block freed
 // last; the program's 2,059 calls reach the driver as one allocation (the pool's plan) and are all
-// recorded. Without the pool the fake driver reuses at once and every call reaches it.
+// recorded, marked as the pool's (trace.Event.Pool). Without the pool the fake driver reuses at once and every call reaches it.
 func TestServedFromPool(t *testing.T) {
 	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
 	if err != nil {
@@ -25,8 +25,17 @@ func TestServedFromPool(t *testing.T) {
 	}
 	events, sum := convertDir(t, dir)
 	byFunction := map[string]int{}
+	served := 0
 	for i := range events {
 		byFunction[events[i].Function]++
+		if events[i].Pool {
+			served++
+		}
+	}
+	// Every call was the pool's to answer (the second free of a block too: it refused it), and the
+	// trace says so.
+	if served != 2059 {
+		t.Errorf("%d calls marked as served by the pool, want all 2059", served)
 	}
 	if len(events) != 2059 || sum.Lost != 0 || byFunction["cudaMalloc"] != 1028 || byFunction["cudaFree"] != 1029 ||
 		byFunction["cuMemAlloc_v2"] != 1 || byFunction["cuMemFree_v2"] != 1 {

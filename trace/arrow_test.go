@@ -218,7 +218,7 @@ func TestSchemaColumns(t *testing.T) {
 	want := "seq:uint64:,time_ns:int64:ns,duration_ns:int64:ns,pid:uint32:,tid:uint32:,device:int32:," +
 		"op:dictionary<values=utf8, indices=int8, ordered=false>:,memory:dictionary<values=utf8, indices=int8, ordered=false>:," +
 		"layer:dictionary<values=utf8, indices=int8, ordered=false>:,function:dictionary<values=utf8, indices=int16, ordered=false>:," +
-		"size:uint64:bytes,address:uint64:,handle:uint64:,stream:uint64:,result:int32:,callsite:uint64:"
+		"size:uint64:bytes,address:uint64:,handle:uint64:,stream:uint64:,result:int32:,callsite:uint64:,pool:uint8:"
 	if strings.Join(got, ",") != want {
 		t.Errorf("schema =\n%s\nwant\n%s", strings.Join(got, ","), want)
 	}
@@ -237,5 +237,26 @@ func TestCreateUnwritableDirectory(t *testing.T) {
 	}
 	if _, statErr := os.Stat(path); !os.IsNotExist(statErr) {
 		t.Errorf("file exists after failed Create")
+	}
+}
+
+// The pool column: written and read back; a trace without it (written before record --pool) reads
+// with Pool false.
+func TestPoolColumn(t *testing.T) {
+	events := []Event{{Seq: 1, Op: OpAlloc, Memory: MemoryDevice, Layer: LayerRuntime, Function: "cudaMalloc",
+		Size: 512, Address: 0x1000, Pool: true}, {Seq: 2, Op: OpAlloc, Memory: MemoryDevice, Layer: LayerRuntime,
+		Function: "cudaMalloc", Size: 512, Address: 0x2000}}
+	got, _, _ := readAll(t, writeTrace(t, testInfo(), events))
+	if len(got) != 2 || !got[0].Pool || got[1].Pool {
+		t.Errorf("read back %+v", got)
+	}
+	old, _, _ := readAll(t, filepath.Join("..", "testdata", "pytorch-train.arrow"))
+	for i := range old {
+		if old[i].Pool {
+			t.Fatalf("event %d of a trace without the column has Pool set", i)
+		}
+	}
+	if len(old) != 1787 {
+		t.Errorf("the bundled trace (no pool column) read %d events, want 1787", len(old))
 	}
 }

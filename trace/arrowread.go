@@ -231,6 +231,7 @@ func (s *arrowSource) convert(rec arrow.RecordBatch, buf []Event) ([]Event, erro
 		e.Stream = c.stream[i]
 		e.Result = c.result[i]
 		e.Callsite = c.callsite[i]
+		e.Pool = c.pool != nil && c.pool[i] != 0
 	}
 	return buf, nil
 }
@@ -242,6 +243,7 @@ type batchColumns struct {
 	pid, tid                                     []uint32
 	device, result                               []int32
 	op, mem, layer, function                     []int32
+	pool                                         []uint8 // nil when the trace has no pool column
 }
 
 func (c *batchColumns) load(rec arrow.RecordBatch, s *arrowSource, rows int) error {
@@ -288,6 +290,9 @@ func (c *batchColumns) load(rec arrow.RecordBatch, s *arrowSource, rows int) err
 	u64(colStream, &c.stream)
 	i32(colResult, &c.result)
 	u64(colCallsite, &c.callsite)
+	if err == nil && s.cols[colPool] >= 0 {
+		c.pool, err = primitiveValues[uint8, *array.Uint8](col(colPool), columnSpecs[colPool].name, rows, (*array.Uint8).Uint8Values)
+	}
 	return err
 }
 

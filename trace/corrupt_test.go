@@ -174,6 +174,8 @@ func appendValue(t *testing.T, b array.Builder, v any) {
 		b.Append(v.(uint32))
 	case *array.Int32Builder:
 		b.Append(v.(int32))
+	case *array.Uint8Builder:
+		b.Append(v.(uint8))
 	case *array.StringBuilder:
 		b.Append(v.(string))
 	case *array.BinaryDictionaryBuilder:
@@ -196,6 +198,8 @@ func defaultValue(f arrow.Field) any {
 		return uint32(1)
 	case arrow.INT32:
 		return int32(1)
+	case arrow.UINT8:
+		return uint8(1)
 	}
 	switch f.Name {
 	case "op":
@@ -308,7 +312,7 @@ func TestBadValuesAtRow(t *testing.T) {
 	defer r.Close()
 	got := drain(t, r)
 	want := Event{Seq: 1, TimeNs: 1, DurationNs: 1, PID: 1, TID: 1, Device: 1, Op: OpAlloc, Layer: LayerDriver,
-		Function: "cuMemAlloc_v2", Size: 1, Address: 1, Handle: 1, Stream: 1, Result: 1, Callsite: 1}
+		Function: "cuMemAlloc_v2", Size: 1, Address: 1, Handle: 1, Stream: 1, Result: 1, Callsite: 1, Pool: true}
 	if len(got) != 2 || got[0] != want || got[1] != want {
 		t.Errorf("events = %+v, want 2 × %+v", got, want)
 	}

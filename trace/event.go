@@ -9,7 +9,8 @@
 // A trace is an Arrow IPC file (the "Feather v2" file format) with one column per Event field,
 // in this order: seq uint64, time_ns int64 (ns), duration_ns int64 (ns), pid uint32, tid uint32,
 // device int32, op, memory, layer, function, size uint64 (bytes), address uint64, handle uint64,
-// stream uint64, result int32, callsite uint64. The four string columns are dictionary-encoded
+// stream uint64, result int32, callsite uint64, pool uint8 (1 when record --pool's pool served the
+// call; readers take a trace without it as all 0). The four string columns are dictionary-encoded
 // (int8 indices; int16 for function) with one dictionary per column for the whole file: op, memory
 // and layer hold the names of the Op, Memory and Layer constants (entry i is the name of value
 // i), function holds KnownFunctions plus any names given with WithFunctions. Each field's
@@ -149,6 +150,7 @@ type Event struct {
 	Stream     uint64 // stream handle for stream-ordered calls, 0 for the legacy default stream
 	Result     int32  // CUDA result code of the real call; 0 is success
 	Callsite   uint64 // return address of the program's call into the intercepted function, 0 when unknown
+	Pool       bool   // allocscope's pool inside the program served the call (record --pool), not CUDA
 }
 
 // OK reports whether the call succeeded.

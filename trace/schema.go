@@ -24,6 +24,7 @@ const (
 	colStream
 	colResult
 	colCallsite
+	colPool // optional when reading: traces from before record --pool lack it
 	numColumns
 )
 
@@ -65,6 +66,7 @@ var columnSpecs = [numColumns]columnSpec{
 	{"stream", arrow.PrimitiveTypes.Uint64, "", "CUDA stream of stream-ordered calls, 0 for the legacy default stream"},
 	{"result", arrow.PrimitiveTypes.Int32, "", "CUDA result code of the real call, 0 is success"},
 	{"callsite", arrow.PrimitiveTypes.Uint64, "", "return address of the program's call, 0 when unknown"},
+	{"pool", arrow.PrimitiveTypes.Uint8, "", "1 when allocscope's pool inside the program served the call (record --pool), 0 when CUDA did"},
 }
 
 func joinNames(names []string) string {
@@ -100,6 +102,10 @@ func resolveColumns(schema *arrow.Schema) ([numColumns]int, error) {
 	var idx [numColumns]int
 	for i, c := range columnSpecs {
 		found := schema.FieldIndices(c.name)
+		if len(found) == 0 && i == colPool {
+			idx[i] = -1
+			continue
+		}
 		if len(found) == 0 {
 			return idx, fmt.Errorf("column %q is missing", c.name)
 		}

@@ -109,6 +109,7 @@ type columnViews struct {
 	device, result                               []int32
 	op, mem, layer                               []int8
 	function                                     []int16
+	pool                                         []uint8
 }
 
 // columnSet is one buffer per column for a full batch, reused for every batch.
@@ -239,6 +240,7 @@ func newColumnSet(alloc memory.Allocator, rows int) *columnSet {
 	v.stream = arrow.Uint64Traits.CastFromBytes(s.cols[colStream].Bytes())[:rows]
 	v.result = arrow.Int32Traits.CastFromBytes(s.cols[colResult].Bytes())[:rows]
 	v.callsite = arrow.Uint64Traits.CastFromBytes(s.cols[colCallsite].Bytes())[:rows]
+	v.pool = arrow.Uint8Traits.CastFromBytes(s.cols[colPool].Bytes())[:rows]
 	return s
 }
 
@@ -279,6 +281,10 @@ func (w *Writer) Write(e *Event) error {
 	w.stream[i] = e.Stream
 	w.result[i] = e.Result
 	w.callsite[i] = e.Callsite
+	w.pool[i] = 0
+	if e.Pool {
+		w.pool[i] = 1
+	}
 	w.n++
 	if w.n == w.cfg.batchRows {
 		return w.flush()

@@ -130,11 +130,12 @@ static int current_device(void) {
 
 /* An allocation: seq taken after the real call. */
 #define ALLOC_BODY(CALL, FID, IS_DEVICE, OUT_ADDR, SIZE_EXPR, STREAM, MAP)                                 \
-	SERVED_ALLOC_BODY(CALL, CALL, FID, IS_DEVICE, OUT_ADDR, SIZE_EXPR, STREAM, MAP)
+	SERVED_ALLOC_BODY(CALL, 0, CALL, FID, IS_DEVICE, OUT_ADDR, SIZE_EXPR, STREAM, MAP)
 
-/* An allocation that record --pool may serve: SERVED, the recorded call, tries the pool first; a
- * call that is not recorded (the runtime's own driver call) goes straight to CALL. */
-#define SERVED_ALLOC_BODY(SERVED, CALL, FID, IS_DEVICE, OUT_ADDR, SIZE_EXPR, STREAM, MAP)                  \
+/* An allocation that record --pool may serve: SERVED, the recorded call, tries the pool first, and
+ * POOLED says afterwards whether the pool served it (the record's result gets RESULT_POOL); a call
+ * that is not recorded (the runtime's own driver call) goes straight to CALL. */
+#define SERVED_ALLOC_BODY(SERVED, POOLED, CALL, FID, IS_DEVICE, OUT_ADDR, SIZE_EXPR, STREAM, MAP)          \
 	do {                                                                                             \
 		int d_ = hook_enter(FID);                                                                \
 		if (d_ < 0)                                                                              \
@@ -147,17 +148,18 @@ static int current_device(void) {
 		if (addr_ != 0 && (MAP) != NULL)                                                         \
 			map_insert((MAP), addr_, pack_val(size_, dev_));                                 \
 		emit(d_, take_seq(), FID, tsc_, t0_, t1_, addr_, size_, (uint64_t)(uintptr_t)(STREAM),  \
-		     cs, r_, dev_);                                                                      \
+		     cs, r_ | ((POOLED) ? RESULT_POOL : 0), dev_);                                       \
 		hook_leave(d_);                                                                          \
 		errno = e_;                                                                              \
 		return r_;                                                                               \
 	} while (0)
 
 /* A free: seq and size taken before the real call; the map entry comes back if the call fails. */
-#define FREE_BODY(CALL, FID, MAP, KEY, STREAM) SERVED_FREE_BODY(CALL, CALL, FID, MAP, KEY, STREAM)
+#define FREE_BODY(CALL, FID, MAP, KEY, STREAM) SERVED_FREE_BODY(CALL, 0, CALL, FID, MAP, KEY, STREAM)
 
-/* A free that record --pool may take (SERVED, the recorded call, tries the pool first). */
-#define SERVED_FREE_BODY(SERVED, CALL, FID, MAP, KEY, STREAM)                                            \
+/* A free that record --pool may take (SERVED, the recorded call, tries the pool first; POOLED as for
+ * an allocation). */
+#define SERVED_FREE_BODY(SERVED, POOLED, CALL, FID, MAP, KEY, STREAM)                                    \
 	do {                                                                                             \
 		int d_ = hook_enter(FID);                                                                \
 		if (d_ < 0)                                                                              \
@@ -172,7 +174,7 @@ static int current_device(void) {
 		if (r_ != 0 && v_ != 0)                                                                  \
 			map_insert(MAP, key_, v_);                                                       \
 		emit(d_, seq_, FID, tsc_, t0_, t1_, key_, val_size(v_), (uint64_t)(uintptr_t)(STREAM),  \
-		     cs, r_, val_device(v_));                                                            \
+		     cs, r_ | ((POOLED) ? RESULT_POOL : 0), val_device(v_));                             \
 		hook_leave(d_);                                                                          \
 		errno = e_;                                                                              \
 		return r_;                                                                               \
@@ -246,13 +248,16 @@ static inline int served_free(uint64_t p) {
 }
 #define SERVED(TRY, CALL) ((r_try_ = (TRY)) >= 0 ? r_try_ : (CALL))
 
+/* The bit of a record's result that says the pool served the call (CUDA's codes stay below 1000). */
+#define RESULT_POOL 0x8000
+
 BODY cudaError_t b_cudaMalloc(cudaMalloc_fn f, int fid, void *cs, void **p, size_t n) {
-	int r_try_;
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p), f(p, n)), f(p, n), fid, 1, PTR(*p), n, 0, &g_addrs);
+	int r_try_ = -1;
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, PTR(*p), n, 0, &g_addrs);
 }
 BODY cudaError_t b_cudaFree(cudaFree_fn f, int fid, void *cs, void *p) {
-	int r_try_;
-	SERVED_FREE_BODY(SERVED(served_free(PTR(p)), f(p)), f(p), fid, &g_addrs, PTR(p), 0);
+	int r_try_ = -1;
+	SERVED_FREE_BODY(SERVED(served_free(PTR(p)), f(p)), r_try_ >= 0, f(p), fid, &g_addrs, PTR(p), 0);
 }
 BODY cudaError_t b_cudaMallocAsync(cudaMallocAsync_fn f, int fid, void *cs, void **p, size_t n, cudaStream_t s) {
 	ALLOC_BODY(f(p, n, s), fid, 1, PTR(*p), n, s, &g_addrs);
@@ -286,12 +291,13 @@ BODY cudaError_t b_cudaFreeHost(cudaFreeHost_fn f, int fid, void *cs, void *p) {
 	FREE_BODY(f(p), fid, &g_addrs, PTR(p), 0);
 }
 BODY CUresult b_cuMemAlloc_v2(cuMemAlloc_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t n) {
-	int r_try_;
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p), f(p, n)), f(p, n), fid, 1, *p, n, 0, &g_addrs);
+	int r_try_ = -1;
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, *p, n, 0,
+			  &g_addrs);
 }
 BODY CUresult b_cuMemFree_v2(cuMemFree_v2_fn f, int fid, void *cs, CUdeviceptr p) {
-	int r_try_;
-	SERVED_FREE_BODY(SERVED(served_free(p), f(p)), f(p), fid, &g_addrs, p, 0);
+	int r_try_ = -1;
+	SERVED_FREE_BODY(SERVED(served_free(p), f(p)), r_try_ >= 0, f(p), fid, &g_addrs, p, 0);
 }
 
 /* A device synchronization: the pools' pending blocks on the device become reusable. Not logged. */
