@@ -3,6 +3,7 @@
 package analyze
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -40,6 +41,7 @@ type options struct {
 	arena      string
 	quiet      bool
 	progress   bool
+	compare    bool
 }
 
 // NewCommand returns the cobra command `analyze`.
@@ -61,7 +63,8 @@ trace is analyzed.`,
   analyze --html report.html run.arrow        # one offline page with charts
   analyze -q --emit-config pool.json run.arrow  # the recommended pool, for replay
   analyze --capacity 80GiB run.arrow          # simulate the policies within 80 GiB
-  analyze snapshot.pickle.gz rank*.arrow      # PyTorch snapshots, RMM CSV, several files at once`,
+  analyze snapshot.pickle.gz rank*.arrow      # PyTorch snapshots, RMM CSV, several files at once
+  analyze --compare before.arrow after.arrow  # a program without and with record --pool`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(opt, args, stdout, stderr)
 		},
@@ -77,6 +80,8 @@ trace is analyzed.`,
 	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (paged only when one region would pass\n"+
 		"1.05 x peak live and at most one page operation per 500 requests is needed), fixed (one region)\n"+
 		"or paged (paged whenever one region would pass 1.05 x peak live and the paged one meets it)")
+	f.BoolVar(&opt.compare, "compare", false, "compare two recordings of a program (e.g. without and with record --pool): "+
+		"time inside its allocation calls, calls the pool served, wall time, peak live")
 	f.BoolVarP(&opt.quiet, "quiet", "q", false, "print no report and no progress (use with --html, --emit-config)")
 	f.BoolVar(&opt.progress, "progress", false, "show progress on stderr even when it is not a terminal")
 	command.Setup(cmd, stdout, stderr)
@@ -84,6 +89,9 @@ trace is analyzed.`,
 }
 
 func run(opt options, args []string, stdout, stderr io.Writer) error {
+	if opt.compare {
+		return compare(opt, args, stdout)
+	}
 	if opt.top < 0 || opt.k < 0 {
 		return command.Usagef("--top and --k must not be negative")
 	}
@@ -173,4 +181,29 @@ func writeHTML(path string, rep *analysis.Report) error {
 		return err
 	}
 	return f.Close()
+}
+
+// compare is analyze --compare BEFORE AFTER.
+func compare(opt options, args []string, stdout io.Writer) error {
+	if len(args) != 2 {
+		return command.Usagef("--compare takes two traces (before and after), got %d", len(args))
+	}
+	var runs [2]analysis.Run
+	for i, path := range args {
+		src, err := trace.Open(path)
+		if err != nil {
+			return err
+		}
+		runs[i], err = analysis.Measure(path, src)
+		src.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if opt.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]analysis.Run{"before": runs[0], "after": runs[1]})
+	}
+	return analysis.WriteComparison(stdout, runs[0], runs[1])
 }

@@ -257,3 +257,16 @@ func TestAnalyzeArenaChoice(t *testing.T) {
 		}
 	}
 }
+
+// analyze --compare: two traces side by side (JSON here: every number), one trace is a usage error.
+func TestAnalyzeCompare(t *testing.T) {
+	path := writeTrace(t, t.TempDir())
+	code, stdout, stderr := runMain("--compare", "--json", path, path)
+	if code != 0 || stderr != "" || !strings.Contains(stdout, `"before": {`) || !strings.Contains(stdout, `"pool_served": 0`) {
+		t.Errorf("exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	}
+	code, _, stderr = runMain("--compare", path)
+	if want := "analyze: --compare takes two traces (before and after), got 1\nRun 'analyze --help' for usage.\n"; code != 2 || stderr != want {
+		t.Errorf("one trace: exit %d, stderr %q; want 2 and %q", code, stderr, want)
+	}
+}

@@ -1,0 +1,123 @@
+package analysis
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/allocscope/allocscope/internal/requests"
+	"github.com/allocscope/allocscope/internal/units"
+	"github.com/allocscope/allocscope/trace"
+)
+
+// Run is what one recording of a program shows for `analyze --compare`: its requests (the rule of
+// package requests), the time the program spent inside them, how many calls record --pool's pool
+// served, and the recording's span.
+type Run struct {
+	Name          string `json:"name"`
+	Events        uint64 `json:"events"`
+	Requests      uint64 `json:"requests"`        // allocations and frees of the request layer
+	RequestCallNs int64  `json:"request_call_ns"` // time inside those calls
+	AllCallNs     int64  `json:"all_call_ns"`     // time inside every recorded call
+	PoolServed    uint64 `json:"pool_served"`     // calls the pool inside the program served
+	PeakLiveBytes uint64 `json:"peak_live_bytes"` // of the requests
+	WallNs        int64  `json:"wall_ns"`         // from the first call's start to the last call's end
+	Layer         string `json:"layer"`           // the request layer
+}
+
+// Measure reads src to the end and returns its Run.
+func Measure(name string, src Source) (Run, error) {
+	t := &tally{src: src}
+	tr, err := requests.Extract(t)
+	if err != nil {
+		return Run{}, fmt.Errorf("%s: %w", name, err)
+	}
+	r := t.run
+	r.Name, r.Layer = name, string(tr.Stats.Layer)
+	r.Requests = tr.Stats.Allocs + tr.Stats.Frees
+	r.RequestCallNs = tr.Stats.RecordedCallNs
+	r.PeakLiveBytes = tr.Stats.PeakLiveBytes
+	if t.seen {
+		r.WallNs = t.last - t.first
+	}
+	return r, nil
+}
+
+// tally is a Source that counts what Measure needs beside the request stream.
+type tally struct {
+	src         Source
+	run         Run
+	first, last int64
+	seen        bool
+}
+
+func (t *tally) Next() ([]trace.Event, error) {
+	b, err := t.src.Next()
+	for i := range b {
+		e := &b[i]
+		t.run.Events++
+		t.run.AllCallNs += max(e.DurationNs, 0)
+		if e.Pool {
+			t.run.PoolServed++
+		}
+		if !t.seen || e.TimeNs < t.first {
+			t.first = e.TimeNs
+		}
+		t.last = max(t.last, e.TimeNs+max(e.DurationNs, 0))
+		t.seen = true
+	}
+	return b, err
+}
+
+// WriteComparison writes two runs of a program side by side: before, after and the ratio.
+func WriteComparison(w io.Writer, before, after Run) error {
+	ratio := func(a, b int64) string {
+		switch {
+		case a <= 0 || b <= 0:
+			return ""
+		case a >= b:
+			return fmt.Sprintf("%.1fx less", float64(a)/float64(b))
+		}
+		return fmt.Sprintf("%.1fx more", float64(b)/float64(a))
+	}
+	perRequest := func(r Run) string {
+		if r.Requests == 0 {
+			return "-"
+		}
+		return dur(r.RequestCallNs / int64(r.Requests))
+	}
+	if _, err := fmt.Fprintf(w, "before: %s\nafter:  %s\n\n", before.Name, after.Name); err != nil {
+		return err
+	}
+	rows := [][4]string{
+		{"", "before", "after", ""},
+		{"events", units.FormatCount(int64(before.Events)), units.FormatCount(int64(after.Events)), ""},
+		{"requests (" + after.Layer + ")", units.FormatCount(int64(before.Requests)), units.FormatCount(int64(after.Requests)), ""},
+		{"served by the pool", units.FormatCount(int64(before.PoolServed)), units.FormatCount(int64(after.PoolServed)), ""},
+		{"time inside the requests", dur(before.RequestCallNs), dur(after.RequestCallNs), ratio(before.RequestCallNs, after.RequestCallNs)},
+		{"  per request", perRequest(before), perRequest(after), ""},
+		{"time inside all calls", dur(before.AllCallNs), dur(after.AllCallNs), ratio(before.AllCallNs, after.AllCallNs)},
+		{"wall time, first to last call", dur(before.WallNs), dur(after.WallNs), ratio(before.WallNs, after.WallNs)},
+		{"peak live", units.FormatBytes(before.PeakLiveBytes), units.FormatBytes(after.PeakLiveBytes), ""},
+	}
+	for _, r := range rows {
+		line := strings.TrimRight(fmt.Sprintf("%-30s %-22s %-22s %s", r[0], r[1], r[2], r[3]), " ")
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dur prints ns rounded to a readable unit.
+func dur(ns int64) string {
+	d := time.Duration(ns)
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	}
+	return d.String()
+}
