@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -26,18 +27,33 @@ type Run struct {
 	Layer         string `json:"layer"`           // the request layer
 }
 
-// Measure reads src to the end and returns its Run.
+// Measure reads src to the end and returns its Run. It keeps no events or ops: its memory does not
+// grow with the trace.
 func Measure(name string, src Source) (Run, error) {
 	t := &tally{src: src}
-	tr, err := requests.Extract(t)
-	if err != nil {
-		return Run{}, fmt.Errorf("%s: %w", name, err)
+	fw, dev := requests.NewExtractor(requests.Framework), requests.NewExtractor(requests.Device)
+	var ops []requests.Op
+	for {
+		b, err := t.Next()
+		ops = fw.Append(b, ops[:0])
+		ops = dev.Append(b, ops[:0])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Run{}, fmt.Errorf("%s: %w", name, err)
+		}
 	}
+	x := dev
+	if requests.ChooseLayer(fw.FrameworkAllocs()) == requests.Framework {
+		x = fw
+	}
+	st := x.Stats()
 	r := t.run
-	r.Name, r.Layer = name, string(tr.Stats.Layer)
-	r.Requests = tr.Stats.Allocs + tr.Stats.Frees
-	r.RequestCallNs = tr.Stats.RecordedCallNs
-	r.PeakLiveBytes = tr.Stats.PeakLiveBytes
+	r.Name, r.Layer = name, string(st.Layer)
+	r.Requests = st.Allocs + st.Frees
+	r.RequestCallNs = st.RecordedCallNs
+	r.PeakLiveBytes = st.PeakLiveBytes
 	if t.seen {
 		r.WallNs = t.last - t.first
 	}
