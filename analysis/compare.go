@@ -1,7 +1,6 @@
 package analysis
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -31,24 +30,10 @@ type Run struct {
 // grow with the trace.
 func Measure(name string, src Source) (Run, error) {
 	t := &tally{src: src}
-	fw, dev := requests.NewExtractor(requests.Framework), requests.NewExtractor(requests.Device)
-	var ops []requests.Op
-	for {
-		b, err := t.Next()
-		ops = fw.Append(b, ops[:0])
-		ops = dev.Append(b, ops[:0])
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return Run{}, fmt.Errorf("%s: %w", name, err)
-		}
+	st, err := requests.Count(t)
+	if err != nil {
+		return Run{}, fmt.Errorf("%s: %w", name, err)
 	}
-	x := dev
-	if requests.ChooseLayer(fw.FrameworkAllocs()) == requests.Framework {
-		x = fw
-	}
-	st := x.Stats()
 	r := t.run
 	r.Name, r.Layer = name, string(st.Layer)
 	r.Requests = st.Allocs + st.Frees

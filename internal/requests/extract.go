@@ -250,11 +250,28 @@ type Trace struct {
 
 // Extract reads src to the end and returns its request stream (see the package's rule). Errors from
 // src are returned wrapped; the warnings are non-fatal.
-func Extract(src Source) (*Trace, error) {
+func Extract(src Source) (*Trace, error) { return scan(src, true) }
+
+// Count reads src to the end and returns what Extract's Stats would say, keeping no ops: its memory
+// does not grow with the trace.
+func Count(src Source) (Stats, error) {
+	t, err := scan(src, false)
+	if err != nil {
+		return Stats{}, err
+	}
+	return t.Stats, nil
+}
+
+// scan extracts both layers' requests from src and keeps the chosen layer's; without keep, every
+// batch's ops are dropped once counted and the Trace has none.
+func scan(src Source, keep bool) (*Trace, error) {
 	fw, dev := NewExtractor(Framework), NewExtractor(Device)
 	var fwOps, devOps []Op
 	for {
 		batch, err := src.Next()
+		if !keep {
+			fwOps, devOps = fwOps[:0], devOps[:0]
+		}
 		fwOps = fw.Append(batch, fwOps)
 		devOps = dev.Append(batch, devOps)
 		if errors.Is(err, io.EOF) {
@@ -267,6 +284,9 @@ func Extract(src Source) (*Trace, error) {
 	x, ops := dev, devOps
 	if ChooseLayer(fw.layerAllocs) == Framework {
 		x, ops = fw, fwOps
+	}
+	if !keep {
+		ops = nil
 	}
 	if len(x.sizes) > math.MaxUint32-1 || len(x.streams) > MaxStreams {
 		return nil, fmt.Errorf("trace has %d live blocks at once and %d streams; at most %d and %d can be replayed",
@@ -283,15 +303,6 @@ func ChooseLayer(frameworkAllocs uint64) Layer {
 		return Framework
 	}
 	return Device
-}
-
-// FrameworkAllocs returns how many allocation requests of the framework layer the extractor saw
-// (its own layer's, so a Framework extractor's), for ChooseLayer.
-func (x *Extractor) FrameworkAllocs() uint64 {
-	if x.layer != Framework {
-		return 0
-	}
-	return x.layerAllocs
 }
 
 // Warnings returns one line for each thing s counts that a user should know.
