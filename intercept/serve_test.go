@@ -48,3 +48,49 @@ func TestServedFromPool(t *testing.T) {
 		t.Errorf("without the pool: %q, want the fake driver's own reuse and all 2059 calls reaching it", base.Stdout)
 	}
 }
+
+// record --pool serves the stream-ordered calls with CUDA's stream-ordered rules
+// (testdata/progs/streams.c, on a fake driver where stream work completes only when waited for):
+// reuse at once on the stream that freed a block; one synchronization when a second stream appears
+// (or a stream is destroyed); from then on an event per stream-ordered free, a GPU-side wait when
+// another stream gets the block, a host wait when cudaMalloc gets it, nothing after a device
+// synchronization. Per-thread default streams of two threads are two streams.
+func TestServedStreamOrdered(t *testing.T) {
+	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := newLogDir(t)
+	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "streams")
+	want := `start: syncs 0, events 0, stream waits 0, host waits 0
+reused at once on the same stream: yes
+one stream: syncs 0, events 0, stream waits 0, host waits 0
+a second stream: syncs 1, events 0, stream waits 0, host waits 0
+reused on another stream: yes
+freed on S1, handed out on S2: syncs 0, events 1, stream waits 1, host waits 0
+reused on the same stream: yes
+freed on S2, handed out on S2: syncs 0, events 1, stream waits 0, host waits 0
+reused by cudaMalloc: yes
+freed on S2, handed out by cudaMalloc: syncs 0, events 1, stream waits 0, host waits 1
+device synchronized: syncs 1, events 1, stream waits 0, host waits 0
+after the synchronization: syncs 0, events 0, stream waits 0, host waits 0
+device 1, one stream: syncs 0, events 1, stream waits 0, host waits 0
+device 1 reused after the stream was destroyed: yes
+device 1, a destroyed stream's handle again: syncs 1, events 0, stream waits 0, host waits 0
+device 2, one thread's default stream: syncs 0, events 1, stream waits 0, host waits 0
+device 2, another thread's default stream: syncs 1, events 0, stream waits 0, host waits 0
+`
+	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
+		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	events, sum := convertDir(t, dir)
+	served := 0
+	for i := range events {
+		if events[i].Pool {
+			served++
+		}
+	}
+	if len(events) != 20 || served != 20 || sum.Lost != 0 {
+		t.Errorf("trace: %d events, %d served by the pool, %d lost; want 20, all served, 0 lost", len(events), served, sum.Lost)
+	}
+}

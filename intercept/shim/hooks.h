@@ -235,16 +235,16 @@ typedef cudaError_t (*cudaGetDriverEntryPointByVersion_fn)(const char *, void **
 #define BODY static inline __attribute__((always_inline))
 
 /* The calls record --pool serves: the pool first, CUDA when it cannot. */
-static inline int served_alloc(uint64_t n, void **p) {
+static inline int served_alloc(uint64_t n, void **p, struct stream_ref st) {
 	uint64_t a;
-	if (p == NULL || !serve_alloc(n, &a))
+	if (p == NULL || !serve_alloc(n, st, &a))
 		return -1;
 	*p = (void *)(uintptr_t)a;
 	return 0;
 }
-static inline int served_free(uint64_t p) {
+static inline int served_free(uint64_t p, struct stream_ref st) {
 	int r;
-	return serve_free(p, &r) ? r : -1;
+	return serve_free(p, st, &r) ? r : -1;
 }
 #define SERVED(TRY, CALL) ((r_try_ = (TRY)) >= 0 ? r_try_ : (CALL))
 
@@ -253,17 +253,21 @@ static inline int served_free(uint64_t p) {
 
 BODY cudaError_t b_cudaMalloc(cudaMalloc_fn f, int fid, void *cs, void **p, size_t n) {
 	int r_try_ = -1;
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, PTR(*p), n, 0, &g_addrs);
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p, sync_stream), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, PTR(*p), n, 0, &g_addrs);
 }
 BODY cudaError_t b_cudaFree(cudaFree_fn f, int fid, void *cs, void *p) {
 	int r_try_ = -1;
-	SERVED_FREE_BODY(SERVED(served_free(PTR(p)), f(p)), r_try_ >= 0, f(p), fid, &g_addrs, PTR(p), 0);
+	SERVED_FREE_BODY(SERVED(served_free(PTR(p), sync_stream), f(p)), r_try_ >= 0, f(p), fid, &g_addrs, PTR(p), 0);
 }
 BODY cudaError_t b_cudaMallocAsync(cudaMallocAsync_fn f, int fid, void *cs, void **p, size_t n, cudaStream_t s) {
-	ALLOC_BODY(f(p, n, s), fid, 1, PTR(*p), n, s, &g_addrs);
+	int r_try_ = -1;
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p, stream_of(PTR(s), 0)), f(p, n, s)), r_try_ >= 0, f(p, n, s), fid,
+			  1, PTR(*p), n, s, &g_addrs);
 }
 BODY cudaError_t b_cudaFreeAsync(cudaFreeAsync_fn f, int fid, void *cs, void *p, cudaStream_t s) {
-	FREE_BODY(f(p, s), fid, &g_addrs, PTR(p), s);
+	int r_try_ = -1;
+	SERVED_FREE_BODY(SERVED(served_free(PTR(p), stream_of(PTR(s), 0)), f(p, s)), r_try_ >= 0, f(p, s), fid,
+			 &g_addrs, PTR(p), s);
 }
 BODY cudaError_t b_cudaMallocFromPoolAsync(cudaMallocFromPoolAsync_fn f, int fid, void *cs, void **p, size_t n,
 					   cudaMemPool_t pool, cudaStream_t s) {
@@ -292,12 +296,12 @@ BODY cudaError_t b_cudaFreeHost(cudaFreeHost_fn f, int fid, void *cs, void *p) {
 }
 BODY CUresult b_cuMemAlloc_v2(cuMemAlloc_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t n) {
 	int r_try_ = -1;
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, *p, n, 0,
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, sync_stream), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, *p, n, 0,
 			  &g_addrs);
 }
 BODY CUresult b_cuMemFree_v2(cuMemFree_v2_fn f, int fid, void *cs, CUdeviceptr p) {
 	int r_try_ = -1;
-	SERVED_FREE_BODY(SERVED(served_free(p), f(p)), r_try_ >= 0, f(p), fid, &g_addrs, p, 0);
+	SERVED_FREE_BODY(SERVED(served_free(p, sync_stream), f(p)), r_try_ >= 0, f(p), fid, &g_addrs, p, 0);
 }
 
 /* A device synchronization: the pools' pending blocks on the device become reusable. Not logged. */
@@ -321,6 +325,19 @@ BODY CUresult b_cuCtxSynchronize(cuCtxSynchronize_fn f, int fid, void *cs, int u
 	errno = e;
 	return r;
 }
+/* A destroyed stream: its handle may name a new stream while its work still runs. Not logged. */
+typedef cudaError_t (*cudaStreamDestroy_fn)(cudaStream_t);
+typedef CUresult (*cuStreamDestroy_v2_fn)(CUstream);
+BODY cudaError_t b_cudaStreamDestroy(cudaStreamDestroy_fn f, int fid, void *cs, cudaStream_t s) {
+	(void)fid, (void)cs;
+	serve_stream_destroyed();
+	return f(s);
+}
+BODY CUresult b_cuStreamDestroy_v2(cuStreamDestroy_v2_fn f, int fid, void *cs, CUstream s) {
+	(void)fid, (void)cs;
+	serve_stream_destroyed();
+	return f(s);
+}
 BODY CUresult b_cuMemAllocPitch_v2(cuMemAllocPitch_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t *pitch,
 				   size_t w, size_t h, unsigned el) {
 	ALLOC_BODY(f(p, pitch, w, h, el), fid, 1, *p, r_ == 0 ? *pitch * h : w * h, 0, &g_addrs);
@@ -330,10 +347,15 @@ BODY CUresult b_cuMemAllocManaged(cuMemAllocManaged_fn f, int fid, void *cs, CUd
 	ALLOC_BODY(f(p, n, fl), fid, 0, *p, n, 0, &g_addrs);
 }
 BODY CUresult b_cuMemAllocAsync(cuMemAllocAsync_fn f, int fid, void *cs, CUdeviceptr *p, size_t n, CUstream s) {
-	ALLOC_BODY(f(p, n, s), fid, 1, *p, n, s, &g_addrs);
+	int r_try_ = -1;
+	struct stream_ref st = stream_of(PTR(s), fid == FID_cuMemAllocAsync_ptsz);
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, st), f(p, n, s)), r_try_ >= 0, f(p, n, s), fid, 1, *p, n,
+			  s, &g_addrs);
 }
 BODY CUresult b_cuMemFreeAsync(cuMemFreeAsync_fn f, int fid, void *cs, CUdeviceptr p, CUstream s) {
-	FREE_BODY(f(p, s), fid, &g_addrs, p, s);
+	int r_try_ = -1;
+	struct stream_ref st = stream_of(PTR(s), fid == FID_cuMemFreeAsync_ptsz);
+	SERVED_FREE_BODY(SERVED(served_free(p, st), f(p, s)), r_try_ >= 0, f(p, s), fid, &g_addrs, p, s);
 }
 BODY CUresult b_cuMemAllocFromPoolAsync(cuMemAllocFromPoolAsync_fn f, int fid, void *cs, CUdeviceptr *p,
 					size_t n, CUmemoryPool pool, CUstream s) {

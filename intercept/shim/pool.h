@@ -804,6 +804,18 @@ static int cp_mark_pending(struct cp_pool *p, uint64_t addr) {
 	return CP_OK;
 }
 
+/* cp_requested returns the bytes requested for the live block at addr, or 0 when none starts there. */
+static uint64_t cp_requested(struct cp_pool *p, uint64_t addr) {
+	struct cp_slab *sl = cp_slab_for(p, addr);
+	if (sl == NULL) {
+		struct cp_live *e = cp_live_find(p, addr);
+		return e == NULL ? 0 : e->req;
+	}
+	uint64_t off = addr - sl->base, slot = off / sl->size;
+	uint64_t r = CP_AT(&sl->req, uint64_t, slot);
+	return slot * sl->size != off || r == 0 ? 0 : (r & ~CP_PENDING_BIT) - 1;
+}
+
 /* cp_close gives back the plan, every grown slab and the arena's own segments (in address order),
  * and the pool's own memory. */
 static int cp_close(struct cp_pool *p) {

@@ -8,7 +8,18 @@
  * block freed that way is kept pending, not reusable, until all device work issued before the free
  * has completed: until the program synchronizes the device (cudaDeviceSynchronize, cuCtxSynchronize),
  * or until the pool would otherwise have to grow, when it synchronizes once itself (one
- * synchronization for many frees). A request the pool cannot serve goes to CUDA, which then returns
+ * synchronization for many frees).
+ *
+ * The stream-ordered calls (cudaMallocAsync, cudaFreeAsync, cuMemAllocAsync, cuMemFreeAsync) are
+ * served too, with CUDA's stream-ordered rules. A block freed on stream S is reusable at once: work
+ * that a later allocation on S enqueues runs after the work before the free. While the program has
+ * used only one stream (the synchronous calls count as a stream of their own), that is all. When a
+ * second stream appears (or a stream is destroyed: its handle may come back), the pool synchronizes
+ * the device once, and from then on records an event on S at every stream-ordered free; a block
+ * handed out on another stream T while that event has not completed makes T wait for it
+ * (cuStreamWaitEvent), and one handed out by a synchronous allocation makes the host wait
+ * (cuEventSynchronize). If an event cannot be recorded, the block stays pending like a synchronous
+ * free's. A request the pool cannot serve goes to CUDA, which then returns
  * what it returns; an address the pool did not hand out is freed by CUDA. A call made while the
  * same thread is inside the pool (a signal handler) goes to CUDA. A forked child starts without the
  * parent's pools.
@@ -23,24 +34,70 @@
 
 struct pending { uint64_t addr, stream; };
 
+/* A block freed on a stream whose work before the free may still run: [addr, end), the stream's key
+ * and the event recorded on it at the free. */
+struct inflight { uint64_t addr, end, key; void *event; };
+
+/* The stream a call names: key tells streams apart (a per-thread default stream is a stream per
+ * thread), handle names it in a driver call from this thread, policy is what the trace records and
+ * package pool's per-stream lists see. The synchronous calls have a key of their own. */
+struct stream_ref { uint64_t key, handle, policy; int async; };
+
+#define KEY_SYNC (~0ull)
+#define STREAM_LEGACY 0x1ull     /* CU_STREAM_LEGACY */
+#define STREAM_PER_THREAD 0x2ull /* CU_STREAM_PER_THREAD */
+
 struct served {
 	pthread_mutex_t mu;
 	int state; /* 0: not made yet, 1: serving, 2: could not be made (calls go to CUDA) */
 	struct cp_pool pool;
-	struct cp_vec pending; /* struct pending: freed by the program, not reusable yet */
+	struct cp_vec pending;  /* struct pending: freed by the program, not reusable yet */
+	int multi;              /* more than one stream seen: stream-ordered frees record events */
+	int keyed;              /* one stream seen so far: only_key */
+	uint64_t only_key;
+	unsigned destroyed;     /* g_streams_destroyed when last looked at */
+	struct cp_vec inflight; /* struct inflight */
+	struct cp_vec events;   /* void *: spare events */
+	size_t prune_at;        /* inflight length at which completed entries are dropped */
 };
 
 static int g_serve;                 /* ALLOCSCOPE_POOL was set and parsed */
 static struct cp_config g_serve_cfg;
 static struct served g_served[SERVE_DEVICES];
 static TLS int t_serving;           /* this thread is inside a pool */
+static TLS uint64_t t_thread_serial; /* this thread's number, from 1, for its per-thread stream */
+static uint64_t g_thread_serials;
+static unsigned g_streams_destroyed; /* streams the program destroyed */
 
 typedef CUresult (*real_alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*real_free_fn)(CUdeviceptr);
 typedef CUresult (*real_sync_fn)(void);
+typedef CUresult (*real_event_create_fn)(void **, unsigned);
+typedef CUresult (*real_event_fn)(void *);
+typedef CUresult (*real_event_record_fn)(void *, CUstream);
+typedef CUresult (*real_stream_wait_fn)(CUstream, void *, unsigned);
 static real_alloc_fn g_real_alloc;
 static real_free_fn g_real_free;
 static real_sync_fn g_real_sync;
+static struct {
+	real_event_create_fn create;
+	real_event_record_fn record;
+	real_event_fn query, synchronize;
+	real_stream_wait_fn wait;
+} g_real_event;
+
+/* stream_of names the stream of a stream-ordered call; ptsz: the call came through a per-thread
+ * default stream variant, where stream 0 is this thread's own. */
+static struct stream_ref stream_of(uint64_t s, int ptsz) {
+	if ((ptsz && s == 0) || s == STREAM_PER_THREAD) {
+		if (t_thread_serial == 0)
+			t_thread_serial = __atomic_add_fetch(&g_thread_serials, 1, __ATOMIC_RELAXED);
+		return (struct stream_ref){t_thread_serial << 2 | STREAM_PER_THREAD, STREAM_PER_THREAD, s, 1};
+	}
+	return (struct stream_ref){s == STREAM_LEGACY ? 0 : s, s, s, 1};
+}
+
+static const struct stream_ref sync_stream = {KEY_SYNC, 0, 0, 0};
 
 /* serve_parse reads ALLOCSCOPE_POOL (intercept.PoolSpec's line) into cfg; 0 on success. */
 static int serve_parse(const char *s, struct cp_config *cfg) {
@@ -113,8 +170,15 @@ static int serve_resolve(void) {
 	g_real_alloc = (real_alloc_fn)rd(h, "cuMemAlloc_v2");
 	g_real_free = (real_free_fn)rd(h, "cuMemFree_v2");
 	real_sync_fn sync = (real_sync_fn)rd(h, "cuCtxSynchronize");
+	g_real_event.create = (real_event_create_fn)rd(h, "cuEventCreate");
+	g_real_event.record = (real_event_record_fn)rd(h, "cuEventRecord");
+	g_real_event.query = (real_event_fn)rd(h, "cuEventQuery");
+	g_real_event.synchronize = (real_event_fn)rd(h, "cuEventSynchronize");
+	g_real_event.wait = (real_stream_wait_fn)rd(h, "cuStreamWaitEvent");
 	dlclose(h);
-	if (g_real_alloc == NULL || g_real_free == NULL || sync == NULL)
+	if (g_real_alloc == NULL || g_real_free == NULL || sync == NULL || g_real_event.create == NULL ||
+	    g_real_event.record == NULL || g_real_event.query == NULL || g_real_event.synchronize == NULL ||
+	    g_real_event.wait == NULL)
 		return 0;
 	__atomic_store_n(&g_real_sync, sync, __ATOMIC_RELEASE);
 	return 1;
@@ -124,6 +188,9 @@ static int serve_resolve(void) {
 static void serve_make(struct served *s, int d) {
 	s->state = 2;
 	s->pending.elem = sizeof(struct pending);
+	s->inflight.elem = sizeof(struct inflight);
+	s->events.elem = sizeof(void *);
+	s->prune_at = 64;
 	if (!serve_resolve())
 		return;
 	int err = cp_init(&s->pool, &g_serve_cfg, (struct cp_upstream){serve_reserve, serve_release, NULL});
@@ -148,9 +215,110 @@ static void serve_release_pending(struct served *s) {
 	s->pending.len = 0;
 }
 
-/* serve_alloc serves size bytes on the current device into *addr: 1, or 0 when the call is to go to
- * CUDA. Before a growth it makes the pending blocks reusable with one synchronization. */
-static int serve_alloc(uint64_t size, uint64_t *addr) {
+/* serve_drop_inflight forgets the in-flight entries whose events completed (all of them after a
+ * synchronization of the device) and keeps their events for reuse. */
+static void serve_drop_inflight(struct served *s, int all) {
+	size_t kept = 0;
+	for (size_t i = 0; i < s->inflight.len; i++) {
+		struct inflight q = CP_AT(&s->inflight, struct inflight, i);
+		if (all || g_real_event.query(q.event) == 0) {
+			if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
+				CP_AT(&s->events, void *, s->events.len++) = q.event;
+			continue;
+		}
+		CP_AT(&s->inflight, struct inflight, kept++) = q;
+	}
+	s->inflight.len = kept;
+	s->prune_at = kept * 2 > 64 ? kept * 2 : 64;
+}
+
+/* serve_synced notes that the device of s synchronized: every block freed before is reusable. */
+static void serve_synced(struct served *s) {
+	serve_release_pending(s);
+	serve_drop_inflight(s, 1);
+}
+
+/* serve_note_stream notes a stream-ordered call on st (or an allocation by a synchronous call): the
+ * second stream seen, or a stream destroyed, makes the pool synchronize the device once and track
+ * stream-ordered frees with events from then on. */
+static void serve_note_stream(struct served *s, struct stream_ref st) {
+	unsigned destroyed = __atomic_load_n(&g_streams_destroyed, __ATOMIC_ACQUIRE);
+	if (s->multi)
+		return;
+	if (!s->keyed) {
+		s->keyed = 1, s->only_key = st.key, s->destroyed = destroyed;
+		return;
+	}
+	if (st.key == s->only_key && destroyed == s->destroyed)
+		return;
+	s->multi = 1;
+	if (g_real_sync() == 0)
+		serve_synced(s);
+}
+
+/* serve_guard makes the user of a block just handed out at [addr, addr+size) wait for the work of
+ * other streams that freed what overlaps it, when that work may still run. An entry the block
+ * covers is done with: whoever frees the block next orders it after that wait. */
+static void serve_guard(struct served *s, uint64_t addr, uint64_t size, struct stream_ref st) {
+	uint64_t end = addr + (size > 0 ? size : 1);
+	size_t kept = 0;
+	for (size_t i = 0; i < s->inflight.len; i++) {
+		struct inflight q = CP_AT(&s->inflight, struct inflight, i);
+		if (q.addr < end && addr < q.end && !(st.async && q.key == st.key) &&
+		    g_real_event.query(q.event) != 0 &&
+		    (!st.async || g_real_event.wait((CUstream)(uintptr_t)st.handle, q.event, 0) != 0))
+			g_real_event.synchronize(q.event);
+		if (q.addr >= addr && q.end <= end) {
+			if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
+				CP_AT(&s->events, void *, s->events.len++) = q.event;
+			continue;
+		}
+		CP_AT(&s->inflight, struct inflight, kept++) = q;
+	}
+	s->inflight.len = kept;
+}
+
+/* serve_track records an event on the stream that freed [addr, addr+size): 0, or -1 when it could
+ * not (the block must then wait for a synchronization). */
+static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct stream_ref st) {
+	if (s->inflight.len >= s->prune_at)
+		serve_drop_inflight(s, 0);
+	void *ev = NULL;
+	if (s->events.len > 0)
+		ev = CP_AT(&s->events, void *, --s->events.len);
+	else if (g_real_event.create(&ev, 0x2 /* CU_EVENT_DISABLE_TIMING */) != 0)
+		return -1;
+	if (cp_vec_reserve(&s->inflight, s->inflight.len + 1) != 0 ||
+	    g_real_event.record(ev, (CUstream)(uintptr_t)st.handle) != 0) {
+		if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
+			CP_AT(&s->events, void *, s->events.len++) = ev;
+		return -1;
+	}
+	CP_AT(&s->inflight, struct inflight, s->inflight.len++) = (struct inflight){addr, addr + (size ? size : 1), st.key, ev};
+	return 0;
+}
+
+/* serve_take serves size bytes from s (its lock held). Before a growth it makes the pending blocks
+ * reusable with one synchronization. */
+static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uint64_t *addr) {
+	serve_note_stream(s, st);
+	s->pool.no_grow = 1;
+	int err = cp_alloc(&s->pool, size, st.policy, addr);
+	if (err == CP_WOULD_GROW && s->pending.len > 0 && g_real_sync() == 0) {
+		serve_synced(s);
+		err = cp_alloc(&s->pool, size, st.policy, addr);
+	}
+	s->pool.no_grow = 0;
+	if (err == CP_WOULD_GROW)
+		err = cp_alloc(&s->pool, size, st.policy, addr);
+	if (err == CP_OK && s->inflight.len > 0)
+		serve_guard(s, *addr, size, st);
+	return err;
+}
+
+/* serve_alloc serves size bytes on the current device for a call on stream st into *addr: 1, or 0
+ * when the call is to go to CUDA. */
+static int serve_alloc(uint64_t size, struct stream_ref st, uint64_t *addr) {
 	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || t_serving || size == 0)
 		return 0;
 	int d = current_device();
@@ -161,26 +329,41 @@ static int serve_alloc(uint64_t size, uint64_t *addr) {
 	pthread_mutex_lock(&s->mu);
 	if (s->state == 0)
 		serve_make(s, d);
-	int err = CP_ERR;
-	if (s->state == 1) {
-		s->pool.no_grow = 1;
-		err = cp_alloc(&s->pool, size, 0, addr);
-		if (err == CP_WOULD_GROW && s->pending.len > 0 && g_real_sync() == 0) {
-			serve_release_pending(s);
-			err = cp_alloc(&s->pool, size, 0, addr);
-		}
-		s->pool.no_grow = 0;
-		if (err == CP_WOULD_GROW)
-			err = cp_alloc(&s->pool, size, 0, addr);
-	}
+	int err = s->state == 1 ? serve_take(s, size, st, addr) : CP_ERR;
 	pthread_mutex_unlock(&s->mu);
 	t_serving = 0;
 	return err == CP_OK;
 }
 
-/* serve_free takes a synchronous free of addr: 0 when no pool handed it out (the call goes to
- * CUDA), else 1 with *result the call's result (0, or 1 = invalid value for a second free). */
-static int serve_free(uint64_t addr, int *result) {
+/* serve_give_back takes a free of addr on stream st into s (its lock held): 1 with *result the call's
+ * result, or 0 when the block is not the pool's. */
+static int serve_give_back(struct served *s, uint64_t addr, struct stream_ref st, int *result) {
+	uint64_t size = cp_requested(&s->pool, addr);
+	int r = cp_mark_pending(&s->pool, addr);
+	if (r == CP_PENDING) {
+		*result = 1; /* CUDA_ERROR_INVALID_VALUE / cudaErrorInvalidValue: freed twice */
+		return 1;
+	}
+	if (r != CP_OK)
+		return 0;
+	*result = 0;
+	if (st.async) {
+		serve_note_stream(s, st);
+		if (!s->multi || serve_track(s, addr, size, st) == 0) {
+			cp_free(&s->pool, addr, st.policy);
+			return 1;
+		}
+	}
+	if (cp_vec_reserve(&s->pending, s->pending.len + 1) == 0)
+		CP_AT(&s->pending, struct pending, s->pending.len++) = (struct pending){addr, st.policy};
+	else
+		*result = 2; /* out of memory for the list: never reached in practice, never unsafe */
+	return 1;
+}
+
+/* serve_free takes a free of addr on stream st: 0 when no pool handed it out (the call goes to CUDA),
+ * else 1 with *result the call's result (0, or 1 = invalid value for a second free). */
+static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
 	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || t_serving || addr == 0)
 		return 0;
 	int taken = 0;
@@ -190,15 +373,7 @@ static int serve_free(uint64_t addr, int *result) {
 		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 1)
 			continue;
 		pthread_mutex_lock(&s->mu);
-		int r = cp_mark_pending(&s->pool, addr);
-		if (r == CP_OK && cp_vec_reserve(&s->pending, s->pending.len + 1) == 0) {
-			CP_AT(&s->pending, struct pending, s->pending.len++) = (struct pending){addr, 0};
-			*result = 0;
-			taken = 1;
-		} else if (r == CP_PENDING) {
-			*result = 1; /* CUDA_ERROR_INVALID_VALUE / cudaErrorInvalidValue: freed twice */
-			taken = 1;
-		}
+		taken = serve_give_back(s, addr, st, result);
 		pthread_mutex_unlock(&s->mu);
 	}
 	t_serving = 0;
@@ -215,17 +390,25 @@ static void serve_synchronized(void) {
 		return;
 	t_serving = 1;
 	pthread_mutex_lock(&g_served[d].mu);
-	serve_release_pending(&g_served[d]);
+	serve_synced(&g_served[d]);
 	pthread_mutex_unlock(&g_served[d].mu);
 	t_serving = 0;
 }
 
+/* serve_stream_destroyed notes that the program destroyed a stream: its handle may name a new stream
+ * while the old one's work still runs. */
+static void serve_stream_destroyed(void) { __atomic_add_fetch(&g_streams_destroyed, 1, __ATOMIC_ACQ_REL); }
+
 /* serve_forget drops the parent's pools in a forked child. */
 static void serve_forget(void) {
 	for (int d = 0; d < SERVE_DEVICES; d++) {
-		g_served[d].state = 0;
-		g_served[d].pending = (struct cp_vec){NULL, 0, 0, sizeof(struct pending)};
-		pthread_mutex_init(&g_served[d].mu, NULL);
+		struct served *s = &g_served[d];
+		s->state = 0;
+		s->pending = (struct cp_vec){NULL, 0, 0, sizeof(struct pending)};
+		s->inflight = (struct cp_vec){NULL, 0, 0, sizeof(struct inflight)};
+		s->events = (struct cp_vec){NULL, 0, 0, sizeof(void *)};
+		s->multi = s->keyed = 0;
+		pthread_mutex_init(&s->mu, NULL);
 	}
 	t_serving = 0;
 }

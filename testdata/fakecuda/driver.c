@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,9 +187,96 @@ static CUresult i_cuCtxGetDevice(CUdevice *d) {
 	return CUDA_SUCCESS;
 }
 static long syncs; /* cuCtxSynchronize calls, all threads */
+static void events_complete(int all, CUstream s);
 static CUresult i_cuCtxSynchronize(void) {
 	__atomic_fetch_add(&syncs, 1, __ATOMIC_RELAXED);
+	events_complete(1, NULL);
 	return CUDA_SUCCESS;
+}
+
+/* Events: a table of handles (index + 1); an event recorded on a stream becomes ready when the device
+ * or its stream is synchronized. */
+#define MAX_EVENTS 65536
+static struct { CUstream stream; int used, recorded, ready; } events[MAX_EVENTS];
+static long event_next, events_recorded, stream_waits, host_waits;
+static pthread_mutex_t events_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int event_index(CUevent e) {
+	uintptr_t i = (uintptr_t)e;
+	return i >= 1 && i <= MAX_EVENTS && events[i - 1].used ? (int)(i - 1) : -1;
+}
+static void events_complete(int all, CUstream s) {
+	pthread_mutex_lock(&events_mu);
+	for (long i = 0; i < event_next && i < MAX_EVENTS; i++)
+		if (events[i].recorded && (all || events[i].stream == s))
+			events[i].ready = 1;
+	pthread_mutex_unlock(&events_mu);
+}
+static CUresult i_cuStreamSynchronize(CUstream s) {
+	events_complete(0, s);
+	return CUDA_SUCCESS;
+}
+static CUresult i_cuStreamDestroy_v2(CUstream s) { (void)s; return CUDA_SUCCESS; }
+static CUresult i_cuEventCreate(CUevent *e, unsigned int flags) {
+	(void)flags;
+	if (e == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&events_mu);
+	long i = event_next < MAX_EVENTS ? event_next++ : -1;
+	if (i >= 0)
+		events[i].used = 1;
+	pthread_mutex_unlock(&events_mu);
+	if (i < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*e = (CUevent)(uintptr_t)(i + 1);
+	return CUDA_SUCCESS;
+}
+static CUresult i_cuEventRecord(CUevent e, CUstream s) {
+	pthread_mutex_lock(&events_mu);
+	int i = event_index(e);
+	if (i >= 0) {
+		events[i].stream = s;
+		events[i].recorded = 1;
+		events[i].ready = 0;
+		events_recorded++;
+	}
+	pthread_mutex_unlock(&events_mu);
+	return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+static CUresult i_cuEventQuery(CUevent e) {
+	pthread_mutex_lock(&events_mu);
+	int i = event_index(e);
+	CUresult r = i < 0 ? CUDA_ERROR_INVALID_VALUE
+			   : (!events[i].recorded || events[i].ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY);
+	pthread_mutex_unlock(&events_mu);
+	return r;
+}
+static CUresult i_cuEventSynchronize(CUevent e) {
+	pthread_mutex_lock(&events_mu);
+	int i = event_index(e);
+	if (i >= 0 && events[i].recorded && !events[i].ready) {
+		events[i].ready = 1;
+		host_waits++;
+	}
+	pthread_mutex_unlock(&events_mu);
+	return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+static CUresult i_cuEventDestroy_v2(CUevent e) {
+	pthread_mutex_lock(&events_mu);
+	int i = event_index(e);
+	if (i >= 0)
+		events[i].used = 0;
+	pthread_mutex_unlock(&events_mu);
+	return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+static CUresult i_cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+	(void)s, (void)flags;
+	pthread_mutex_lock(&events_mu);
+	int i = event_index(e);
+	if (i >= 0 && events[i].recorded && !events[i].ready)
+		stream_waits++;
+	pthread_mutex_unlock(&events_mu);
+	return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 static CUresult i_cuCtxSetCurrent(CUcontext ctx) {
 	current_device = ctx == NULL ? 0 : (int)((intptr_t)ctx - 1);
@@ -312,6 +400,14 @@ ENTRY_UNCOUNTED(cuInit, i_cuInit, (unsigned int f), (f))
 ENTRY_UNCOUNTED(cuCtxGetDevice, i_cuCtxGetDevice, (CUdevice *d), (d))
 ENTRY_UNCOUNTED(cuCtxSetCurrent, i_cuCtxSetCurrent, (CUcontext c), (c))
 ENTRY_UNCOUNTED(cuCtxSynchronize, i_cuCtxSynchronize, (void), ())
+ENTRY_UNCOUNTED(cuStreamSynchronize, i_cuStreamSynchronize, (CUstream s), (s))
+ENTRY_UNCOUNTED(cuStreamDestroy_v2, i_cuStreamDestroy_v2, (CUstream s), (s))
+ENTRY_UNCOUNTED(cuEventCreate, i_cuEventCreate, (CUevent *e, unsigned int f), (e, f))
+ENTRY_UNCOUNTED(cuEventRecord, i_cuEventRecord, (CUevent e, CUstream s), (e, s))
+ENTRY_UNCOUNTED(cuEventQuery, i_cuEventQuery, (CUevent e), (e))
+ENTRY_UNCOUNTED(cuEventSynchronize, i_cuEventSynchronize, (CUevent e), (e))
+ENTRY_UNCOUNTED(cuEventDestroy_v2, i_cuEventDestroy_v2, (CUevent e), (e))
+ENTRY_UNCOUNTED(cuStreamWaitEvent, i_cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int f), (s, e, f))
 ENTRY(cuMemAlloc_v2, i_cuMemAlloc_v2, (CUdeviceptr *p, size_t n), (p, n))
 ENTRY(cuMemFree_v2, i_cuMemFree_v2, (CUdeviceptr p), (p))
 ENTRY(cuMemAllocPitch_v2, i_cuMemAllocPitch_v2, (CUdeviceptr *p, size_t *pi, size_t w, size_t h, unsigned int e),
@@ -342,6 +438,14 @@ ENTRY(cuGetProcAddress, i_cuGetProcAddress, (const char *s, void **fn, int v, cu
 ENTRY(cuGetProcAddress_v2, i_cuGetProcAddress_v2, (const char *s, void **fn, int v, cuuint64_t f, void *st),
       (s, fn, v, f, st))
 
+void fakecuda_events(long *recorded, long *stream_waits_, long *host_waits_) {
+	pthread_mutex_lock(&events_mu);
+	*recorded = events_recorded;
+	*stream_waits_ = stream_waits;
+	*host_waits_ = host_waits;
+	pthread_mutex_unlock(&events_mu);
+}
+
 long fakecuda_syncs(void) { return __atomic_load_n(&syncs, __ATOMIC_RELAXED); }
 
 void fakecuda_calls(long *exported, long *via_proc_address) {
@@ -365,6 +469,14 @@ static const struct {
 	{"cuCtxGetDevice", 2000, PROC(cuCtxGetDevice), NULL, NULL},
 	{"cuCtxSetCurrent", 4000, PROC(cuCtxSetCurrent), NULL, NULL},
 	{"cuCtxSynchronize", 2000, PROC(cuCtxSynchronize), NULL, NULL},
+	{"cuStreamSynchronize", 2000, PROC(cuStreamSynchronize), NULL, NULL},
+	{"cuStreamDestroy", 4000, PROC(cuStreamDestroy_v2), NULL, NULL},
+	{"cuEventCreate", 2000, PROC(cuEventCreate), NULL, NULL},
+	{"cuEventRecord", 2000, PROC(cuEventRecord), NULL, NULL},
+	{"cuEventQuery", 2000, PROC(cuEventQuery), NULL, NULL},
+	{"cuEventSynchronize", 2000, PROC(cuEventSynchronize), NULL, NULL},
+	{"cuEventDestroy", 4000, PROC(cuEventDestroy_v2), NULL, NULL},
+	{"cuStreamWaitEvent", 3020, PROC(cuStreamWaitEvent), NULL, NULL},
 	{"cuMemAlloc", 3020, PROC(cuMemAlloc_v2), NULL, NULL},
 	{"cuMemFree", 3020, PROC(cuMemFree_v2), NULL, NULL},
 	{"cuMemAllocPitch", 3020, PROC(cuMemAllocPitch_v2), NULL, NULL},

@@ -29,6 +29,7 @@ typedef void *cudaMemPool_t;
 typedef unsigned long long CUdeviceptr;
 typedef void *CUstream;
 typedef void *CUcontext;
+typedef void *CUevent;
 typedef void *CUmemoryPool;
 typedef int CUdevice;
 typedef unsigned long long CUmemGenericAllocationHandle;
@@ -47,6 +48,7 @@ typedef struct {
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_NOT_READY 600
 #define cudaErrorMemoryAllocation 2
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
@@ -65,6 +67,7 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags);
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, void *status);
 cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int version,
 					     unsigned long long flags, void *status);
@@ -74,6 +77,17 @@ CUresult cuInit(unsigned int flags);
 CUresult cuCtxGetDevice(CUdevice *d);
 CUresult cuCtxSetCurrent(CUcontext ctx); /* fake: ctx = (CUcontext)(device + 1) */
 CUresult cuCtxSynchronize(void);
+/* Streams are any handle; work on them completes only when the program (or the shim) waits for it:
+ * an event recorded on a stream is not ready until cuCtxSynchronize, cuStreamSynchronize of its
+ * stream or cuEventSynchronize of it. */
+CUresult cuStreamSynchronize(CUstream s);
+CUresult cuStreamDestroy_v2(CUstream s);
+CUresult cuEventCreate(CUevent *e, unsigned int flags);
+CUresult cuEventRecord(CUevent e, CUstream s);
+CUresult cuEventQuery(CUevent e);
+CUresult cuEventSynchronize(CUevent e);
+CUresult cuEventDestroy_v2(CUevent e);
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags);
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 CUresult cuMemFree_v2(CUdeviceptr p);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int elem);
@@ -101,6 +115,9 @@ CUresult cuGetProcAddress_v2(const char *sym, void **fn, int version, cuuint64_t
 void fakecuda_calls(long *exported, long *via_proc_address);
 /* Fake only: how many times any thread synchronized the device (cuCtxSynchronize, cudaDeviceSynchronize). */
 long fakecuda_syncs(void);
+/* Fake only: events recorded, and waits for an event not yet ready (a stream made to wait with
+ * cuStreamWaitEvent, the host with cuEventSynchronize), all threads. */
+void fakecuda_events(long *recorded, long *stream_waits, long *host_waits);
 
 typedef CUresult (*PFN_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, void *);
 typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *, void **, int, cuuint64_t);

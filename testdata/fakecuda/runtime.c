@@ -19,6 +19,7 @@ static struct {
 	PFN_cuGetProcAddress_v2 getProcAddress;
 	CUresult (*ctxSetCurrent)(CUcontext);
 	CUresult (*ctxSynchronize)(void);
+	CUresult (*streamDestroy)(CUstream);
 	CUresult (*memAlloc)(CUdeviceptr *, size_t);
 	CUresult (*memFree)(CUdeviceptr);
 	CUresult (*memAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
@@ -48,6 +49,7 @@ static void runtime_init(void) {
 		return;
 	resolve("cuCtxSetCurrent", &drv.ctxSetCurrent);
 	resolve("cuCtxSynchronize", &drv.ctxSynchronize);
+	resolve("cuStreamDestroy", &drv.streamDestroy);
 	resolve("cuMemAlloc", &drv.memAlloc);
 	resolve("cuMemFree", &drv.memFree);
 	resolve("cuMemAllocPitch", &drv.memAllocPitch);
@@ -60,7 +62,7 @@ static void runtime_init(void) {
 	resolve("cuMemFreeHost", &drv.memFreeHost);
 	drv.ok = drv.memAlloc && drv.memFree && drv.memAllocPitch && drv.memAllocManaged && drv.memAllocAsync &&
 		 drv.memFreeAsync && drv.memAllocFromPoolAsync && drv.memAllocHost && drv.memHostAlloc &&
-		 drv.memFreeHost && drv.ctxSetCurrent && drv.ctxSynchronize;
+		 drv.memFreeHost && drv.ctxSetCurrent && drv.ctxSynchronize && drv.streamDestroy;
 }
 
 #define INIT()                                                                                           \
@@ -162,6 +164,11 @@ cudaError_t cudaSetDevice(int device) {
 cudaError_t cudaDeviceSynchronize(void) {
 	INIT();
 	return drv.ctxSynchronize();
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+	INIT();
+	return drv.streamDestroy(s);
 }
 
 cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, void *status) {
