@@ -15,6 +15,9 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testcuda.Cleanup()
+	if cpoolDriver.path != "" {
+		os.RemoveAll(filepath.Dir(cpoolDriver.path))
+	}
 	os.Exit(code)
 }
 

@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +93,67 @@ device 2, another thread's default stream: syncs 1, events 0, stream waits 0, ho
 	}
 	if len(events) != 20 || served != 20 || sum.Lost != 0 {
 		t.Errorf("trace: %d events, %d served by the pool, %d lost; want 20, all served, 0 lost", len(events), served, sum.Lost)
+	}
+}
+
+// record --pool with 64 threads on this machine's cores (testdata/progs/pooled_threads.c): 20
+// rounds in which every thread holds 32 blocks of the pool's classes and arena at once; no two live
+// blocks ever overlap, no call fails, and all 81,920 calls are recorded, every one served by the
+// pool, none lost.
+func TestServedManyThreads(t *testing.T) {
+	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := newLogDir(t)
+	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "pooled_threads")
+	var want strings.Builder
+	for r := 0; r < 20; r++ {
+		fmt.Fprintf(&want, "round %d overlaps: 0\n", r)
+	}
+	want.WriteString("failed calls: 0\ncalls: 81920\n")
+	if got.ExitCode != 0 || got.Stdout != want.String() || got.Stderr != "" {
+		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want.String())
+	}
+	events, sum := convertDir(t, dir)
+	served := 0
+	for i := range events {
+		if events[i].Pool {
+			served++
+		}
+	}
+	if len(events) != 81920 || served != 81920 || sum.Lost != 0 {
+		t.Errorf("trace: %d events, %d served by the pool, %d lost; want 81920, all served, 0 lost",
+			len(events), served, sum.Lost)
+	}
+}
+
+// record --pool across fork (testdata/progs/pooled_fork.c): the child starts without the parent's
+// pool and reserves its own (one driver call), the parent's pool goes on as before, and both
+// processes' calls are recorded as the pool's.
+func TestServedFork(t *testing.T) {
+	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := newLogDir(t)
+	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "pooled_fork")
+	want := "child: malloc 0, free 0, driver allocation calls 1, same address as the parent's: no\n" +
+		"parent: driver allocation calls 1, free 0, reused its own block: yes\n"
+	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
+		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	events, sum := convertDir(t, dir)
+	pids := map[uint32]int{}
+	served := 0
+	for i := range events {
+		pids[events[i].PID]++
+		if events[i].Pool {
+			served++
+		}
+	}
+	if len(events) != 6 || served != 6 || len(pids) != 2 || sum.Lost != 0 {
+		t.Errorf("trace: %d events in %d processes, %d served, %d lost; want 6 in 2, all served, 0 lost",
+			len(events), len(pids), served, sum.Lost)
 	}
 }
