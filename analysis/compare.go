@@ -24,6 +24,8 @@ type Run struct {
 	PeakLiveBytes uint64 `json:"peak_live_bytes"` // of the requests
 	WallNs        int64  `json:"wall_ns"`         // from the first call's start to the last call's end
 	Layer         string `json:"layer"`           // the request layer
+	// Pool is what record --pool's pool did (the trace's metadata); nil for a recording without it.
+	Pool *trace.PoolActivity `json:"pool,omitempty"`
 }
 
 // Measure reads src to the end and returns its Run. It keeps no events or ops: its memory does not
@@ -102,6 +104,9 @@ func WriteComparison(w io.Writer, before, after Run) error {
 		{"wall time, first to last call", dur(before.WallNs), dur(after.WallNs), ratio(before.WallNs, after.WallNs)},
 		{"peak live", units.FormatBytes(before.PeakLiveBytes), units.FormatBytes(after.PeakLiveBytes), ""},
 	}
+	if before.Pool != nil || after.Pool != nil {
+		rows = append(rows, poolRows(before.Pool, after.Pool)...)
+	}
 	for _, r := range rows {
 		line := strings.TrimRight(fmt.Sprintf("%-30s %-22s %-22s %s", r[0], r[1], r[2], r[3]), " ")
 		if _, err := fmt.Fprintln(w, line); err != nil {
@@ -109,6 +114,38 @@ func WriteComparison(w io.Writer, before, after Run) error {
 		}
 	}
 	return nil
+}
+
+// poolRows are the comparison's lines on what record --pool's pool did ("-": no pool).
+func poolRows(before, after *trace.PoolActivity) [][4]string {
+	field := func(p *trace.PoolActivity, f func(*trace.PoolActivity) string) string {
+		if p == nil {
+			return "-"
+		}
+		return f(p)
+	}
+	row := func(name string, f func(*trace.PoolActivity) string) [4]string {
+		return [4]string{name, field(before, f), field(after, f), ""}
+	}
+	count := func(get func(*trace.PoolActivity) int64) func(*trace.PoolActivity) string {
+		return func(p *trace.PoolActivity) string { return units.FormatCount(get(p)) }
+	}
+	rows := [][4]string{
+		row("pool: peak reserved", func(p *trace.PoolActivity) string { return units.FormatBytes(p.PeakReservedBytes) }),
+		row("pool: reservations", count(func(p *trace.PoolActivity) int64 { return p.Reservations })),
+		row("pool: fallbacks (growths)", count(func(p *trace.PoolActivity) int64 { return p.Fallbacks })),
+		row("pool: requests passed to CUDA", count(func(p *trace.PoolActivity) int64 { return p.PassedThrough })),
+		row("pool: its own synchronizations", func(p *trace.PoolActivity) string {
+			return fmt.Sprintf("%s (%s)", units.FormatCount(p.Syncs), dur(p.SyncNs))
+		}),
+		row("pool: stream / host waits", func(p *trace.PoolActivity) string {
+			return fmt.Sprintf("%s / %s", units.FormatCount(p.StreamWaits), units.FormatCount(p.HostWaits))
+		}),
+	}
+	if (before != nil && before.IPCExports > 0) || (after != nil && after.IPCExports > 0) {
+		rows = append(rows, row("pool: blocks exported by IPC", count(func(p *trace.PoolActivity) int64 { return p.IPCExports })))
+	}
+	return rows
 }
 
 // dur prints ns rounded to a readable unit.

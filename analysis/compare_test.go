@@ -69,3 +69,26 @@ peak live                      4 KiB                  4 KiB
 		t.Errorf("comparison:\n%s\nwant:\n%s", out.String(), wantText)
 	}
 }
+
+// With record --pool's activity in the after trace, the comparison adds its lines ("-" before).
+func TestComparePoolActivity(t *testing.T) {
+	before := Run{Name: "before.arrow", Layer: "device"}
+	after := Run{Name: "after.arrow", Layer: "device", Pool: &trace.PoolActivity{Syncs: 2, SyncNs: 1500000,
+		Reservations: 3, Fallbacks: 2, PassedThrough: 1, StreamWaits: 4, HostWaits: 5, PeakReservedBytes: 3 << 30,
+		IPCExports: 1}}
+	var out strings.Builder
+	if err := WriteComparison(&out, before, after); err != nil {
+		t.Fatal(err)
+	}
+	want := `pool: peak reserved            -                      3 GiB
+pool: reservations             -                      3
+pool: fallbacks (growths)      -                      2
+pool: requests passed to CUDA  -                      1
+pool: its own synchronizations -                      2 (1.5ms)
+pool: stream / host waits      -                      4 / 5
+pool: blocks exported by IPC   -                      1
+`
+	if got := out.String(); !strings.HasSuffix(got, "peak live                      0 B                    0 B\n"+want) {
+		t.Errorf("comparison:\n%s\nwant it to end with:\n%s", got, want)
+	}
+}

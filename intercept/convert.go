@@ -24,14 +24,15 @@ type ConvertOptions struct {
 
 // Summary describes what Convert wrote.
 type Summary struct {
-	Events        int64    // events written
-	Processes     int      // process images (a fork, an exec) whose logs hold events
-	Devices       []int32  // device ordinals seen, ascending
-	PeakLiveBytes uint64   // peak of live device bytes (allocations minus frees), all processes together
-	AllocCallNs   int64    // total time spent inside intercepted calls, ns
-	Lost          int64    // events the shim could not write (full disk, unwritable log, ...)
-	ShimLoads     int64    // processes that loaded the shim; -1 when the directory has no control file
-	Warnings      []string // non-fatal problems, one line each (lost events, private seq counters, ...)
+	Events        int64               // events written
+	Processes     int                 // process images (a fork, an exec) whose logs hold events
+	Devices       []int32             // device ordinals seen, ascending
+	PeakLiveBytes uint64              // peak of live device bytes (allocations minus frees), all processes together
+	AllocCallNs   int64               // total time spent inside intercepted calls, ns
+	Lost          int64               // events the shim could not write (full disk, unwritable log, ...)
+	ShimLoads     int64               // processes that loaded the shim; -1 when the directory has no control file
+	Pool          *trace.PoolActivity // what record --pool's pool did; nil when no process served
+	Warnings      []string            // non-fatal problems, one line each (lost events, private seq counters, ...)
 }
 
 // eventSink receives converted events; *trace.Writer is one.
@@ -98,6 +99,9 @@ func OpenLogs(dir string) (*Logs, error) {
 // Lost returns the number of events the shim saw but could not write.
 func (l *Logs) Lost() int64 { return l.sum.Lost }
 
+// Pool returns what record --pool's pool did in the recording, or nil.
+func (l *Logs) Pool() *trace.PoolActivity { return l.sum.Pool }
+
 // Close closes the log files.
 func (l *Logs) Close() error {
 	for _, lf := range l.files {
@@ -135,6 +139,7 @@ func (l *Logs) convert(sink eventSink, opts ConvertOptions) (Summary, error) {
 func (l *Logs) summarizeFaults() {
 	s := &l.sum
 	s.ShimLoads = l.control.processes
+	s.Pool = l.control.pool
 	for _, lf := range l.files {
 		h := &lf.log.header
 		s.Lost += lf.log.lost
@@ -182,6 +187,7 @@ type control struct {
 	processes  int64 // processes that loaded the shim; -1 without a control file
 	openFailed int64
 	lost       int64
+	pool       *trace.PoolActivity // nil when no pool reserved anything
 }
 
 // readControl reads dir's control file; a missing one gives processes -1.
@@ -199,7 +205,29 @@ func readControl(dir string) (control, error) {
 	}
 	le := binary.LittleEndian
 	clamp := func(v uint64) int64 { return int64(min(v, 1<<62)) }
-	return control{processes: clamp(le.Uint64(b[8:])), openFailed: clamp(le.Uint64(b[16:])), lost: clamp(le.Uint64(b[24:]))}, nil
+	c := control{processes: clamp(le.Uint64(b[8:])), openFailed: clamp(le.Uint64(b[16:])), lost: clamp(le.Uint64(b[24:]))}
+	if len(b) >= 32+8*controlPoolCounters {
+		c.pool = poolActivity(b[32:], clamp)
+	}
+	return c, nil
+}
+
+// controlPoolCounters is the number of uint64 counters of struct pool_counters (log.h), after the
+// four of struct control.
+const controlPoolCounters = 10
+
+// poolActivity decodes struct pool_counters; nil when no pool reserved anything.
+func poolActivity(b []byte, clamp func(uint64) int64) *trace.PoolActivity {
+	var v [controlPoolCounters]uint64
+	for i := range v {
+		v[i] = binary.LittleEndian.Uint64(b[8*i:])
+	}
+	if v[2] == 0 && v[4] == 0 { // no reservation, nothing passed through: no pool was in use
+		return nil
+	}
+	return &trace.PoolActivity{Syncs: clamp(v[0]), SyncNs: clamp(v[1]), Reservations: clamp(v[2]),
+		Fallbacks: clamp(v[3]), PassedThrough: clamp(v[4]), Events: clamp(v[5]), StreamWaits: clamp(v[6]),
+		HostWaits: clamp(v[7]), PeakReservedBytes: v[8], IPCExports: clamp(v[9])}
 }
 
 // Command returns the command line recorded in the raw logs of dir (of the first process), for the trace metadata.
@@ -344,7 +372,7 @@ type converter struct {
 func newConverter(sink eventSink, opts ConvertOptions, l *Logs) *converter {
 	c := &converter{sink: sink, opts: opts, files: l.files, total: l.total, managed: map[liveKey]struct{}{},
 		readBuf: make([]byte, segBytes)}
-	c.sum.Lost, c.sum.ShimLoads = l.sum.Lost, l.sum.ShimLoads
+	c.sum.Lost, c.sum.ShimLoads, c.sum.Pool = l.sum.Lost, l.sum.ShimLoads, l.sum.Pool
 	for _, lf := range l.files {
 		if lf.records > 0 {
 			c.sum.Processes++ // a process image: a forked child that execs leaves two logs

@@ -15,40 +15,64 @@ const EnvPool = "ALLOCSCOPE_POOL"
 // maxPoolClasses is the most classes the shim's C pool takes (CP_MAX_CLASSES in shim/pool.h).
 const maxPoolClasses = 64
 
-// PoolSpec encodes cfg for the shim's C pool (shim/pool.h): one line, "config ALIGN THRESHOLD
-// ARENA GROW_BYTES MAXIMUM GROW_SLOTS PER_STREAM FIT_AGED N" and N pairs "SIZE SLOTS". It refuses,
-// with a one-line error, a config the C pool does not implement: a policy other than sizeclass, a
-// paged arena, more than 64 classes.
-func PoolSpec(cfg pool.Config) (string, error) {
+// CPoolConfig is a pool.Config as the shim's C pool takes it: the fields of struct cp_config
+// (shim/pool.h), the alignment defaulted. PoolSpec's line and package intercept/cpool's C config are
+// both made from it.
+type CPoolConfig struct {
+	Alignment      uint64       // alignment_bytes, pool.DefaultAlignment when 0
+	LargeThreshold uint64       // size_class.large_threshold_bytes
+	ArenaBytes     uint64       // size_class.arena_bytes
+	GrowBytes      uint64       // best_fit.grow_bytes
+	MaximumBytes   uint64       // best_fit.maximum_bytes
+	GrowSlots      uint64       // size_class.grow_slots
+	PerStream      bool         // size_class.per_stream
+	FitAged        bool         // size_class.arena_fit "best-aged"
+	Classes        []pool.Class // size_class.classes, at most 64
+}
+
+// NewCPoolConfig converts cfg for the shim's C pool. It refuses, with a one-line error, a config the
+// C pool does not implement: a policy other than sizeclass, a paged arena, more than 64 classes.
+func NewCPoolConfig(cfg pool.Config) (CPoolConfig, error) {
 	if err := cfg.Validate(); err != nil {
-		return "", fmt.Errorf("pool config: %w", err)
+		return CPoolConfig{}, fmt.Errorf("pool config: %w", err)
 	}
 	if cfg.Policy != pool.PolicySizeClass {
-		return "", fmt.Errorf("policy %q: the pool inside the program implements %q only (analyze --emit-config writes one)",
+		return CPoolConfig{}, fmt.Errorf("policy %q: the pool inside the program implements %q only (analyze --emit-config writes one)",
 			cfg.Policy, pool.PolicySizeClass)
 	}
 	sc := cfg.SizeClass
 	switch {
 	case sc.ArenaPaging != nil:
-		return "", errors.New("size_class.arena_paging: the pool inside the program has no paged arena; " +
+		return CPoolConfig{}, errors.New("size_class.arena_paging: the pool inside the program has no paged arena; " +
 			"write the config with `analyze --arena fixed --emit-config`")
 	case len(sc.Classes) > maxPoolClasses:
-		return "", fmt.Errorf("size_class.classes: %d classes, the pool inside the program takes at most %d",
+		return CPoolConfig{}, fmt.Errorf("size_class.classes: %d classes, the pool inside the program takes at most %d",
 			len(sc.Classes), maxPoolClasses)
 	}
-	align := cfg.Alignment
-	if align == 0 {
-		align = pool.DefaultAlignment
+	c := CPoolConfig{Alignment: cfg.Alignment, LargeThreshold: sc.LargeThreshold, ArenaBytes: sc.ArenaBytes,
+		GrowSlots: sc.GrowSlots, PerStream: sc.PerStream, FitAged: sc.ArenaFit == pool.FitBestAged, Classes: sc.Classes}
+	if c.Alignment == 0 {
+		c.Alignment = pool.DefaultAlignment
 	}
-	var grow, maximum uint64
 	if cfg.BestFit != nil {
-		grow, maximum = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
+		c.GrowBytes, c.MaximumBytes = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
+	}
+	return c, nil
+}
+
+// PoolSpec encodes cfg for the shim's C pool (shim/pool.h): one line, "config ALIGN THRESHOLD
+// ARENA GROW_BYTES MAXIMUM GROW_SLOTS PER_STREAM FIT_AGED N" and N pairs "SIZE SLOTS". It refuses
+// what NewCPoolConfig refuses, with the same error.
+func PoolSpec(cfg pool.Config) (string, error) {
+	c, err := NewCPoolConfig(cfg)
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "config %d %d %d %d %d %d %d %d %d", align, sc.LargeThreshold, sc.ArenaBytes, grow, maximum,
-		sc.GrowSlots, boolDigit(sc.PerStream), boolDigit(sc.ArenaFit == pool.FitBestAged), len(sc.Classes))
-	for _, c := range sc.Classes {
-		fmt.Fprintf(&b, " %d %d", c.Size, c.Slots)
+	fmt.Fprintf(&b, "config %d %d %d %d %d %d %d %d %d", c.Alignment, c.LargeThreshold, c.ArenaBytes, c.GrowBytes,
+		c.MaximumBytes, c.GrowSlots, boolDigit(c.PerStream), boolDigit(c.FitAged), len(c.Classes))
+	for _, cl := range c.Classes {
+		fmt.Fprintf(&b, " %d %d", cl.Size, cl.Slots)
 	}
 	return b.String(), nil
 }

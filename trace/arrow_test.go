@@ -53,6 +53,8 @@ func testInfo() Info {
 		RecorderVersion: "0.1.0",
 		DriverVersion:   "580.159.04",
 		GPUNames:        []string{"NVIDIA H200", "NVIDIA H200"},
+		Pool: &PoolActivity{Syncs: 3, SyncNs: 41000, Reservations: 2, Fallbacks: 1, PassedThrough: 4, Events: 5,
+			StreamWaits: 6, HostWaits: 7, PeakReservedBytes: 3 << 30, IPCExports: 8},
 	}
 }
 

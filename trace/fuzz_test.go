@@ -19,7 +19,9 @@ const smallArrow = fixtures + "/small.arrow"
 func TestSmallArrowFixture(t *testing.T) {
 	events := syntheticEvents(300)
 	if *update {
-		data, err := os.ReadFile(writeTrace(t, testInfo(), events, WithBatchRows(128)))
+		old := testInfo()
+		old.Pool = nil
+		data, err := os.ReadFile(writeTrace(t, old, events, WithBatchRows(128)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,7 +30,9 @@ func TestSmallArrowFixture(t *testing.T) {
 		}
 	}
 	got, sizes, info := readAll(t, smallArrow)
-	if !reflect.DeepEqual(sizes, []int{128, 128, 44}) || !reflect.DeepEqual(got, events) || !reflect.DeepEqual(info, testInfo()) {
+	want := testInfo()
+	want.Pool = nil // the fixture predates the pool key: an older trace reads as one without a pool
+	if !reflect.DeepEqual(sizes, []int{128, 128, 44}) || !reflect.DeepEqual(got, events) || !reflect.DeepEqual(info, want) {
 		t.Errorf("small.arrow: batches %v, %d events, info %+v; want [128 128 44], syntheticEvents(300), testInfo()", sizes, len(got), info)
 	}
 }

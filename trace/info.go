@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -21,15 +22,31 @@ const (
 
 // Info is the metadata of a trace, stored in the Arrow schema's metadata.
 type Info struct {
-	FormatVersion   int       // layout version of the file; 0 for imported traces
-	Source          string    // SourceAllocscope, SourcePyTorchSnapshot or SourceRMMCSV
-	Command         []string  // command line of the recorded program
-	Host            string    // host name
-	StartTime       time.Time // wall-clock start of the recording (zero when unknown)
-	RecorderVersion string    // allocscope version that wrote the file
-	DriverVersion   string    // CUDA driver version, when known
-	GPUNames        []string  // GPU names by ordinal, when known
-	LostEvents      int64     // calls the recorder saw but could not write (the trace lacks them)
+	FormatVersion   int           // layout version of the file; 0 for imported traces
+	Source          string        // SourceAllocscope, SourcePyTorchSnapshot or SourceRMMCSV
+	Command         []string      // command line of the recorded program
+	Host            string        // host name
+	StartTime       time.Time     // wall-clock start of the recording (zero when unknown)
+	RecorderVersion string        // allocscope version that wrote the file
+	DriverVersion   string        // CUDA driver version, when known
+	GPUNames        []string      // GPU names by ordinal, when known
+	LostEvents      int64         // calls the recorder saw but could not write (the trace lacks them)
+	Pool            *PoolActivity // what record --pool's pool did; nil for a recording without it
+}
+
+// PoolActivity is what the pool of `record --pool` did inside the recorded program, summed over
+// its processes and devices. The calls it served are the events with Event.Pool set.
+type PoolActivity struct {
+	Syncs             int64  `json:"syncs"`               // device synchronizations the pool made itself
+	SyncNs            int64  `json:"sync_ns"`             // time inside them, ns
+	Reservations      int64  `json:"reservations"`        // regions reserved from CUDA: the plan and every growth
+	Fallbacks         int64  `json:"fallbacks"`           // requests that made the pool grow
+	PassedThrough     int64  `json:"passed_through"`      // requests of the kinds it serves that went to CUDA
+	Events            int64  `json:"events"`              // CUDA events recorded at stream-ordered frees
+	StreamWaits       int64  `json:"stream_waits"`        // streams made to wait for another stream's free
+	HostWaits         int64  `json:"host_waits"`          // host waits for another stream's free
+	PeakReservedBytes uint64 `json:"peak_reserved_bytes"` // the most bytes one pool held reserved
+	IPCExports        int64  `json:"ipc_exports"`         // pool blocks exported with cudaIpcGetMemHandle
 }
 
 // Schema metadata keys. Every key is written; optional values are written as "" (or "[]").
@@ -43,6 +60,7 @@ const (
 	metaDriverVersion   = "allocscope.driver_version"
 	metaGPUNames        = "allocscope.gpu_names"
 	metaLostEvents      = "allocscope.lost_events"
+	metaPool            = "allocscope.pool"
 )
 
 // metadata encodes info as Arrow schema metadata. The format version written is always
@@ -57,10 +75,38 @@ func (info Info) metadata() arrow.Metadata {
 		source = SourceAllocscope
 	}
 	keys := []string{metaFormatVersion, metaSource, metaCommand, metaHost, metaStartTime,
-		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents}
+		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents, metaPool}
 	values := []string{strconv.Itoa(FormatVersion), source, jsonStrings(info.Command), info.Host, start,
-		info.RecorderVersion, info.DriverVersion, jsonStrings(info.GPUNames), strconv.FormatInt(info.LostEvents, 10)}
+		info.RecorderVersion, info.DriverVersion, jsonStrings(info.GPUNames), strconv.FormatInt(info.LostEvents, 10),
+		poolJSON(info.Pool)}
 	return arrow.NewMetadata(keys, values)
+}
+
+func poolJSON(p *PoolActivity) string {
+	if p == nil {
+		return ""
+	}
+	b, _ := json.Marshal(p) // a struct of numbers always marshals
+	return string(b)
+}
+
+// metaPoolActivity decodes the pool activity; "" or a missing key is nil.
+func metaPoolActivity(md arrow.Metadata) (*PoolActivity, error) {
+	v, _ := metaValue(md, metaPool)
+	if v == "" {
+		return nil, nil
+	}
+	var p PoolActivity
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("schema metadata %q: %w", metaPool, err)
+	}
+	if p.Syncs < 0 || p.SyncNs < 0 || p.Reservations < 0 || p.Fallbacks < 0 || p.PassedThrough < 0 ||
+		p.Events < 0 || p.StreamWaits < 0 || p.HostWaits < 0 || p.IPCExports < 0 {
+		return nil, fmt.Errorf("schema metadata %q: negative count in %s", metaPool, v)
+	}
+	return &p, nil
 }
 
 func jsonStrings(s []string) string {
@@ -100,6 +146,9 @@ func infoFromMetadata(md arrow.Metadata) (Info, error) {
 		if info.LostEvents, err = strconv.ParseInt(s, 10, 64); err != nil || info.LostEvents < 0 {
 			return info, fmt.Errorf("schema metadata %q: bad count %q", metaLostEvents, s)
 		}
+	}
+	if info.Pool, err = metaPoolActivity(md); err != nil {
+		return info, err
 	}
 	if s, _ := metaValue(md, metaStartTime); s != "" {
 		if info.StartTime, err = time.Parse(time.RFC3339Nano, s); err != nil {

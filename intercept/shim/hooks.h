@@ -325,6 +325,31 @@ BODY CUresult b_cuCtxSynchronize(cuCtxSynchronize_fn f, int fid, void *cs, int u
 	errno = e;
 	return r;
 }
+/* An exported block: the pool notes it if it is one of its blocks. Not logged. */
+typedef cudaError_t (*cudaIpcGetMemHandle_fn)(void *, void *);
+typedef CUresult (*cuIpcGetMemHandle_fn)(void *, CUdeviceptr);
+static TLS int t_in_ipc; /* inside the runtime's cudaIpcGetMemHandle: its driver call is the same export */
+BODY cudaError_t b_cudaIpcGetMemHandle(cudaIpcGetMemHandle_fn f, int fid, void *cs, void *h, void *p) {
+	(void)fid, (void)cs;
+	t_in_ipc++;
+	cudaError_t r = f(h, p);
+	t_in_ipc--;
+	int e = errno;
+	if (r == 0)
+		serve_exported(PTR(p));
+	errno = e;
+	return r;
+}
+BODY CUresult b_cuIpcGetMemHandle(cuIpcGetMemHandle_fn f, int fid, void *cs, void *h, CUdeviceptr p) {
+	(void)fid, (void)cs;
+	CUresult r = f(h, p);
+	int e = errno;
+	if (r == 0 && t_in_ipc == 0)
+		serve_exported(p);
+	errno = e;
+	return r;
+}
+
 /* A destroyed stream: its handle may name a new stream while its work still runs. Not logged. */
 typedef cudaError_t (*cudaStreamDestroy_fn)(cudaStream_t);
 typedef CUresult (*cuStreamDestroy_v2_fn)(CUstream);

@@ -40,11 +40,26 @@
 #define FLAG_FAILED 2ull
 
 /* The control file, mapped shared by every process of a recording. */
+/* What record --pool's pools did, summed over every process and device (peak: the largest). */
+struct pool_counters {
+	uint64_t syncs;          /* device synchronizations the pools made themselves */
+	uint64_t sync_ns;        /* time inside them */
+	uint64_t reservations;   /* regions reserved from CUDA (the plan and every growth) */
+	uint64_t fallbacks;      /* requests that made a pool grow */
+	uint64_t passed;         /* requests of the served kinds that went to CUDA */
+	uint64_t events;         /* events recorded at stream-ordered frees */
+	uint64_t stream_waits;   /* streams made to wait for another stream's free */
+	uint64_t host_waits;     /* host waits for another stream's free (cudaMalloc reusing it) */
+	uint64_t peak_reserved;  /* the most bytes one pool held reserved */
+	uint64_t ipc_exports;    /* pool blocks the program exported with cudaIpcGetMemHandle */
+};
+
 struct control {
 	uint64_t seq;          /* next seq */
 	uint64_t processes;    /* processes that loaded the shim with logging on */
 	uint64_t open_failed;  /* processes that could not create their log */
 	uint64_t lost;         /* events of processes without a log */
+	struct pool_counters pool;
 };
 
 struct log_header {

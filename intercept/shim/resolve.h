@@ -60,6 +60,7 @@ enum { P_NEXT, P_DLSYM, P_GPA, P_EP, NPATHS };
 	  (const char *sym, void **fp, unsigned int v, unsigned long long fl, void *st), (sym, fp, v, fl, st)) \
 	R(cudaDeviceSynchronize, cudaError_t, (void), (0))                                               \
 	R(cudaStreamDestroy, cudaError_t, (cudaStream_t s), (s))                                         \
+	R(cudaIpcGetMemHandle, cudaError_t, (void *h, void *p), (h, p))                                  \
 	D(cuMemAlloc_v2, cuMemAlloc_v2, (CUdeviceptr * p, size_t n), (p, n))                             \
 	D(cuMemFree_v2, cuMemFree_v2, (CUdeviceptr p), (p))                                              \
 	D(cuMemAllocPitch_v2, cuMemAllocPitch_v2, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned e), \
@@ -87,6 +88,7 @@ enum { P_NEXT, P_DLSYM, P_GPA, P_EP, NPATHS };
 	D(cuMemAddressFree, cuMemAddressFree, (CUdeviceptr p, size_t n), (p, n))                         \
 	D(cuCtxSynchronize, cuCtxSynchronize, (void), (0))                                               \
 	D(cuStreamDestroy_v2, cuStreamDestroy_v2, (CUstream s), (s))                                     \
+	D(cuIpcGetMemHandle, cuIpcGetMemHandle, (void *h, CUdeviceptr p), (h, p))                        \
 	D(cuGetProcAddress, cuGetProcAddress, (const char *sym, void **fp, int v, unsigned long long fl), \
 	  (sym, fp, v, fl))                                                                              \
 	D(cuGetProcAddress_v2, cuGetProcAddress_v2,                                                      \
@@ -276,6 +278,8 @@ BODY cudaError_t b_cudaGetDriverEntryPointByVersion(cudaGetDriverEntryPointByVer
 #define FID_ARG_cuCtxSynchronize 0
 #define FID_ARG_cudaStreamDestroy 0
 #define FID_ARG_cuStreamDestroy_v2 0
+#define FID_ARG_cudaIpcGetMemHandle 0
+#define FID_ARG_cuIpcGetMemHandle 0
 #define FID_ARG_cuMemAlloc_v2 FID_cuMemAlloc_v2
 #define FID_ARG_cuMemFree_v2 FID_cuMemFree_v2
 #define FID_ARG_cuMemAllocPitch_v2 FID_cuMemAllocPitch_v2
@@ -402,9 +406,10 @@ static int variant_versioned(const char *sym, long version, unsigned long long f
 		{"cuMemAddressFree", 0, V_cuMemAddressFree, -1, -1},
 		{"cuCtxSynchronize", 0, V_cuCtxSynchronize, -1, -1},
 		{"cuStreamDestroy", 4000, V_cuStreamDestroy_v2, -1, -1},
+		{"cuIpcGetMemHandle", 0, V_cuIpcGetMemHandle, -1, -1},
 		{"cuGetProcAddress", 12000, V_cuGetProcAddress_v2, -1, V_cuGetProcAddress},
 	};
-	if (sym[0] != 'c' || sym[1] != 'u' || (sym[2] != 'M' && sym[2] != 'G' && sym[2] != 'C' && sym[2] != 'S'))
+	if (sym[0] != 'c' || sym[1] != 'u' || (sym[2] != 'M' && sym[2] != 'G' && sym[2] != 'C' && sym[2] != 'S' && sym[2] != 'I'))
 		return -1;
 	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
 		if (strcmp(table[i].base, sym) != 0)

@@ -99,6 +99,32 @@ static struct stream_ref stream_of(uint64_t s, int ptsz) {
 
 static const struct stream_ref sync_stream = {KEY_SYNC, 0, 0, 0};
 
+/* pool_count adds n to a counter of the control file's pool_counters, if there is one. */
+#define POOL_COUNT(field, n)                                                                             \
+	do {                                                                                             \
+		if (g_ctl != NULL)                                                                       \
+			__atomic_fetch_add(&g_ctl->pool.field, (uint64_t)(n), __ATOMIC_RELAXED);         \
+	} while (0)
+
+/* pool_note_peak raises the control file's largest reserved bytes of a pool to v. */
+static void pool_note_peak(uint64_t v) {
+	if (g_ctl == NULL)
+		return;
+	uint64_t cur = __atomic_load_n(&g_ctl->pool.peak_reserved, __ATOMIC_RELAXED);
+	while (cur < v && !__atomic_compare_exchange_n(&g_ctl->pool.peak_reserved, &cur, v, 0, __ATOMIC_RELAXED,
+						       __ATOMIC_RELAXED))
+		;
+}
+
+/* serve_sync synchronizes the device for the pool, counted and timed: 1 on success. */
+static int serve_sync(void) {
+	int64_t t0 = now_ns(CLOCK_MONOTONIC);
+	CUresult r = g_real_sync();
+	POOL_COUNT(syncs, 1);
+	POOL_COUNT(sync_ns, now_ns(CLOCK_MONOTONIC) - t0);
+	return r == 0;
+}
+
 /* serve_parse reads ALLOCSCOPE_POOL (intercept.PoolSpec's line) into cfg; 0 on success. */
 static int serve_parse(const char *s, struct cp_config *cfg) {
 	uint64_t v[9];
@@ -150,6 +176,7 @@ static int serve_reserve(void *ctx, uint64_t size, uint64_t *addr) {
 	CUresult r = g_real_alloc(&p, size);
 	if (r != 0)
 		return r == 2 ? CP_OOM : CP_ERR; /* CUDA_ERROR_OUT_OF_MEMORY */
+	POOL_COUNT(reservations, 1);
 	*addr = p;
 	return CP_OK;
 }
@@ -204,6 +231,7 @@ static void serve_make(struct served *s, int d) {
 		return;
 	}
 	s->state = 1;
+	pool_note_peak(s->pool.s.peak_reserved_bytes);
 }
 
 /* serve_release_pending makes the pending blocks of s reusable: the device has synchronized. */
@@ -252,7 +280,7 @@ static void serve_note_stream(struct served *s, struct stream_ref st) {
 	if (st.key == s->only_key && destroyed == s->destroyed)
 		return;
 	s->multi = 1;
-	if (g_real_sync() == 0)
+	if (serve_sync())
 		serve_synced(s);
 }
 
@@ -265,9 +293,14 @@ static void serve_guard(struct served *s, uint64_t addr, uint64_t size, struct s
 	for (size_t i = 0; i < s->inflight.len; i++) {
 		struct inflight q = CP_AT(&s->inflight, struct inflight, i);
 		if (q.addr < end && addr < q.end && !(st.async && q.key == st.key) &&
-		    g_real_event.query(q.event) != 0 &&
-		    (!st.async || g_real_event.wait((CUstream)(uintptr_t)st.handle, q.event, 0) != 0))
-			g_real_event.synchronize(q.event);
+		    g_real_event.query(q.event) != 0) {
+			if (st.async && g_real_event.wait((CUstream)(uintptr_t)st.handle, q.event, 0) == 0) {
+				POOL_COUNT(stream_waits, 1);
+			} else {
+				g_real_event.synchronize(q.event);
+				POOL_COUNT(host_waits, 1);
+			}
+		}
 		if (q.addr >= addr && q.end <= end) {
 			if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
 				CP_AT(&s->events, void *, s->events.len++) = q.event;
@@ -288,6 +321,7 @@ static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct st
 		ev = CP_AT(&s->events, void *, --s->events.len);
 	else if (g_real_event.create(&ev, 0x2 /* CU_EVENT_DISABLE_TIMING */) != 0)
 		return -1;
+	POOL_COUNT(events, 1);
 	if (cp_vec_reserve(&s->inflight, s->inflight.len + 1) != 0 ||
 	    g_real_event.record(ev, (CUstream)(uintptr_t)st.handle) != 0) {
 		if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
@@ -304,13 +338,17 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
 	serve_note_stream(s, st);
 	s->pool.no_grow = 1;
 	int err = cp_alloc(&s->pool, size, st.policy, addr);
-	if (err == CP_WOULD_GROW && s->pending.len > 0 && g_real_sync() == 0) {
+	if (err == CP_WOULD_GROW && s->pending.len > 0 && serve_sync()) {
 		serve_synced(s);
 		err = cp_alloc(&s->pool, size, st.policy, addr);
 	}
 	s->pool.no_grow = 0;
-	if (err == CP_WOULD_GROW)
+	if (err == CP_WOULD_GROW) {
+		uint64_t fallbacks = s->pool.s.fallbacks;
 		err = cp_alloc(&s->pool, size, st.policy, addr);
+		POOL_COUNT(fallbacks, s->pool.s.fallbacks - fallbacks);
+		pool_note_peak(s->pool.s.peak_reserved_bytes);
+	}
 	if (err == CP_OK && s->inflight.len > 0)
 		serve_guard(s, *addr, size, st);
 	return err;
@@ -319,11 +357,13 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
 /* serve_alloc serves size bytes on the current device for a call on stream st into *addr: 1, or 0
  * when the call is to go to CUDA. */
 static int serve_alloc(uint64_t size, struct stream_ref st, uint64_t *addr) {
-	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || t_serving || size == 0)
+	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || size == 0)
 		return 0;
-	int d = current_device();
-	if (d < 0 || d >= SERVE_DEVICES)
+	int d = t_serving ? -1 : current_device();
+	if (d < 0 || d >= SERVE_DEVICES) {
+		POOL_COUNT(passed, 1);
 		return 0;
+	}
 	struct served *s = &g_served[d];
 	t_serving = 1;
 	pthread_mutex_lock(&s->mu);
@@ -332,6 +372,8 @@ static int serve_alloc(uint64_t size, struct stream_ref st, uint64_t *addr) {
 	int err = s->state == 1 ? serve_take(s, size, st, addr) : CP_ERR;
 	pthread_mutex_unlock(&s->mu);
 	t_serving = 0;
+	if (err != CP_OK)
+		POOL_COUNT(passed, 1);
 	return err == CP_OK;
 }
 
@@ -393,6 +435,35 @@ static void serve_synchronized(void) {
 	serve_synced(&g_served[d]);
 	pthread_mutex_unlock(&g_served[d].mu);
 	t_serving = 0;
+}
+
+/* serve_exported notes that the program exported addr with cudaIpcGetMemHandle/cuIpcGetMemHandle:
+ * if a pool handed it out, another process that opens the handle maps the pool's whole region, not
+ * the block. Counted, and said once. */
+static void serve_exported(uint64_t addr) {
+	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || t_serving || addr == 0)
+		return;
+	int found = 0;
+	t_serving = 1;
+	for (int d = 0; d < SERVE_DEVICES && !found; d++) {
+		struct served *s = &g_served[d];
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 1)
+			continue;
+		pthread_mutex_lock(&s->mu);
+		found = cp_requested(&s->pool, addr) != 0;
+		pthread_mutex_unlock(&s->mu);
+	}
+	t_serving = 0;
+	if (!found)
+		return;
+	POOL_COUNT(ipc_exports, 1);
+	static int said;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL)) {
+		static const char msg[] = "allocscope: the program exported a block of record --pool's pool with "
+					  "cudaIpcGetMemHandle; a process that opens the handle sees the pool's region, not "
+					  "the block: record this program without --pool\n";
+		say(msg, sizeof msg - 1);
+	}
 }
 
 /* serve_stream_destroyed notes that the program destroyed a stream: its handle may name a new stream

@@ -217,6 +217,13 @@ static CUresult i_cuStreamSynchronize(CUstream s) {
 	return CUDA_SUCCESS;
 }
 static CUresult i_cuStreamDestroy_v2(CUstream s) { (void)s; return CUDA_SUCCESS; }
+static CUresult i_cuIpcGetMemHandle(void *h, CUdeviceptr p) {
+	if (h == NULL || which_region(p) != R_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(h, 0, 64);
+	memcpy(h, &p, sizeof p);
+	return CUDA_SUCCESS;
+}
 static CUresult i_cuEventCreate(CUevent *e, unsigned int flags) {
 	(void)flags;
 	if (e == NULL)
@@ -402,6 +409,7 @@ ENTRY_UNCOUNTED(cuCtxSetCurrent, i_cuCtxSetCurrent, (CUcontext c), (c))
 ENTRY_UNCOUNTED(cuCtxSynchronize, i_cuCtxSynchronize, (void), ())
 ENTRY_UNCOUNTED(cuStreamSynchronize, i_cuStreamSynchronize, (CUstream s), (s))
 ENTRY_UNCOUNTED(cuStreamDestroy_v2, i_cuStreamDestroy_v2, (CUstream s), (s))
+ENTRY_UNCOUNTED(cuIpcGetMemHandle, i_cuIpcGetMemHandle, (void *h, CUdeviceptr p), (h, p))
 ENTRY_UNCOUNTED(cuEventCreate, i_cuEventCreate, (CUevent *e, unsigned int f), (e, f))
 ENTRY_UNCOUNTED(cuEventRecord, i_cuEventRecord, (CUevent e, CUstream s), (e, s))
 ENTRY_UNCOUNTED(cuEventQuery, i_cuEventQuery, (CUevent e), (e))
@@ -471,6 +479,7 @@ static const struct {
 	{"cuCtxSynchronize", 2000, PROC(cuCtxSynchronize), NULL, NULL},
 	{"cuStreamSynchronize", 2000, PROC(cuStreamSynchronize), NULL, NULL},
 	{"cuStreamDestroy", 4000, PROC(cuStreamDestroy_v2), NULL, NULL},
+	{"cuIpcGetMemHandle", 4010, PROC(cuIpcGetMemHandle), NULL, NULL},
 	{"cuEventCreate", 2000, PROC(cuEventCreate), NULL, NULL},
 	{"cuEventRecord", 2000, PROC(cuEventRecord), NULL, NULL},
 	{"cuEventQuery", 2000, PROC(cuEventQuery), NULL, NULL},

@@ -68,6 +68,7 @@ cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaIpcGetMemHandle(void *handle, void *p); /* handle: 64 bytes */
 cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, void *status);
 cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int version,
 					     unsigned long long flags, void *status);
@@ -82,6 +83,7 @@ CUresult cuCtxSynchronize(void);
  * stream or cuEventSynchronize of it. */
 CUresult cuStreamSynchronize(CUstream s);
 CUresult cuStreamDestroy_v2(CUstream s);
+CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p); /* fake: writes p into the 64-byte handle */
 CUresult cuEventCreate(CUevent *e, unsigned int flags);
 CUresult cuEventRecord(CUevent e, CUstream s);
 CUresult cuEventQuery(CUevent e);

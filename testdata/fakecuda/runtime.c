@@ -20,6 +20,7 @@ static struct {
 	CUresult (*ctxSetCurrent)(CUcontext);
 	CUresult (*ctxSynchronize)(void);
 	CUresult (*streamDestroy)(CUstream);
+	CUresult (*ipcGetMemHandle)(void *, CUdeviceptr);
 	CUresult (*memAlloc)(CUdeviceptr *, size_t);
 	CUresult (*memFree)(CUdeviceptr);
 	CUresult (*memAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
@@ -50,6 +51,7 @@ static void runtime_init(void) {
 	resolve("cuCtxSetCurrent", &drv.ctxSetCurrent);
 	resolve("cuCtxSynchronize", &drv.ctxSynchronize);
 	resolve("cuStreamDestroy", &drv.streamDestroy);
+	resolve("cuIpcGetMemHandle", &drv.ipcGetMemHandle);
 	resolve("cuMemAlloc", &drv.memAlloc);
 	resolve("cuMemFree", &drv.memFree);
 	resolve("cuMemAllocPitch", &drv.memAllocPitch);
@@ -62,7 +64,7 @@ static void runtime_init(void) {
 	resolve("cuMemFreeHost", &drv.memFreeHost);
 	drv.ok = drv.memAlloc && drv.memFree && drv.memAllocPitch && drv.memAllocManaged && drv.memAllocAsync &&
 		 drv.memFreeAsync && drv.memAllocFromPoolAsync && drv.memAllocHost && drv.memHostAlloc &&
-		 drv.memFreeHost && drv.ctxSetCurrent && drv.ctxSynchronize && drv.streamDestroy;
+		 drv.memFreeHost && drv.ctxSetCurrent && drv.ctxSynchronize && drv.streamDestroy && drv.ipcGetMemHandle;
 }
 
 #define INIT()                                                                                           \
@@ -169,6 +171,11 @@ cudaError_t cudaDeviceSynchronize(void) {
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
 	INIT();
 	return drv.streamDestroy(s);
+}
+
+cudaError_t cudaIpcGetMemHandle(void *handle, void *p) {
+	INIT();
+	return drv.ipcGetMemHandle(handle, (CUdeviceptr)(uintptr_t)p);
 }
 
 cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, void *status) {

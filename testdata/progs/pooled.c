@@ -1,7 +1,8 @@
 /* What `record --pool` changes for a program, on the fake driver: a block freed with cudaFree is not
  * reused before the device synchronizes; after cudaDeviceSynchronize it is; a second free of a block
  * returns an error; a class full of pending blocks makes the pool synchronize once rather than grow;
- * a large block comes from the arena. Prints one line per fact (with the pool: no, yes, 1, 1, yes,
+ * a large block comes from the arena; exporting a pool block with cudaIpcGetMemHandle works (the shim
+ * warns that the handle names the pool's region). Prints one line per fact (with the pool: no, yes, 1, 1, yes,
  * and the driver's allocation calls the program caused), exits 0. 2,059 calls are recorded. */
 #include "fakecuda.h"
 
@@ -34,6 +35,8 @@ int main(void) {
 	CUdeviceptr big = 0;
 	cuMemAlloc_v2(&big, 200u << 20);
 	cuMemFree_v2(big);
+	char handle[64];
+	printf("exported a pool block: %d\n", (int)cudaIpcGetMemHandle(handle, w));
 	cudaFree(w);
 	fakecuda_calls(&e1, &g1);
 	printf("driver allocation calls: %ld\n", (e1 - e0) + (g1 - g0));

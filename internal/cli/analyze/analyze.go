@@ -195,6 +195,7 @@ func compare(opt options, args []string, stdout io.Writer) error {
 			return err
 		}
 		runs[i], err = analysis.Measure(path, src)
+		runs[i].Pool = src.Info().Pool
 		src.Close()
 		if err != nil {
 			return err

@@ -14,18 +14,36 @@ func TestRecordPool(t *testing.T) {
 	env := testcuda.Build(t)
 	out := tempPath(t, "pooled.arrow")
 	cfg := filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass.json")
-	code, stdout, _ := runMain(t, "-q", "--pool", cfg, "-o", out, "--shim", env.Shim, "--", env.Prog("pooled"))
+	code, stdout, stderr := runMain(t, "-q", "--pool", cfg, "-o", out, "--shim", env.Shim, "--", env.Prog("pooled"))
 	want := "reused before a sync: no\nreused after a sync: yes\nsecond free: 1\n" +
-		"syncs for a full class with frees pending: 1\nreused a pending block: yes\ndriver allocation calls: 1\n"
-	if code != 0 || stdout != want {
-		t.Errorf("exit %d, stdout\n%s\nwant\n%s", code, stdout, want)
+		"syncs for a full class with frees pending: 1\nreused a pending block: yes\nexported a pool block: 0\n" +
+		"driver allocation calls: 1\n"
+	wantErr := "allocscope: the program exported a block of record --pool's pool with cudaIpcGetMemHandle; " +
+		"a process that opens the handle sees the pool's region, not the block: record this program without --pool\n" +
+		"allocscope: warning: the program exported 1 pool block(s) with cudaIpcGetMemHandle; a process that opens " +
+		"such a handle sees the pool's region, not the block: record it without --pool\n"
+	if code != 0 || stdout != want || stderr != wantErr {
+		t.Errorf("exit %d, stdout\n%s\nstderr\n%s\nwant\n%s\n%s", code, stdout, stderr, want, wantErr)
 	}
-	if events, _ := testcuda.ReadTrace(t, out); len(events) != 2059 {
+	events, info := testcuda.ReadTrace(t, out)
+	if len(events) != 2059 {
 		t.Errorf("trace holds %d events, want 2059", len(events))
+	}
+	// One reservation (the plan), no growth, nothing passed to CUDA, one synchronization of its own
+	// (the class full of pending blocks), one export.
+	const plan = 512*1024 + 4096*256 + 65536*64 + 1048576*16 + 256<<20 // sizeclass.json's classes and arena
+	p := info.Pool
+	if p == nil {
+		t.Fatal("trace has no pool activity")
+	}
+	if p.Reservations != 1 || p.Fallbacks != 0 || p.PassedThrough != 0 || p.Syncs != 1 || p.SyncNs <= 0 ||
+		p.Events != 0 || p.StreamWaits != 0 || p.HostWaits != 0 || p.IPCExports != 1 ||
+		p.PeakReservedBytes != plan {
+		t.Errorf("pool activity %+v; want 1 reservation of %d bytes, 1 sync, 1 export, nothing else", *p, plan)
 	}
 	paged := filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass-paged.json")
 	marker := tempPath(t, "ran")
-	code, _, stderr := runMain(t, "--pool", paged, "-o", tempPath(t, "x.arrow"), "--shim", env.Shim, "--", "touch", marker)
+	code, _, stderr = runMain(t, "--pool", paged, "-o", tempPath(t, "x.arrow"), "--shim", env.Shim, "--", "touch", marker)
 	oneLine := "record: --pool " + paged + ": size_class.arena_paging: the pool inside the program has no paged arena; " +
 		"write the config with `analyze --arena fixed --emit-config`\n"
 	if code != 1 || stderr != oneLine {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/allocscope/allocscope/intercept"
 	"github.com/allocscope/allocscope/internal/units"
+	"github.com/allocscope/allocscope/trace"
 )
 
 // printSummary writes the short report record prints after converting; quiet writes only its
@@ -15,6 +16,7 @@ import (
 func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, output string, quiet bool) {
 	if !quiet {
 		printCounts(w, s, elapsed)
+		printPool(w, s.Pool)
 	}
 	for _, warn := range s.Warnings {
 		fmt.Fprintf(w, "allocscope: warning: %s\n", warn)
@@ -22,6 +24,11 @@ func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, outpu
 	if s.Lost > 0 {
 		fmt.Fprintf(w, "allocscope: warning: %s events were not recorded: the trace lacks them (%s recorded)\n",
 			units.FormatCount(s.Lost), units.FormatCount(s.Events))
+	}
+	if p := s.Pool; p != nil && p.IPCExports > 0 {
+		fmt.Fprintf(w, "allocscope: warning: the program exported %s pool block(s) with cudaIpcGetMemHandle; "+
+			"a process that opens such a handle sees the pool's region, not the block: record it without --pool\n",
+			units.FormatCount(p.IPCExports))
 	}
 	if !quiet {
 		fmt.Fprintf(w, "allocscope: wrote %s\n", output)
@@ -50,5 +57,20 @@ func printCounts(w io.Writer, s intercept.Summary, elapsed time.Duration) {
 			inCalls.Round(time.Microsecond), 100*inCalls.Seconds()/elapsed.Seconds(), elapsed.Round(time.Millisecond))
 	default:
 		fmt.Fprintf(w, "allocscope: %s inside allocation calls\n", inCalls.Round(time.Microsecond))
+	}
+}
+
+// printPool writes what record --pool's pool did, when it was in use.
+func printPool(w io.Writer, p *trace.PoolActivity) {
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(w, "allocscope: pool: peak reserved %s in %s reservation(s), %s fallback(s), %s request(s) passed to CUDA, "+
+		"%s synchronization(s) of its own (%s)\n", units.FormatBytesStyle(p.PeakReservedBytes, units.TwoDecimals),
+		units.FormatCount(p.Reservations), units.FormatCount(p.Fallbacks), units.FormatCount(p.PassedThrough),
+		units.FormatCount(p.Syncs), time.Duration(p.SyncNs).Round(time.Microsecond))
+	if p.Events > 0 {
+		fmt.Fprintf(w, "allocscope: pool: %s event(s) at stream-ordered frees, %s stream wait(s), %s host wait(s)\n",
+			units.FormatCount(p.Events), units.FormatCount(p.StreamWaits), units.FormatCount(p.HostWaits))
 	}
 }
