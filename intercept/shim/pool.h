@@ -85,6 +85,9 @@ struct cp_upstream {
 	int (*reserve)(void *ctx, uint64_t size, uint64_t *addr); /* 0, or an error (2 = out of memory) */
 	int (*release)(void *ctx, uint64_t addr, uint64_t size);
 	void *ctx;
+	/* sync waits for the device (0 on success), so that deferred frees become reusable; NULL: they
+	 * wait for cp_synced */
+	int (*sync)(void *ctx);
 };
 
 /* The counters, as pool.Stats. */
@@ -92,6 +95,7 @@ struct cp_stats {
 	uint64_t allocs, frees, failures, live_bytes, peak_live_bytes, block_bytes, peak_block_bytes;
 	uint64_t reserved_bytes, peak_reserved_bytes, upstream_reserves, upstream_releases, upstream_failures;
 	uint64_t fallbacks;
+	uint64_t syncs; /* synchronizations the pool made to reuse deferred frees */
 };
 
 /* ---- the pool's state ------------------------------------------------------------------------------ */
@@ -143,7 +147,10 @@ struct cp_pool {
 	uint64_t arena_total, grow_min, allocs_seen;
 	int closed;
 	int no_grow; /* growths fail with CP_WOULD_GROW (uncounted) */
+	struct cp_vec deferred; /* struct cp_deferred: blocks freed while the device may still use them */
 };
+
+struct cp_deferred { uint64_t addr, stream; };
 
 struct cp_live { uint64_t addr; uint64_t req; int32_t node; uint8_t used, pending; };
 
@@ -670,6 +677,7 @@ static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_ups
 	p->order.elem = sizeof(int32_t);
 	p->owned.elem = sizeof(struct cp_region);
 	p->live.elem = sizeof(struct cp_live);
+	p->deferred.elem = sizeof(struct cp_deferred);
 	if (p->cfg.align == 0)
 		p->cfg.align = 512;
 	if (p->cfg.nclasses < 0 || p->cfg.nclasses > CP_MAX_CLASSES)
@@ -708,9 +716,39 @@ static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_ups
 	return CP_OK;
 }
 
+static int cp_alloc_now(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t *addr);
+static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream);
+
+/* cp_synced makes every deferred block reusable: the device has synchronized. */
+static void cp_synced(struct cp_pool *p) {
+	for (size_t i = 0; i < p->deferred.len; i++) {
+		struct cp_deferred *q = &CP_AT(&p->deferred, struct cp_deferred, i);
+		cp_free(p, q->addr, q->stream);
+	}
+	p->deferred.len = 0;
+}
+
 /* cp_alloc serves size bytes on stream into *addr: CP_OK, or CP_OOM (the upstream has no memory, or
- * the arena is at its maximum), CP_CLOSED or CP_ERR. */
+ * the arena is at its maximum), CP_CLOSED or CP_ERR. With deferred blocks, a request that would grow
+ * the pool first synchronizes the device once (up.sync, counted in syncs) and reuses them all. */
 static int cp_alloc(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t *addr) {
+	if (p->deferred.len == 0 || p->up.sync == NULL)
+		return cp_alloc_now(p, size, stream, addr);
+	p->no_grow = 1;
+	int err = cp_alloc_now(p, size, stream, addr);
+	p->no_grow = 0;
+	if (err != CP_WOULD_GROW)
+		return err;
+	if (p->up.sync(p->up.ctx) == 0) {
+		p->s.syncs++;
+		cp_synced(p);
+	}
+	return cp_alloc_now(p, size, stream, addr);
+}
+
+/* cp_alloc_now serves a request with what is reusable now, growing the pool when that is not enough
+ * (unless no_grow: CP_WOULD_GROW). */
+static int cp_alloc_now(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t *addr) {
 	if (p->closed)
 		return CP_CLOSED;
 	if (size > CP_MAX_REQUEST) {
@@ -804,16 +842,36 @@ static int cp_mark_pending(struct cp_pool *p, uint64_t addr) {
 	return CP_OK;
 }
 
-/* cp_requested returns the bytes requested for the live block at addr, or 0 when none starts there. */
-static uint64_t cp_requested(struct cp_pool *p, uint64_t addr) {
+/* cp_defer_free takes a free of the live block at addr on stream that the device may still be using
+ * (a synchronous cudaFree served without waiting): the block is reusable only after the next
+ * synchronization. CP_OK, CP_PENDING (freed already: a double free), CP_UNKNOWN (not the pool's),
+ * CP_ERR (no memory for the list). */
+static int cp_defer_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
+	if (cp_vec_reserve(&p->deferred, p->deferred.len + 1) != 0)
+		return CP_ERR;
+	int r = cp_mark_pending(p, addr);
+	if (r == CP_OK)
+		CP_AT(&p->deferred, struct cp_deferred, p->deferred.len++) = (struct cp_deferred){addr, stream};
+	return r;
+}
+
+/* cp_lookup finds the block that starts at addr: CP_OK (live, *req its requested bytes), CP_PENDING
+ * (freed, deferred), CP_UNKNOWN (no block of the pool starts there). */
+static int cp_lookup(struct cp_pool *p, uint64_t addr, uint64_t *req) {
 	struct cp_slab *sl = cp_slab_for(p, addr);
 	if (sl == NULL) {
 		struct cp_live *e = cp_live_find(p, addr);
-		return e == NULL ? 0 : e->req;
+		if (e == NULL)
+			return CP_UNKNOWN;
+		*req = e->req;
+		return e->pending ? CP_PENDING : CP_OK;
 	}
 	uint64_t off = addr - sl->base, slot = off / sl->size;
 	uint64_t r = CP_AT(&sl->req, uint64_t, slot);
-	return slot * sl->size != off || r == 0 ? 0 : (r & ~CP_PENDING_BIT) - 1;
+	if (slot * sl->size != off || r == 0)
+		return CP_UNKNOWN;
+	*req = (r & ~CP_PENDING_BIT) - 1;
+	return r & CP_PENDING_BIT ? CP_PENDING : CP_OK;
 }
 
 /* cp_close gives back the plan, every grown slab and the arena's own segments (in address order),
@@ -843,7 +901,8 @@ static int cp_close(struct cp_pool *p) {
 	for (size_t i = 0; i < p->streams.len; i++)
 		for (int c = 0; c < CP_MAX_CLASSES; c++)
 			cp_vec_free(&CP_AT(&p->streams, struct cp_stream_lists, i).free[c]);
-	struct cp_vec *vecs[] = {&p->slabs, &p->regions, &p->streams, &p->nodes, &p->order, &p->owned, &p->live};
+	struct cp_vec *vecs[] = {&p->slabs, &p->regions, &p->streams, &p->nodes, &p->order, &p->owned, &p->live,
+				 &p->deferred};
 	for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
 		cp_vec_free(vecs[i]);
 	return err;

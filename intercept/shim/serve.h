@@ -32,8 +32,6 @@
 
 #define SERVE_DEVICES 64
 
-struct pending { uint64_t addr, stream; };
-
 /* A block freed on a stream whose work before the free may still run: [addr, end), the stream's key
  * and the event recorded on it at the free. */
 struct inflight { uint64_t addr, end, key; void *event; };
@@ -50,8 +48,7 @@ struct stream_ref { uint64_t key, handle, policy; int async; };
 struct served {
 	pthread_mutex_t mu;
 	int state; /* 0: not made yet, 1: serving, 2: could not be made (calls go to CUDA) */
-	struct cp_pool pool;
-	struct cp_vec pending;  /* struct pending: freed by the program, not reusable yet */
+	struct cp_pool pool;   /* its deferred blocks: freed by cudaFree, not reusable before a sync */
 	int multi;              /* more than one stream seen: stream-ordered frees record events */
 	int keyed;              /* one stream seen so far: only_key */
 	uint64_t only_key;
@@ -186,6 +183,11 @@ static int serve_release(void *ctx, uint64_t addr, uint64_t size) {
 	return g_real_free(addr) == 0 ? CP_OK : CP_ERR;
 }
 
+static int serve_upstream_sync(void *ctx) {
+	(void)ctx;
+	return serve_sync() ? 0 : -1;
+}
+
 /* serve_resolve finds the real driver functions the pools use; 0 when libcuda is not loaded. */
 static int serve_resolve(void) {
 	if (__atomic_load_n(&g_real_sync, __ATOMIC_ACQUIRE) != NULL)
@@ -214,13 +216,13 @@ static int serve_resolve(void) {
 /* serve_make builds device d's pool (its lock held). */
 static void serve_make(struct served *s, int d) {
 	s->state = 2;
-	s->pending.elem = sizeof(struct pending);
 	s->inflight.elem = sizeof(struct inflight);
 	s->events.elem = sizeof(void *);
 	s->prune_at = 64;
 	if (!serve_resolve())
 		return;
-	int err = cp_init(&s->pool, &g_serve_cfg, (struct cp_upstream){serve_reserve, serve_release, NULL});
+	int err = cp_init(&s->pool, &g_serve_cfg,
+			  (struct cp_upstream){serve_reserve, serve_release, NULL, serve_upstream_sync});
 	if (err != CP_OK) {
 		cp_close(&s->pool);
 		char buf[160];
@@ -232,15 +234,6 @@ static void serve_make(struct served *s, int d) {
 	}
 	s->state = 1;
 	pool_note_peak(s->pool.s.peak_reserved_bytes);
-}
-
-/* serve_release_pending makes the pending blocks of s reusable: the device has synchronized. */
-static void serve_release_pending(struct served *s) {
-	for (size_t i = 0; i < s->pending.len; i++) {
-		struct pending *q = &CP_AT(&s->pending, struct pending, i);
-		cp_free(&s->pool, q->addr, q->stream);
-	}
-	s->pending.len = 0;
 }
 
 /* serve_drop_inflight forgets the in-flight entries whose events completed (all of them after a
@@ -262,7 +255,7 @@ static void serve_drop_inflight(struct served *s, int all) {
 
 /* serve_synced notes that the device of s synchronized: every block freed before is reusable. */
 static void serve_synced(struct served *s) {
-	serve_release_pending(s);
+	cp_synced(&s->pool);
 	serve_drop_inflight(s, 1);
 }
 
@@ -332,20 +325,15 @@ static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct st
 	return 0;
 }
 
-/* serve_take serves size bytes from s (its lock held). Before a growth it makes the pending blocks
- * reusable with one synchronization. */
+/* serve_take serves size bytes from s (its lock held). Before a growth the pool makes its deferred
+ * blocks reusable with one synchronization (cp_alloc); the in-flight entries are then done with. */
 static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uint64_t *addr) {
 	serve_note_stream(s, st);
-	s->pool.no_grow = 1;
+	uint64_t fallbacks = s->pool.s.fallbacks, syncs = s->pool.s.syncs;
 	int err = cp_alloc(&s->pool, size, st.policy, addr);
-	if (err == CP_WOULD_GROW && s->pending.len > 0 && serve_sync()) {
-		serve_synced(s);
-		err = cp_alloc(&s->pool, size, st.policy, addr);
-	}
-	s->pool.no_grow = 0;
-	if (err == CP_WOULD_GROW) {
-		uint64_t fallbacks = s->pool.s.fallbacks;
-		err = cp_alloc(&s->pool, size, st.policy, addr);
+	if (s->pool.s.syncs != syncs)
+		serve_drop_inflight(s, 1);
+	if (s->pool.s.fallbacks != fallbacks) {
 		POOL_COUNT(fallbacks, s->pool.s.fallbacks - fallbacks);
 		pool_note_peak(s->pool.s.peak_reserved_bytes);
 	}
@@ -380,26 +368,23 @@ static int serve_alloc(uint64_t size, struct stream_ref st, uint64_t *addr) {
 /* serve_give_back takes a free of addr on stream st into s (its lock held): 1 with *result the call's
  * result, or 0 when the block is not the pool's. */
 static int serve_give_back(struct served *s, uint64_t addr, struct stream_ref st, int *result) {
-	uint64_t size = cp_requested(&s->pool, addr);
-	int r = cp_mark_pending(&s->pool, addr);
-	if (r == CP_PENDING) {
-		*result = 1; /* CUDA_ERROR_INVALID_VALUE / cudaErrorInvalidValue: freed twice */
+	uint64_t size = 0;
+	int state = cp_lookup(&s->pool, addr, &size);
+	if (state == CP_UNKNOWN)
+		return 0;
+	if (state == CP_PENDING) {
+		*result = 1; /* freed twice: CUDA_ERROR_INVALID_VALUE / cudaErrorInvalidValue */
 		return 1;
 	}
-	if (r != CP_OK)
-		return 0;
-	*result = 0;
 	if (st.async) {
 		serve_note_stream(s, st);
 		if (!s->multi || serve_track(s, addr, size, st) == 0) {
-			cp_free(&s->pool, addr, st.policy);
+			*result = cp_free(&s->pool, addr, st.policy) == CP_OK ? 0 : 1;
 			return 1;
 		}
 	}
-	if (cp_vec_reserve(&s->pending, s->pending.len + 1) == 0)
-		CP_AT(&s->pending, struct pending, s->pending.len++) = (struct pending){addr, st.policy};
-	else
-		*result = 2; /* out of memory for the list: never reached in practice, never unsafe */
+	/* CP_ERR: no memory for the list; the block stays live (never unsafe), the call says out of memory */
+	*result = cp_defer_free(&s->pool, addr, st.policy) == CP_OK ? 0 : 2;
 	return 1;
 }
 
@@ -450,7 +435,8 @@ static void serve_exported(uint64_t addr) {
 		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 1)
 			continue;
 		pthread_mutex_lock(&s->mu);
-		found = cp_requested(&s->pool, addr) != 0;
+		uint64_t size;
+		found = cp_lookup(&s->pool, addr, &size) != CP_UNKNOWN;
 		pthread_mutex_unlock(&s->mu);
 	}
 	t_serving = 0;
@@ -475,7 +461,6 @@ static void serve_forget(void) {
 	for (int d = 0; d < SERVE_DEVICES; d++) {
 		struct served *s = &g_served[d];
 		s->state = 0;
-		s->pending = (struct cp_vec){NULL, 0, 0, sizeof(struct pending)};
 		s->inflight = (struct cp_vec){NULL, 0, 0, sizeof(struct inflight)};
 		s->events = (struct cp_vec){NULL, 0, 0, sizeof(void *)};
 		s->multi = s->keyed = 0;
