@@ -23,15 +23,15 @@ import (
 // and the same counters (during, at peak reserved, after Close).
 func TestCPoolMatchesPool(t *testing.T) {
 	driver := buildCPoolDriver(t)
-	var failures, fallbacks, frees uint64
+	var failures, fallbacks, frees, syncs uint64
 	for _, tc := range cpoolCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			goOut := runGoPool(t, tc.cfg, tc.ops, tc.handles)
-			var s [13]uint64
-			fmt.Sscanf(goOut[len(goOut)-3], "stats %d %d %d %d %d %d %d %d %d %d %d %d %d", &s[0], &s[1], &s[2], &s[3],
-				&s[4], &s[5], &s[6], &s[7], &s[8], &s[9], &s[10], &s[11], &s[12])
-			frees, failures, fallbacks = frees+s[1], failures+s[2], fallbacks+s[12]
-			cOut := runCPool(t, driver, tc.cfg, tc.ops, tc.handles)
+			goOut := runGoPool(t, tc)
+			var s [14]uint64
+			fmt.Sscanf(goOut[len(goOut)-3], "stats %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &s[0], &s[1], &s[2], &s[3],
+				&s[4], &s[5], &s[6], &s[7], &s[8], &s[9], &s[10], &s[11], &s[12], &s[13])
+			frees, failures, fallbacks, syncs = frees+s[1], failures+s[2], fallbacks+s[12], syncs+s[13]
+			cOut := runCPool(t, driver, tc)
 			if len(goOut) != len(cOut) {
 				t.Fatalf("Go pool wrote %d lines, C pool %d", len(goOut), len(cOut))
 			}
@@ -42,10 +42,11 @@ func TestCPoolMatchesPool(t *testing.T) {
 			}
 		})
 	}
-	if failures == 0 || fallbacks == 0 || frees == 0 {
-		t.Errorf("the cases made %d frees, %d failed allocations and %d fallbacks: each path must be taken", frees, failures, fallbacks)
+	if failures == 0 || fallbacks == 0 || frees == 0 || syncs == 0 {
+		t.Errorf("the cases made %d frees, %d failed allocations, %d fallbacks and %d syncs: each path must be taken",
+			frees, failures, fallbacks, syncs)
 	}
-	t.Logf("%d frees, %d failed allocations, %d fallbacks compared", frees, failures, fallbacks)
+	t.Logf("%d frees, %d failed allocations, %d fallbacks, %d syncs compared", frees, failures, fallbacks, syncs)
 }
 
 type cpoolCase struct {
@@ -53,6 +54,9 @@ type cpoolCase struct {
 	cfg     pool.Config
 	ops     []requests.Op
 	handles []uint64
+	// deferred serves as record --pool does: the free of an op that synchronizes (a cudaFree) is
+	// deferred, and an op that is only a sync point is a device synchronization.
+	deferred bool
 }
 
 // cpoolCases returns the traces of testdata with their configs and variants, and random sequences.
@@ -74,13 +78,15 @@ func cpoolCases(t *testing.T) []cpoolCase {
 			}
 		}
 		for _, v := range cpoolVariants(cfg) {
-			cases = append(cases, cpoolCase{name + "/" + v.name, v.cfg, tr.Ops, tr.Streams})
+			cases = append(cases, cpoolCase{name + "/" + v.name, v.cfg, tr.Ops, tr.Streams, false})
 		}
+		cases = append(cases, cpoolCase{name + "/deferred", cfg, tr.Ops, tr.Streams, true})
 	}
 	for seed := range uint64(4) {
 		ops, handles := randomOps(seed, 20000)
 		for _, v := range cpoolVariants(base) {
-			cases = append(cases, cpoolCase{fmt.Sprintf("random%d/%s", seed, v.name), v.cfg, ops, handles})
+			cases = append(cases, cpoolCase{fmt.Sprintf("random%d/%s", seed, v.name), v.cfg, ops, handles, false})
+			cases = append(cases, cpoolCase{fmt.Sprintf("random%d/%s/deferred", seed, v.name), v.cfg, ops, handles, true})
 		}
 	}
 	return cases
@@ -124,7 +130,7 @@ func cpoolVariants(cfg pool.Config) []cpoolVariant {
 }
 
 // randomOps returns n requests: sizes from 1 byte to 64 MiB, on three streams, frees of random
-// live blocks.
+// live blocks, half of them by a synchronizing call, and now and then a device synchronization.
 func randomOps(seed uint64, n int) ([]requests.Op, []uint64) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	var live []uint32
@@ -139,7 +145,10 @@ func randomOps(seed uint64, n int) ([]requests.Op, []uint64) {
 			live[i] = live[len(live)-1]
 			live = live[:len(live)-1]
 			free = append(free, slot)
-			ops = append(ops, requests.NewOp(0, slot, stream, false))
+			ops = append(ops, requests.NewOp(0, slot, stream, r.IntN(2) == 0))
+			if r.IntN(50) == 0 {
+				ops = append(ops, requests.NewOp(0, requests.NoSlot, stream, true))
+			}
 			continue
 		}
 		slot := next
@@ -171,36 +180,20 @@ func (b *bumpUpstream) Reserve(size uint64) (uint64, error) {
 
 func (b *bumpUpstream) Release(addr, size uint64) error { return nil }
 
-// runGoPool serves ops with package pool and returns the lines the driver would write.
-func runGoPool(t *testing.T, cfg pool.Config, ops []requests.Op, handles []uint64) []string {
-	a, err := pool.New(cfg, &bumpUpstream{})
+// Synchronize is the driver's synchronization: the device is always done at once.
+func (b *bumpUpstream) Synchronize() error { return nil }
+
+// runGoPool serves the case's ops with package pool and returns the lines the driver would write.
+func runGoPool(t *testing.T, tc cpoolCase) []string {
+	a, err := pool.New(tc.cfg, &bumpUpstream{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	addrs := map[uint32]uint64{}
-	for _, o := range ops {
-		switch {
-		case o.IsAlloc():
-			addr, err := a.Alloc(o.Size, handles[o.StreamIndex()])
-			if err != nil {
-				out = append(out, errCode(err))
-				delete(addrs, o.Slot)
-				continue
-			}
-			addrs[o.Slot] = addr
-			out = append(out, fmt.Sprintf("%x", addr))
-		case o.IsFree():
-			addr, ok := addrs[o.Slot]
-			if !ok {
-				continue
-			}
-			delete(addrs, o.Slot)
-			if err := a.Free(addr, handles[o.StreamIndex()]); err != nil {
-				out = append(out, errCode(err))
-			} else {
-				out = append(out, "ok")
-			}
+	for _, o := range tc.ops {
+		if line, _, ok := serveOp(a, o, tc, addrs); ok {
+			out = append(out, line)
 		}
 	}
 	before, peak := a.Stats(), a.PeakStats()
@@ -208,6 +201,45 @@ func runGoPool(t *testing.T, cfg pool.Config, ops []requests.Op, handles []uint6
 		t.Fatal(err)
 	}
 	return append(out, statsLine("stats", before), statsLine("peak", peak), statsLine("closed", a.Stats()))
+}
+
+// serveOp serves o with a as the driver does, keeping the address of every live block in addrs: the
+// driver's output line and its script line, ok false when o is not sent to the driver (a free of a
+// block that was never served; a synchronization has a script line and no output).
+func serveOp(a pool.Allocator, o requests.Op, tc cpoolCase, addrs map[uint32]uint64) (line, script string, ok bool) {
+	stream := tc.handles[o.StreamIndex()]
+	switch {
+	case o.IsAlloc():
+		script = fmt.Sprintf("a %x %d\n", o.Size, stream)
+		addr, err := a.Alloc(o.Size, stream)
+		if err != nil {
+			delete(addrs, o.Slot)
+			return errCode(err), script, true
+		}
+		addrs[o.Slot] = addr
+		return fmt.Sprintf("%x", addr), script, true
+	case o.IsFree():
+		addr, live := addrs[o.Slot]
+		if !live {
+			return "", "", false
+		}
+		delete(addrs, o.Slot)
+		op, free := "f", a.Free
+		if d, isDeferrer := a.(pool.Deferrer); tc.deferred && o.Syncs() && isDeferrer {
+			op, free = "d", d.FreeDeferred
+		}
+		script = fmt.Sprintf("%s %x %d\n", op, addr, stream)
+		if err := free(addr, stream); err != nil {
+			return errCode(err), script, true
+		}
+		return "ok", script, true
+	case tc.deferred && o.Syncs():
+		if d, isDeferrer := a.(pool.Deferrer); isDeferrer {
+			d.Synced()
+			return "", "s\n", false
+		}
+	}
+	return "", "", false
 }
 
 func errCode(err error) string {
@@ -218,23 +250,25 @@ func errCode(err error) string {
 		return "E3"
 	case errors.Is(err, pool.ErrClosed):
 		return "E4"
+	case errors.Is(err, pool.ErrFreedTwice):
+		return "E6"
 	}
 	return "E1"
 }
 
 func statsLine(name string, s pool.Stats) string {
-	return fmt.Sprintf("%s %d %d %d %d %d %d %d %d %d %d %d %d %d", name, s.Allocs, s.Frees, s.Failures, s.LiveBytes,
+	return fmt.Sprintf("%s %d %d %d %d %d %d %d %d %d %d %d %d %d %d", name, s.Allocs, s.Frees, s.Failures, s.LiveBytes,
 		s.PeakLiveBytes, s.BlockBytes, s.PeakBlockBytes, s.ReservedBytes, s.PeakReservedBytes, s.UpstreamReserves,
-		s.UpstreamReleases, s.UpstreamFailures, s.Fallbacks)
+		s.UpstreamReleases, s.UpstreamFailures, s.Fallbacks, s.Syncs)
 }
 
 // runCPool runs the driver on the same requests, freeing only what the Go side could (the two
 // sides agree on every allocation, or the comparison stops at the first that differs).
-func runCPool(t *testing.T, driver string, cfg pool.Config, ops []requests.Op, handles []uint64) []string {
+func runCPool(t *testing.T, driver string, tc cpoolCase) []string {
 	var in strings.Builder
-	in.WriteString(cpoolConfigLine(t, cfg))
+	in.WriteString(cpoolConfigLine(t, tc.cfg))
 	cmd := exec.Command(driver)
-	cmd.Stdin = strings.NewReader(in.String() + cpoolScript(t, cfg, ops, handles))
+	cmd.Stdin = strings.NewReader(in.String() + cpoolScript(t, tc))
 	outBytes, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("driver: %v", err)
@@ -242,33 +276,19 @@ func runCPool(t *testing.T, driver string, cfg pool.Config, ops []requests.Op, h
 	return strings.Split(strings.TrimSuffix(string(outBytes), "\n"), "\n")
 }
 
-// cpoolScript writes the driver's script: it replays ops with the Go pool to know the address of
+// cpoolScript writes the driver's script: it serves the ops with the Go pool to know the address of
 // every block the driver must free (a free names an address).
-func cpoolScript(t testing.TB, cfg pool.Config, ops []requests.Op, handles []uint64) string {
-	a, err := pool.New(cfg, &bumpUpstream{})
+func cpoolScript(t testing.TB, tc cpoolCase) string {
+	a, err := pool.New(tc.cfg, &bumpUpstream{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
 	var b strings.Builder
 	addrs := map[uint32]uint64{}
-	for _, o := range ops {
-		stream := handles[o.StreamIndex()]
-		switch {
-		case o.IsAlloc():
-			fmt.Fprintf(&b, "a %x %d\n", o.Size, stream)
-			if addr, err := a.Alloc(o.Size, stream); err == nil {
-				addrs[o.Slot] = addr
-			} else {
-				delete(addrs, o.Slot)
-			}
-		case o.IsFree():
-			if addr, ok := addrs[o.Slot]; ok {
-				delete(addrs, o.Slot)
-				_ = a.Free(addr, stream)
-				fmt.Fprintf(&b, "f %x %d\n", addr, stream)
-			}
-		}
+	for _, o := range tc.ops {
+		_, script, _ := serveOp(a, o, tc, addrs)
+		b.WriteString(script)
 	}
 	b.WriteString("c\n")
 	return b.String()
@@ -407,7 +427,7 @@ func BenchmarkCPoolTrace(b *testing.B) {
 		cfg := loadConfig(b, cfgPath)
 		cfg.SizeClass.ArenaPaging = nil
 		tr := extractTrace(b, path)
-		script := cpoolConfigLine(b, cfg) + cpoolScript(b, cfg, tr.Ops, tr.Streams)
+		script := cpoolConfigLine(b, cfg) + cpoolScript(b, cpoolCase{name: name, cfg: cfg, ops: tr.Ops, handles: tr.Streams})
 		b.Run(name, func(b *testing.B) {
 			var best float64
 			for i := 0; i < b.N; i++ {

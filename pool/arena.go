@@ -72,9 +72,13 @@ type block struct {
 
 // liveBlock is what an arena keeps per live block: its space node and the bytes requested.
 type liveBlock struct {
-	req  uint64
-	node int32
+	req      uint64
+	node     int32
+	deferred bool // freed by FreeDeferred, not reusable yet
 }
+
+// errWouldGrow is returned while growth is forbidden (noGrow) by a request that needs it.
+var errWouldGrow = errors.New("the pool would grow")
 
 func errClosed(op string) error { return fmt.Errorf("%s: %w", op, ErrClosed) }
 
@@ -101,6 +105,7 @@ type arena struct {
 	born      []uint64 // with FitBestAged: per space node, the allocation count when it became a live block
 	allocs    uint64
 	pg        *pager // with ArenaPaging: maps the pages of the arena's address space
+	noGrow    bool   // growth fails with errWouldGrow (uncounted)
 }
 
 func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit Fit) *arena {
@@ -241,8 +246,24 @@ func (a *arena) free(addr, stream uint64) (req, blk uint64, ok bool) {
 	return req, blk, true
 }
 
+// markDeferred marks the live block at addr as freed but not reusable yet.
+func (a *arena) markDeferred(addr uint64) error {
+	b := a.blocks.Get(addr)
+	switch {
+	case b == nil:
+		return errUnknown(addr)
+	case b.deferred:
+		return fmt.Errorf("free %#x: %w", addr, ErrFreedTwice)
+	}
+	b.deferred = true
+	return nil
+}
+
 // grow adds a region that can hold a block of blk bytes.
 func (a *arena) grow(blk uint64) error {
+	if a.noGrow {
+		return errWouldGrow
+	}
 	n := max(blk, a.growMin)
 	if a.maximum > 0 {
 		if a.total >= a.maximum || a.maximum-a.total < blk {

@@ -86,6 +86,27 @@ type Syncer interface {
 	Sync() error
 }
 
+// Deferrer is implemented by allocators that take frees of blocks the device may still be using, as
+// `record --pool` serves a synchronous cudaFree without waiting for the device (PolicySizeClass). A
+// deferred block is not reused before Synced, or before the allocator would otherwise grow: then,
+// when its Upstream is a Synchronizer, it synchronizes the device once (Stats.Syncs) and reuses
+// every deferred block. Free takes a deferred block back at once.
+type Deferrer interface {
+	// FreeDeferred frees the block at addr on stream, reusable after the next synchronization. A
+	// block deferred already gives an error wrapping ErrFreedTwice.
+	FreeDeferred(addr, stream uint64) error
+	// Synced tells the allocator that the device synchronized: every deferred block is reusable.
+	Synced()
+}
+
+// Synchronizer is an Upstream that can wait for the device to finish the work queued so far.
+type Synchronizer interface {
+	Synchronize() error
+}
+
+// ErrFreedTwice is returned (wrapped) by FreeDeferred for a block that is deferred already.
+var ErrFreedTwice = errors.New("freed twice")
+
 // Stats are an allocator's counters. Bytes are exact.
 type Stats struct {
 	Allocs            uint64 `json:"allocs"`              // successful Alloc calls
@@ -101,6 +122,7 @@ type Stats struct {
 	UpstreamReleases  uint64 `json:"upstream_releases"`   // Upstream.Release (or Mapper.Unmap) calls
 	UpstreamFailures  uint64 `json:"upstream_failures"`   // Upstream.Reserve (or Mapper.Map) calls that failed
 	Fallbacks         uint64 `json:"fallbacks"`           // requests served outside their planned class or arena (growth beyond the plan)
+	Syncs             uint64 `json:"syncs,omitempty"`     // device synchronizations made to reuse deferred frees (Deferrer)
 }
 
 // LiveBlocks returns the number of blocks now live.

@@ -21,7 +21,15 @@ type sizeClassPool struct {
 	regions   []region
 	arena     *arena
 	perStream bool
+	deferred  []deferredFree // blocks freed by FreeDeferred, in order
+	noGrow    bool           // class growth fails with errWouldGrow (uncounted)
 }
+
+// deferredFree is a block freed while the device may still use it.
+type deferredFree struct{ addr, stream uint64 }
+
+// deferredBit marks a slot's requested-bytes word: freed by FreeDeferred, not reusable yet.
+const deferredBit = 1 << 63
 
 // sizeClass is one class's state.
 type sizeClass struct {
@@ -174,7 +182,29 @@ func (p *sizeClassPool) Alloc(size, stream uint64) (uint64, error) {
 	return addr, err
 }
 
+// alloc serves a request; with deferred blocks, one that would grow the pool first synchronizes
+// the device once (a Synchronizer upstream) and reuses them all.
 func (p *sizeClassPool) alloc(size, stream uint64) (uint64, error) {
+	sy, ok := p.up.up.(Synchronizer)
+	if len(p.deferred) == 0 || !ok {
+		return p.allocNow(size, stream)
+	}
+	p.noGrow, p.arena.noGrow = true, true
+	addr, err := p.allocNow(size, stream)
+	p.noGrow, p.arena.noGrow = false, false
+	if !errors.Is(err, errWouldGrow) {
+		return addr, err
+	}
+	if sy.Synchronize() == nil {
+		p.c.s.Syncs++
+		p.releaseDeferred()
+	}
+	return p.allocNow(size, stream)
+}
+
+// allocNow serves a request with what is reusable now, growing the pool when that is not enough
+// (unless noGrow: errWouldGrow).
+func (p *sizeClassPool) allocNow(size, stream uint64) (uint64, error) {
 	if err := p.admit(size); err != nil {
 		return 0, err
 	}
@@ -186,6 +216,9 @@ func (p *sizeClassPool) alloc(size, stream uint64) (uint64, error) {
 	ref, ok := p.pop(c, stream)
 	if !ok {
 		if err := p.grow(ci); err != nil {
+			if errors.Is(err, errWouldGrow) {
+				return 0, err
+			}
 			p.c.failed()
 			return 0, fmt.Errorf("alloc %d bytes: grow class %d: %w", size, c.size, err)
 		}
@@ -198,6 +231,9 @@ func (p *sizeClassPool) alloc(size, stream uint64) (uint64, error) {
 
 func (p *sizeClassPool) allocLarge(size, stream uint64) (uint64, error) {
 	addr, blk, err := p.arena.alloc(size, stream)
+	if errors.Is(err, errWouldGrow) {
+		return 0, err
+	}
 	if err != nil {
 		p.c.failed()
 		return 0, fmt.Errorf("alloc %d bytes: %w", size, err)
@@ -229,6 +265,9 @@ func (p *sizeClassPool) pop(c *sizeClass, stream uint64) (slotRef, bool) {
 
 // grow adds a slab of growSlots slots to class ci: a Fallback.
 func (p *sizeClassPool) grow(ci int) error {
+	if p.noGrow {
+		return errWouldGrow
+	}
 	c := &p.classes[ci]
 	addr, err := p.up.reserve(c.growSlots * c.size)
 	if err != nil {
@@ -266,7 +305,7 @@ func (p *sizeClassPool) free(addr, stream uint64) error {
 	if slot*sl.size != off || sl.req[slot] == 0 {
 		return errUnknown(addr)
 	}
-	req := sl.req[slot] - 1
+	req := sl.req[slot]&^deferredBit - 1
 	sl.req[slot] = 0
 	c := &p.classes[sl.class]
 	ref := slotRef{sl, slot}
@@ -282,6 +321,52 @@ func (p *sizeClassPool) free(addr, stream uint64) error {
 	}
 	p.c.freed(req, sl.size)
 	return nil
+}
+
+// FreeDeferred frees the block at addr on stream, reusable after the next synchronization.
+func (p *sizeClassPool) FreeDeferred(addr, stream uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed("free")
+	}
+	if err := p.markDeferred(addr); err != nil {
+		return err
+	}
+	p.deferred = append(p.deferred, deferredFree{addr, stream})
+	return nil
+}
+
+func (p *sizeClassPool) markDeferred(addr uint64) error {
+	sl := p.slabFor(addr)
+	if sl == nil {
+		return p.arena.markDeferred(addr)
+	}
+	off := addr - sl.base
+	slot := off / sl.size
+	switch {
+	case slot*sl.size != off || sl.req[slot] == 0:
+		return errUnknown(addr)
+	case sl.req[slot]&deferredBit != 0:
+		return fmt.Errorf("free %#x: %w", addr, ErrFreedTwice)
+	}
+	sl.req[slot] |= deferredBit
+	return nil
+}
+
+// Synced makes every deferred block reusable: the device synchronized.
+func (p *sizeClassPool) Synced() {
+	p.mu.Lock()
+	p.releaseDeferred()
+	p.mu.Unlock()
+}
+
+// releaseDeferred frees the deferred blocks in the order they were deferred.
+func (p *sizeClassPool) releaseDeferred() {
+	for _, d := range p.deferred {
+		_ = p.free(d.addr, d.stream) // a deferred block is live: its free cannot fail
+	}
+	p.deferred = p.deferred[:0]
 }
 
 // slabFor returns the slab that contains addr, or nil.

@@ -6,12 +6,14 @@
  *   config ALIGN THRESHOLD ARENA GROW_BYTES MAXIMUM GROW_SLOTS PER_STREAM FIT_AGED N SIZE SLOTS ...
  *   a SIZE STREAM     -> the block's address in hex, or "E<code>"
  *   f ADDR STREAM     -> "ok", or "E<code>"
+ *   d ADDR STREAM     -> a deferred free (cp_defer_free): "ok", or "E<code>"
+ *   s                 -> the device synchronized (cp_synced): no output
  *   b N SIZE          -> N alloc/free pairs of SIZE bytes on stream 0: "ns_per_request X"
  * With the argument -time, the a and f lines are read first and then run in one timed loop, 5 times
  * over, each on a fresh pool (the upstream starts over too, so the addresses are the same), which
  * prints "ns_per_request X" (the least of the 5: the pool's own time per request, as replay measures
  * the Go pool's) before the counters of the last repetition.
- *   c                 -> close; then the counters: "stats" and the 13 numbers of struct cp_stats,
+ *   c                 -> close; then the counters: "stats" and the 14 numbers of struct cp_stats,
  *                        and "peak" and the same at peak reserved memory
  * Exits 0, or 2 on a malformed script.
  */
@@ -35,14 +37,21 @@ static int bump_release(void *ctx, uint64_t addr, uint64_t size) {
 	return 0;
 }
 
+/* always_synced is the upstream's synchronization: the device is always done at once. */
+static int always_synced(void *ctx) {
+	(void)ctx;
+	return 0;
+}
+
 static void print_stats(const char *name, const struct cp_stats *s) {
-	printf("%s %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", name,
+	printf("%s %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", name,
 	       (unsigned long long)s->allocs, (unsigned long long)s->frees, (unsigned long long)s->failures,
 	       (unsigned long long)s->live_bytes, (unsigned long long)s->peak_live_bytes,
 	       (unsigned long long)s->block_bytes, (unsigned long long)s->peak_block_bytes,
 	       (unsigned long long)s->reserved_bytes, (unsigned long long)s->peak_reserved_bytes,
 	       (unsigned long long)s->upstream_reserves, (unsigned long long)s->upstream_releases,
-	       (unsigned long long)s->upstream_failures, (unsigned long long)s->fallbacks);
+	       (unsigned long long)s->upstream_failures, (unsigned long long)s->fallbacks,
+	       (unsigned long long)s->syncs);
 }
 
 /* bench times n alloc/free pairs of size bytes and prints the nanoseconds per request. */
@@ -123,7 +132,7 @@ int main(int argc, char **argv) {
 	static struct cp_pool pool;
 	if (read_config(&cfg) != 0)
 		return 2;
-	int err = cp_init(&pool, &cfg, (struct cp_upstream){bump_reserve, bump_release, NULL});
+	int err = cp_init(&pool, &cfg, (struct cp_upstream){bump_reserve, bump_release, NULL, always_synced});
 	if (err != CP_OK) {
 		printf("init E%d\n", err);
 		return 0;
@@ -139,6 +148,10 @@ int main(int argc, char **argv) {
 	while (scanf(" %c", &op) == 1) {
 		if (op == 'c')
 			break;
+		if (op == 's') {
+			cp_synced(&pool);
+			continue;
+		}
 		if (op == 'b') {
 			if (scanf(" %llu %llu", &x, &stream) != 2 || bench(&pool, x, stream) != 0)
 				return 2;
@@ -151,7 +164,9 @@ int main(int argc, char **argv) {
 			printf("%llx\n", (unsigned long long)addr);
 		else if (op == 'f' && (err = cp_free(&pool, x, stream)) == CP_OK)
 			printf("ok\n");
-		else if (op == 'a' || op == 'f')
+		else if (op == 'd' && (err = cp_defer_free(&pool, x, stream)) == CP_OK)
+			printf("ok\n");
+		else if (op == 'a' || op == 'f' || op == 'd')
 			printf("E%d\n", err);
 		else
 			return 2;
