@@ -45,6 +45,10 @@ type Options struct {
 	// would pass 1.05 × peak live and the paged arena stays within that with no fallbacks, however
 	// many page operations it needs).
 	Arena ArenaChoice
+	// PoolHeadroom multiplies the recommended pool's class slots and arena bytes (values below 1
+	// are 1): memory that lets `record --pool` hold blocks freed by cudaFree until a synchronization
+	// with fewer synchronizations of its own (pool.Prediction.RecordPool predicts them).
+	PoolHeadroom float64
 	// Progress, when set, is called as events are processed: stage is "statistics", "sizing",
 	// "arena" or "simulation" followed by a space and the input's base name ("combined" for all
 	// inputs together), events the number processed in the stage so far.

@@ -231,3 +231,33 @@ func TestPerStreamRecommendation(t *testing.T) {
 		t.Error("legacy stream and one other: per_stream recommended")
 	}
 }
+
+// TestRecordPoolPrediction: under record --pool a block freed by cudaFree waits for a
+// synchronization. A loop of 8 cudaMalloc/cudaFree pairs of 4 KiB needs one slot: every allocation
+// after the first finds the slot deferred and synchronizes (7 syncs). With --pool-headroom 4 the
+// class has 4 slots: the pool synchronizes only when all 4 are deferred (at the fifth allocation:
+// 1 sync), for 4 times the memory; replay's prediction (frees at once) grows with it.
+func TestRecordPoolPrediction(t *testing.T) {
+	b := &builder{}
+	for i := range 8 {
+		b.alloc(0x1000+uint64(i), 4096, 0).free(0x1000+uint64(i), 0)
+	}
+	for _, tc := range []struct {
+		headroom float64
+		slots    uint64
+		reserved uint64
+		syncs    uint64
+	}{{1, 1, 4096, 7}, {4, 4, 16384, 1}} {
+		r, err := Analyze([]Input{fakeInput("loop", b.events)}, Options{PoolHeadroom: tc.headroom})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := r.Combined.Config
+		p := cfg.Prediction
+		if got := cfg.SizeClass.Classes; len(got) != 1 || got[0].Slots != tc.slots || p.PeakReservedBytes != tc.reserved ||
+			p.RecordPool == nil || *p.RecordPool != (pool.DeferredPrediction{PeakReservedBytes: tc.reserved, Syncs: tc.syncs}) {
+			t.Errorf("headroom %g: classes %+v, prediction %+v, record --pool %+v; want %d slots, %d bytes, %d syncs",
+				tc.headroom, got, p, p.RecordPool, tc.slots, tc.reserved, tc.syncs)
+		}
+	}
+}

@@ -20,6 +20,7 @@ func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.
 	tr.Fidelity = fidelity(st, outs)
 	cfg := rec.config
 	cfg.Prediction = prediction(name, st, tr.Simulations[0])
+	cfg.Prediction.RecordPool = rec.recordPool
 	cfg.Equivalents = equivalents(tr.Simulations)
 	tr.Config = &cfg
 	return tr

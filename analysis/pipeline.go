@@ -145,7 +145,7 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream reques
 	if err := sizings[best].Err; err != nil {
 		*warns = append(*warns, fmt.Sprintf("%s: size classes: %v", name, err))
 	}
-	rec := recommend(name, st, plans[best], sizings[best], fits[best], perStream)
+	rec := recommend(name, st, plans[best], sizings[best], fits[best], perStream, opts.PoolHeadroom)
 	for i, sz := range sizings {
 		rec.splits = append(rec.splits, model.Split{Threshold: plans[i].Threshold, K: plans[i].K,
 			ClassBytes: sz.ClassBytes(), ArenaBytes: sz.ArenaPeakReservedBytes,
@@ -189,7 +189,27 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 	if withPaged {
 		rec.choosePaged(outs, 1, opts.Arena == ArenaPaged)
 	}
-	return outs, nil
+	return outs, simulateRecordPool(open, stream, rec, st, opts)
+}
+
+// simulateRecordPool simulates the recommended pool as `record --pool` runs it (synchronous frees
+// deferred) into rec.recordPool, unless record --pool cannot serve it: a paged arena, or a
+// framework's requests (the pool inside the program would serve the framework's segments, not its
+// blocks).
+func simulateRecordPool(open opener, stream requests.Layer, rec *recommendation, st *stats.Result, opts Options) error {
+	if rec.config.SizeClass.ArenaPaging != nil || stream == requests.Framework {
+		return nil
+	}
+	p := rec.policy()
+	p.Name, p.Deferred = "record-pool", true
+	return open.pass(nil, func(src Source) error {
+		outs, err := whatif.Run(src, stream, []whatif.Policy{p}, opts.Capacity, st.Calls, progress(opts, "record-pool "+opts.input))
+		if err == nil && outs[0].Err == nil {
+			rec.recordPool = &pool.DeferredPrediction{PeakReservedBytes: outs[0].Stats.PeakReservedBytes,
+				Fallbacks: outs[0].Stats.Fallbacks, Syncs: outs[0].Stats.Syncs}
+		}
+		return err
+	})
 }
 
 func sizeTallies(in []stats.SizeTally) []sizeclass.Size {

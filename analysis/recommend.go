@@ -30,20 +30,25 @@ type recommendation struct {
 	sizing whatif.Sizing
 	splits []model.Split
 	config pool.Config
+	// recordPool is the config simulated as record --pool runs it; nil when it cannot.
+	recordPool *pool.DeferredPrediction
 }
 
 // recommend builds the size-class pool of plan and sizing, its arena placing blocks by fit
 // (written to pool.json only when it is not the default), keeping freed blocks per stream when
-// perStream is set (see orderedStreams).
+// perStream is set (see orderedStreams), its slots and arena multiplied by headroom (at least 1).
 func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing whatif.Sizing, fit pool.Fit,
-	perStream bool) *recommendation {
+	perStream bool, headroom float64) *recommendation {
+	headroom = max(headroom, 1)
+	arena := uint64(math.Ceil(float64(sizing.ArenaPeakReservedBytes) * headroom))
 	sc := &pool.SizeClassConfig{LargeThreshold: plan.Threshold,
-		ArenaBytes: alignUp(sizing.ArenaPeakReservedBytes, pool.DefaultAlignment), PerStream: perStream}
+		ArenaBytes: alignUp(arena, pool.DefaultAlignment), PerStream: perStream}
 	if fit != pool.FitBest {
 		sc.ArenaFit = fit
 	}
 	for i, size := range plan.Classes {
-		sc.Classes = append(sc.Classes, pool.Class{Size: size, Slots: sizing.Slots[i]})
+		slots := uint64(math.Ceil(float64(sizing.Slots[i]) * headroom))
+		sc.Classes = append(sc.Classes, pool.Class{Size: size, Slots: slots})
 	}
 	return &recommendation{trace: name, st: st, plan: plan, sizing: sizing,
 		config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicySizeClass,

@@ -145,6 +145,17 @@ type Prediction struct {
 	Fallbacks            uint64 `json:"fallbacks"`               // Stats.Fallbacks
 	Failures             uint64 `json:"failures"`                // Stats.Failures
 	AllocatorTimeSavedNs int64  `json:"allocator_time_saved_ns"` // measured time of the replaced calls minus the pool's
+	// RecordPool is what the same requests do to the pool inside the program under `record --pool`,
+	// where a synchronous free is deferred (Deferrer); nil when record --pool cannot serve the config.
+	RecordPool *DeferredPrediction `json:"record_pool,omitempty"`
+}
+
+// DeferredPrediction is a simulation of the pool with synchronous frees deferred until the pool
+// synchronizes the device (Deferrer): the figures `record --pool` reports in the trace.
+type DeferredPrediction struct {
+	PeakReservedBytes uint64 `json:"peak_reserved_bytes"` // Stats.PeakReservedBytes
+	Fallbacks         uint64 `json:"fallbacks"`           // Stats.Fallbacks
+	Syncs             uint64 `json:"syncs"`               // Stats.Syncs: synchronizations the pool makes itself
 }
 
 // Equivalents are the nearest settings of other allocators a user can paste.

@@ -11,9 +11,10 @@ import (
 // synchronization (pool.Syncer) where the program synchronized. A block the allocator could not
 // serve has no address; its free is skipped.
 type Feeder struct {
-	alloc  pool.Allocator
-	syncer pool.Syncer
-	addrs  []uint64 // slot → address, 0 = not live
+	alloc    pool.Allocator
+	syncer   pool.Syncer
+	deferrer pool.Deferrer // with Deferred
+	addrs    []uint64      // slot → address, 0 = not live
 	// Only, when set, selects the allocations to serve (by size); the others and their frees are
 	// skipped.
 	Only func(size uint64) bool
@@ -26,6 +27,15 @@ func NewFeeder(a pool.Allocator) *Feeder {
 	return f
 }
 
+// NewDeferredFeeder returns a Feeder that serves ops as `record --pool` serves the program's calls
+// with a: the free of an op that synchronizes (cudaFree, cuMemFree_v2) is deferred, and no op is a
+// synchronization, since the pool's calls no longer synchronize. ok is false when a is not a
+// pool.Deferrer.
+func NewDeferredFeeder(a pool.Allocator) (f *Feeder, ok bool) {
+	d, ok := a.(pool.Deferrer)
+	return &Feeder{alloc: a, deferrer: d}, ok
+}
+
 // Feed serves ops in order; handles maps their stream indexes to the recorded stream handles.
 // Errors of the allocator are not returned: a failed allocation leaves its block without an address
 // (the allocator counts its failures in its Stats).
@@ -35,17 +45,25 @@ func (f *Feeder) Feed(ops []Op, handles []uint64) {
 		case o.IsAlloc():
 			f.serve(o, handles)
 		case o.IsFree():
-			if int(o.Slot) < len(f.addrs) {
-				if a := f.addrs[o.Slot]; a != 0 {
-					f.addrs[o.Slot] = 0
-					_ = f.alloc.Free(a, handles[o.StreamIndex()])
-				}
-			}
+			f.free(o, handles)
 		}
 		if o.Syncs() && f.syncer != nil {
 			_ = f.syncer.Sync()
 		}
 	}
+}
+
+func (f *Feeder) free(o Op, handles []uint64) {
+	if int(o.Slot) >= len(f.addrs) || f.addrs[o.Slot] == 0 {
+		return
+	}
+	a := f.addrs[o.Slot]
+	f.addrs[o.Slot] = 0
+	if f.deferrer != nil && o.Syncs() {
+		_ = f.deferrer.FreeDeferred(a, handles[o.StreamIndex()])
+		return
+	}
+	_ = f.alloc.Free(a, handles[o.StreamIndex()])
 }
 
 func (f *Feeder) serve(o Op, handles []uint64) {

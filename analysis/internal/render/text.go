@@ -245,6 +245,10 @@ func (t *textWriter) config(tr *model.TraceReport) {
 	t.printf("  predicted: peak reserved %s for peak live %s, %s upstream calls,\n"+
 		"             %s fallbacks, %s failures, allocator time saved %s\n", Bytes(p.PeakReservedBytes), Bytes(p.PeakLiveBytes), Count(p.UpstreamCalls),
 		Count(p.Fallbacks), Count(p.Failures), SignedDuration(p.AllocatorTimeSavedNs))
+	if r := p.RecordPool; r != nil {
+		t.printf("  record --pool: peak reserved %s, %s fallbacks, %s synchronizations of its own\n",
+			Bytes(r.PeakReservedBytes), Count(r.Fallbacks), Count(r.Syncs))
+	}
 	conf := e.PyTorchAllocConf
 	if conf == "" {
 		conf = "(defaults are best)"

@@ -16,6 +16,9 @@ type Policy struct {
 	Name     string
 	Settings string
 	Config   pool.Config
+	// Deferred simulates the pool as `record --pool` runs it inside the program: synchronous frees
+	// wait for a synchronization the pool makes before it would grow (pool.Deferrer).
+	Deferred bool
 }
 
 // Outcome is what one policy did on the trace.
@@ -30,6 +33,11 @@ type Outcome struct {
 	Err           error      // the policy could not be built
 }
 
+// synchronizing is a simulated upstream whose device synchronizes at once (pool.Synchronizer).
+type synchronizing struct{ pool.Upstream }
+
+func (synchronizing) Synchronize() error { return nil }
+
 type replayer struct {
 	alloc pool.Allocator
 	feed  *requests.Feeder
@@ -41,12 +49,23 @@ type replayer struct {
 func newReplayer(p Policy, capacity uint64, est Durations) *replayer {
 	r := &replayer{up: newUpstream(capacity, est)}
 	r.out.Policy = p
-	a, err := pool.New(p.Config, r.up.up, pool.SingleGoroutine())
+	up := r.up.up
+	if p.Deferred {
+		up = synchronizing{up}
+	}
+	a, err := pool.New(p.Config, up, pool.SingleGoroutine())
 	if err != nil {
 		r.out.Err = fmt.Errorf("policy %s: %w", p.Name, err)
 		return r
 	}
 	r.alloc, r.feed = a, requests.NewFeeder(a)
+	if p.Deferred {
+		var ok bool
+		if r.feed, ok = requests.NewDeferredFeeder(a); !ok {
+			r.out.Err = fmt.Errorf("policy %s: the %s policy cannot defer frees", p.Name, p.Config.Policy)
+			r.alloc = nil
+		}
+	}
 	r.setup = r.up.meter.Counts().PageOps
 	return r
 }

@@ -39,6 +39,7 @@ type options struct {
 	top        int
 	k          int
 	arena      string
+	headroom   float64
 	quiet      bool
 	progress   bool
 	compare    bool
@@ -64,7 +65,8 @@ trace is analyzed.`,
   analyze -q --emit-config pool.json run.arrow  # the recommended pool, for replay
   analyze --capacity 80GiB run.arrow          # simulate the policies within 80 GiB
   analyze snapshot.pickle.gz rank*.arrow      # PyTorch snapshots, RMM CSV, several files at once
-  analyze --compare before.arrow after.arrow  # a program without and with record --pool`,
+  analyze --compare before.arrow after.arrow  # a program without and with record --pool
+  analyze --arena fixed --pool-headroom 4 --emit-config pool.json run.arrow  # for record --pool`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(opt, args, stdout, stderr)
 		},
@@ -80,6 +82,9 @@ trace is analyzed.`,
 	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (paged only when one region would pass\n"+
 		"1.05 x peak live and at most one page operation per 500 requests is needed), fixed (one region)\n"+
 		"or paged (paged whenever one region would pass 1.05 x peak live and the paged one meets it)")
+	f.Float64Var(&opt.headroom, "pool-headroom", 1, "multiply the recommended pool's class slots and arena by `F` (>= 1):\n"+
+		"room for blocks freed by cudaFree under record --pool, which waits for a synchronization\n"+
+		"before reusing them; more room, fewer synchronizations of its own (the report predicts them)")
 	f.BoolVar(&opt.compare, "compare", false, "compare two recordings of a program (e.g. without and with record --pool): "+
 		"time inside its allocation calls, calls the pool served, wall time, peak live")
 	f.BoolVarP(&opt.quiet, "quiet", "q", false, "print no report and no progress (use with --html, --emit-config)")
@@ -94,6 +99,9 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.top < 0 || opt.k < 0 {
 		return command.Usagef("--top and --k must not be negative")
+	}
+	if !(opt.headroom >= 1 && opt.headroom <= 1024) {
+		return command.Usagef("--pool-headroom must be between 1 and 1024, got %g", opt.headroom)
 	}
 	arena, err := arenaChoice(opt.arena)
 	if err != nil {
@@ -111,7 +119,7 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 	}
 	bar := newProgress(stderr, !opt.quiet && (opt.progress || command.IsTerminal(stderr)))
 	rep, err := analysis.Analyze(inputs, analysis.Options{Capacity: opt.capacity, Top: opt.top, K: opt.k,
-		Arena: arena, Progress: bar.update})
+		Arena: arena, PoolHeadroom: opt.headroom, Progress: bar.update})
 	bar.finish()
 	if err != nil {
 		return err
