@@ -160,3 +160,28 @@ func TestServedFork(t *testing.T) {
 			len(events), len(pids), served, sum.Lost)
 	}
 }
+
+// record --pool serves a thread's first runtime call (testdata/progs/pooled_lazy.c), made before
+// the runtime gave the thread a context, from device 0's pool, where the runtime puts the thread.
+func TestServedFirstCallOfThread(t *testing.T) {
+	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := newLogDir(t)
+	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec, "FAKECUDA_LAZY_CONTEXT=1"}, "pooled_lazy")
+	if want := "new thread's block from the pool: yes\n"; got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want %q", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	events, sum := convertDir(t, dir)
+	served := 0
+	for i := range events {
+		if events[i].Pool {
+			served++
+		}
+	}
+	if len(events) != 4 || served != 4 || sum.Lost != 0 || sum.Pool == nil || sum.Pool.PassedThrough != 0 {
+		t.Errorf("trace: %d events, %d served, %d lost, pool %+v; want 4, all served, none passed to CUDA",
+			len(events), served, sum.Lost, sum.Pool)
+	}
+}

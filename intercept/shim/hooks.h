@@ -235,9 +235,9 @@ typedef cudaError_t (*cudaGetDriverEntryPointByVersion_fn)(const char *, void **
 #define BODY static inline __attribute__((always_inline))
 
 /* The calls record --pool serves: the pool first, CUDA when it cannot. */
-static inline int served_alloc(uint64_t n, void **p, struct stream_ref st) {
+static inline int served_alloc(uint64_t n, void **p, struct stream_ref st, int runtime) {
 	uint64_t a;
-	if (p == NULL || !serve_alloc(n, st, &a))
+	if (p == NULL || !serve_alloc(n, st, runtime, &a))
 		return -1;
 	*p = (void *)(uintptr_t)a;
 	return 0;
@@ -253,7 +253,7 @@ static inline int served_free(uint64_t p, struct stream_ref st) {
 
 BODY cudaError_t b_cudaMalloc(cudaMalloc_fn f, int fid, void *cs, void **p, size_t n) {
 	int r_try_ = -1;
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p, sync_stream), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, PTR(*p), n, 0, &g_addrs);
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p, sync_stream, 1), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, PTR(*p), n, 0, &g_addrs);
 }
 BODY cudaError_t b_cudaFree(cudaFree_fn f, int fid, void *cs, void *p) {
 	int r_try_ = -1;
@@ -261,7 +261,7 @@ BODY cudaError_t b_cudaFree(cudaFree_fn f, int fid, void *cs, void *p) {
 }
 BODY cudaError_t b_cudaMallocAsync(cudaMallocAsync_fn f, int fid, void *cs, void **p, size_t n, cudaStream_t s) {
 	int r_try_ = -1;
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p, stream_of(PTR(s), 0)), f(p, n, s)), r_try_ >= 0, f(p, n, s), fid,
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, p, stream_of(PTR(s), 0), 1), f(p, n, s)), r_try_ >= 0, f(p, n, s), fid,
 			  1, PTR(*p), n, s, &g_addrs);
 }
 BODY cudaError_t b_cudaFreeAsync(cudaFreeAsync_fn f, int fid, void *cs, void *p, cudaStream_t s) {
@@ -296,7 +296,7 @@ BODY cudaError_t b_cudaFreeHost(cudaFreeHost_fn f, int fid, void *cs, void *p) {
 }
 BODY CUresult b_cuMemAlloc_v2(cuMemAlloc_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t n) {
 	int r_try_ = -1;
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, sync_stream), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, *p, n, 0,
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, sync_stream, 0), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, *p, n, 0,
 			  &g_addrs);
 }
 BODY CUresult b_cuMemFree_v2(cuMemFree_v2_fn f, int fid, void *cs, CUdeviceptr p) {
@@ -374,7 +374,7 @@ BODY CUresult b_cuMemAllocManaged(cuMemAllocManaged_fn f, int fid, void *cs, CUd
 BODY CUresult b_cuMemAllocAsync(cuMemAllocAsync_fn f, int fid, void *cs, CUdeviceptr *p, size_t n, CUstream s) {
 	int r_try_ = -1;
 	struct stream_ref st = stream_of(PTR(s), fid == FID_cuMemAllocAsync_ptsz);
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, st), f(p, n, s)), r_try_ >= 0, f(p, n, s), fid, 1, *p, n,
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, st, 0), f(p, n, s)), r_try_ >= 0, f(p, n, s), fid, 1, *p, n,
 			  s, &g_addrs);
 }
 BODY CUresult b_cuMemFreeAsync(cuMemFreeAsync_fn f, int fid, void *cs, CUdeviceptr p, CUstream s) {

@@ -343,11 +343,14 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
 }
 
 /* serve_alloc serves size bytes on the current device for a call on stream st into *addr: 1, or 0
- * when the call is to go to CUDA. */
-static int serve_alloc(uint64_t size, struct stream_ref st, uint64_t *addr) {
+ * when the call is to go to CUDA. A runtime call on a thread with no current context is served on
+ * device 0, where the runtime puts such a thread, when device 0 has a pool already. */
+static int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_t *addr) {
 	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || size == 0)
 		return 0;
 	int d = t_serving ? -1 : current_device();
+	if (d < 0 && runtime && !t_serving && __atomic_load_n(&g_served[0].state, __ATOMIC_ACQUIRE) == 1)
+		d = 0; /* a thread's first runtime call: the runtime binds it to device 0, whose pool exists */
 	if (d < 0 || d >= SERVE_DEVICES) {
 		POOL_COUNT(passed, 1);
 		return 0;

@@ -14,6 +14,8 @@
  *   FAKECUDA_FRESH=1       device memory is never reused: pure bump allocation that wraps to the
  *                          region's start when exhausted, so every allocation gets a new address
  *                          (as cudaMallocAsync pools, VMM and bump allocators do).
+ *   FAKECUDA_LAZY_CONTEXT=1  a thread has no current context (cuCtxGetDevice fails) until
+ *                          cuCtxSetCurrent or a runtime call binds it, as with the real runtime.
  *   FAKECUDA_RAISE=SIG:K   raise(SIG) from inside the K-th cuMemAlloc_v2 call of the process (K >= 1,
  *                          exported and proc-address calls counted together), once.
  * A signal handler may allocate and free while the interrupted thread is inside the allocator: the
@@ -59,6 +61,8 @@ struct thread_cache {
 static __thread struct thread_cache caches[2][3]; /* [nested in a signal handler][region] */
 static __thread int in_region;
 static int fresh_addresses;
+static int lazy_context;            /* FAKECUDA_LAZY_CONTEXT=1: a thread has no context until bound */
+static __thread int context_bound; /* cuCtxSetCurrent or a runtime call bound this thread */
 static int raise_signal;
 static long raise_at, alloc_calls;
 static __thread int current_device = 0;
@@ -72,6 +76,8 @@ static uint64_t handle_size[MAX_HANDLES];
 __attribute__((constructor)) static void fake_init(void) {
 	const char *v = getenv("FAKECUDA_FRESH");
 	fresh_addresses = v != NULL && strcmp(v, "1") == 0;
+	v = getenv("FAKECUDA_LAZY_CONTEXT");
+	lazy_context = v != NULL && strcmp(v, "1") == 0;
 	v = getenv("FAKECUDA_RAISE");
 	if (v != NULL && sscanf(v, "%d:%ld", &raise_signal, &raise_at) != 2)
 		raise_signal = 0;
@@ -183,6 +189,8 @@ static CUresult i_cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS;
 static CUresult i_cuCtxGetDevice(CUdevice *d) {
 	if (d == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (lazy_context && !context_bound)
+		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
 	*d = current_device;
 	return CUDA_SUCCESS;
 }
@@ -286,6 +294,7 @@ static CUresult i_cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
 	return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 static CUresult i_cuCtxSetCurrent(CUcontext ctx) {
+	context_bound = ctx != NULL;
 	current_device = ctx == NULL ? 0 : (int)((intptr_t)ctx - 1);
 	return CUDA_SUCCESS;
 }
@@ -452,6 +461,15 @@ void fakecuda_events(long *recorded, long *stream_waits_, long *host_waits_) {
 	*stream_waits_ = stream_waits;
 	*host_waits_ = host_waits;
 	pthread_mutex_unlock(&events_mu);
+}
+
+/* Fake only: the runtime binds the calling thread to its device's context (as the real one does on
+ * a thread's first call). */
+void fakecuda_bind(void) {
+	if (!context_bound) {
+		context_bound = 1;
+		current_device = 0;
+	}
 }
 
 long fakecuda_syncs(void) { return __atomic_load_n(&syncs, __ATOMIC_RELAXED); }

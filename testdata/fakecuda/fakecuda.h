@@ -117,6 +117,8 @@ CUresult cuGetProcAddress_v2(const char *sym, void **fn, int version, cuuint64_t
 void fakecuda_calls(long *exported, long *via_proc_address);
 /* Fake only: how many times any thread synchronized the device (cuCtxSynchronize, cudaDeviceSynchronize). */
 long fakecuda_syncs(void);
+/* Fake only: bind the calling thread to device 0's context if it has none (the runtime does). */
+void fakecuda_bind(void);
 /* Fake only: events recorded, and waits for an event not yet ready (a stream made to wait with
  * cuStreamWaitEvent, the host with cuEventSynchronize), all threads. */
 void fakecuda_events(long *recorded, long *stream_waits, long *host_waits);

@@ -72,6 +72,7 @@ static void runtime_init(void) {
 		pthread_once(&once, runtime_init);                                                       \
 		if (!drv.ok)                                                                             \
 			return cudaErrorInitializationError;                                             \
+		fakecuda_bind();                                                                         \
 	} while (0)
 
 /* Driver and runtime codes coincide for everything the fake returns (1, 2, 500). */
