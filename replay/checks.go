@@ -36,6 +36,12 @@ func (r *runner) report(accs []*modeAcc) *Report {
 	rep.SpeedupRawOverPool = ratio(rep.Mode(ModeRaw), rep.Mode(ModePool))
 	rep.SpeedupAsyncOverPool = ratio(rep.Mode(ModeAsync), rep.Mode(ModePool))
 	rep.RecordedNsPerRequest, rep.SpeedupRecordedOverPool = recordedRatio(r.t.Stats, rep.Mode(ModePool))
+	if c := rep.Mode(ModeCPool); c != nil {
+		rep.SpeedupRawOverCPool = ratio(rep.Mode(ModeRaw), c)
+		rep.SpeedupAsyncOverCPool = ratio(rep.Mode(ModeAsync), c)
+		rep.SpeedupPoolOverCPool = ratio(rep.Mode(ModePool), c)
+		_, rep.SpeedupRecordedOverCPool = recordedRatio(r.t.Stats, c)
+	}
 	return rep
 }
 
@@ -128,11 +134,18 @@ func modeChecks(m *ModeResult, acc *modeAcc, opt Options) []Check {
 			strings.Join(append([]string{fmt.Sprintf("%d mismatches", len(acc.accounting))}, first(acc.accounting, 3)...), "; ")))
 	}
 	if opt.Verify {
+		detail := fmt.Sprintf("%d allocations checked, %d overlaps, %d outside reserved memory", m.VerifyChecks, m.Overlaps, m.OutsideReserved)
+		if m.Mode == ModeCPool {
+			detail += " (after each run, against the memory reserved by its end)"
+		}
 		cs = append(cs, verdict(p+"verify: no overlapping blocks, all inside reserved memory",
-			m.Overlaps == 0 && m.OutsideReserved == 0,
-			fmt.Sprintf("%d allocations checked, %d overlaps, %d outside reserved memory", m.VerifyChecks, m.Overlaps, m.OutsideReserved)))
+			m.Overlaps == 0 && m.OutsideReserved == 0, detail))
 	}
-	if opt.Touch {
+	switch {
+	case opt.Touch && m.Mode == ModeCPool:
+		cs = append(cs, skipped(p+"touch: every block kept its pattern",
+			"the C pool serves the whole trace in one call into C: no block can be written between its requests"))
+	case opt.Touch:
 		cs = append(cs, verdict(p+"touch: every block kept its pattern", m.TouchFailures == 0,
 			fmt.Sprintf("%d blocks written, %d read back wrong", m.Touched, m.TouchFailures)))
 	}
@@ -141,13 +154,27 @@ func modeChecks(m *ModeResult, acc *modeAcc, opt Options) []Check {
 
 func first(lines []string, n int) []string { return lines[:min(n, len(lines))] }
 
-// poolChecks compares the pool's peak reserved memory with the prediction and with peak live.
+// poolChecks compares the pool's peak reserved memory with the prediction and with peak live; and
+// so the C pool's when the cpool mode ran, which must also be the Go pool's exactly.
 func poolChecks(rep *Report, opt Options) []Check {
-	predName := fmt.Sprintf("pool: peak reserved within %g%% of the prediction", opt.PeakTolerance*100)
-	overName := fmt.Sprintf("pool: peak reserved <= %g x peak live", opt.MaxOverhead)
-	m := rep.Mode(ModePool)
+	cs := peakChecks(rep, opt, ModePool)
+	if rep.Mode(ModeCPool) == nil {
+		return cs
+	}
+	cs = append(cs, peakChecks(rep, opt, ModeCPool)...)
+	if rep.Mode(ModePool) != nil {
+		cs = append(cs, samePoolCheck(rep.Mode(ModePool), rep.Mode(ModeCPool)))
+	}
+	return cs
+}
+
+// peakChecks compares mode's peak reserved memory with the prediction and with peak live.
+func peakChecks(rep *Report, opt Options, mode Mode) []Check {
+	predName := fmt.Sprintf("%s: peak reserved within %g%% of the prediction", mode, opt.PeakTolerance*100)
+	overName := fmt.Sprintf("%s: peak reserved <= %g x peak live", mode, opt.MaxOverhead)
+	m := rep.Mode(mode)
 	if m == nil {
-		return []Check{skipped(predName, "pool mode not run"), skipped(overName, "pool mode not run")}
+		return []Check{skipped(predName, string(mode)+" mode not run"), skipped(overName, string(mode)+" mode not run")}
 	}
 	var cs []Check
 	if p := rep.Prediction; p == nil || p.PeakReservedBytes == 0 {
@@ -165,4 +192,20 @@ func poolChecks(rep *Report, opt Options) []Check {
 	return append(cs, verdict(overName, float64(m.PeakReservedBytes) <= opt.MaxOverhead*float64(live),
 		fmt.Sprintf("peak reserved %d bytes, peak live %d (%.4f x)", m.PeakReservedBytes, live,
 			float64(m.PeakReservedBytes)/float64(live))))
+}
+
+// samePoolCheck checks that the C pool (cpool mode) did what package pool did (pool mode): the
+// same counters in the first repetition, now and at peak reserved memory, and the same peak
+// reserved memory, upstream reserves, fallbacks and failures over all.
+func samePoolCheck(p, c *ModeResult) Check {
+	same := p.PeakReservedBytes == c.PeakReservedBytes && p.UpstreamReserves == c.UpstreamReserves &&
+		p.Fallbacks == c.Fallbacks && p.Failures == c.Failures && p.TimedFailures == c.TimedFailures &&
+		p.PoolStats != nil && c.PoolStats != nil && *p.PoolStats == *c.PoolStats && *p.PoolPeakStats == *c.PoolPeakStats
+	detail := fmt.Sprintf("peak reserved %d and %d bytes, %d and %d upstream reserves, %d and %d fallbacks, %d and %d failures",
+		p.PeakReservedBytes, c.PeakReservedBytes, p.UpstreamReserves, c.UpstreamReserves, p.Fallbacks, c.Fallbacks,
+		p.Failures+p.TimedFailures, c.Failures+c.TimedFailures)
+	if !same {
+		detail += fmt.Sprintf("; pool stats %+v and %+v", p.PoolStats, c.PoolStats)
+	}
+	return verdict("cpool: the same pool as pool mode's", same, detail)
 }

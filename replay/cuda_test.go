@@ -3,7 +3,9 @@
 package replay
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/allocscope/allocscope/pool"
@@ -169,4 +171,39 @@ func TestCUDAAsyncSynchronizesAtSyncPoints(t *testing.T) {
 			m.Syncs, m.SyncTimeNs, m.AllocatorTimeNsByRepetition, rep.Passed, rep.Failed())
 	}
 	t.Logf("async: allocator time %d ns, sync time %d ns per repetition", m.AllocatorTimeNs, m.SyncTimeNs)
+}
+
+// TestCUDACPoolIsPoolMode replays the cpool cases on the GPU in every mode: the C pool that record
+// --pool deploys, its upstream cuMemAlloc/cuMemFree through the CUDA backend, does what package
+// pool does there (the same-pool check) and on the host (the same counters); it logs each trace's
+// allocator time per request in every mode, the figures of the goals (cpool against raw and async).
+func TestCUDACPoolIsPoolMode(t *testing.T) {
+	b := openCUDA0(t)
+	for _, c := range cpoolCases(t) {
+		opt := Options{Modes: []Mode{ModeRaw, ModePool, ModeCPool, ModeAsync}, Repeat: 3, Verify: true, MaxOverhead: 1e9}
+		gpu, err := Run(c.tr, b, c.cfg, opt)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		h := host.New(1 << 44)
+		opt.Modes = []Mode{ModeCPool}
+		onHost, err := Run(c.tr, h, c.cfg, opt)
+		h.Close()
+		if err != nil {
+			t.Fatalf("%s on the host: %v", c.name, err)
+		}
+		if !gpu.Passed {
+			t.Errorf("%s: failed checks on the GPU: %+v", c.name, gpu.Failed())
+		}
+		if g, hs := *gpu.Mode(ModeCPool).PoolStats, *onHost.Mode(ModeCPool).PoolStats; g != hs {
+			t.Errorf("%s: C pool stats on the GPU %+v\n on the host %+v", c.name, g, hs)
+		}
+		requests := float64(c.tr.Stats.Allocs + c.tr.Stats.Frees)
+		var line []string
+		for _, m := range gpu.Modes {
+			line = append(line, fmt.Sprintf("%s %.1f ns", m.Mode, float64(m.AllocatorTimeNs)/requests))
+		}
+		t.Logf("%s: per request %s; cpool %.0f x faster than raw, %.1f x than async", c.name, strings.Join(line, ", "),
+			gpu.SpeedupRawOverCPool, gpu.SpeedupAsyncOverCPool)
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allocscope/allocscope/intercept/cpool"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -30,13 +31,21 @@ type Mode string
 
 // The replay modes.
 const (
-	ModeRaw   Mode = "raw"   // the backend's direct allocation per request (pool.PolicyRaw over the backend)
-	ModePool  Mode = "pool"  // the allocator pool.json describes, over the backend
+	ModeRaw  Mode = "raw"  // the backend's direct allocation per request (pool.PolicyRaw over the backend)
+	ModePool Mode = "pool" // the allocator pool.json describes, over the backend
+	// ModeCPool is the shim's C pool, the one record --pool deploys, for the same pool.json over the
+	// backend (package intercept/cpool): the whole trace in one call into C. Size-class configs
+	// without a paged arena only, and a build with cgo.
+	ModeCPool Mode = "cpool"
 	ModeAsync Mode = "async" // the backend's stream-ordered allocator with a retaining pool
 )
 
-// AllModes are the modes in the order they run within a repetition.
-var AllModes = []Mode{ModeRaw, ModePool, ModeAsync}
+// AllModes are the modes ParseModes accepts.
+var AllModes = []Mode{ModeRaw, ModePool, ModeCPool, ModeAsync}
+
+// DefaultModes are the modes Run runs when Options.Modes is nil, in the order they run within a
+// repetition. ModeCPool is not among them: it runs only size-class configs, and only when asked.
+var DefaultModes = []Mode{ModeRaw, ModePool, ModeAsync}
 
 // ParseModes parses a comma-separated list of modes, e.g. "raw,pool".
 func ParseModes(list string) ([]Mode, error) {
@@ -44,7 +53,7 @@ func ParseModes(list string) ([]Mode, error) {
 	for _, name := range strings.Split(list, ",") {
 		m := Mode(strings.TrimSpace(name))
 		if !slices.Contains(AllModes, m) {
-			return nil, fmt.Errorf("unknown mode %q (modes: raw, pool, async)", name)
+			return nil, fmt.Errorf("unknown mode %q (modes: raw, pool, cpool, async)", name)
 		}
 		if slices.Contains(modes, m) {
 			return nil, fmt.Errorf("mode %q given twice", name)
@@ -56,7 +65,7 @@ func ParseModes(list string) ([]Mode, error) {
 
 // Options configure Run. The zero value replays every mode once, without verify or touch.
 type Options struct {
-	Modes  []Mode // modes to run, in this order within each repetition; nil = AllModes
+	Modes  []Mode // modes to run, in this order within each repetition; nil = DefaultModes
 	Repeat int    // repetitions, interleaved mode by mode; 0 = 1
 	Verify bool   // after each allocation: no overlap with a live block, inside reserved memory
 	Touch  bool   // write each block with a pattern and read it back, again before its free
@@ -68,7 +77,8 @@ type Options struct {
 	MaxOverhead float64
 	// LeakToleranceBytes is how far the backend's free memory may end below where it started.
 	LeakToleranceBytes uint64
-	// NewAllocator builds the allocators of the raw and pool modes; nil = pool.New.
+	// NewAllocator builds the allocators of the raw and pool modes; nil = pool.New. (The cpool
+	// mode's is always the C pool.)
 	NewAllocator func(cfg pool.Config, up pool.Upstream) (pool.Allocator, error)
 	// Clock returns a monotonic time in nanoseconds; nil = the monotonic clock of time.Now.
 	Clock func() int64
@@ -78,7 +88,7 @@ type Options struct {
 
 func (o *Options) setDefaults() {
 	if o.Modes == nil {
-		o.Modes = AllModes
+		o.Modes = DefaultModes
 	}
 	o.Repeat = max(o.Repeat, 1)
 	if o.PeakTolerance == 0 {
@@ -105,12 +115,19 @@ func (o *Options) setDefaults() {
 // per mode, each with a fresh allocator: first a timed pass of every mode, which calls the
 // allocator with no clock reading per call and gives the allocator time (and so the speedups),
 // then a checked pass of every mode, which reads the clock around every call (the latencies) and
-// does the checks of Verify and Touch. cfg is pool.json: the pool mode's
-// allocator and the prediction the report compares with. Problems of the replay (failed
-// allocations, overlaps, leaks) are in the report and its checks; an error means the replay could
-// not run.
+// does the checks of Verify and Touch. The cpool mode's passes each serve the whole trace in one
+// call into C instead, which times every request itself in its checked pass (no Touch there).
+// cfg is pool.json: the pool and cpool modes' allocator and the prediction the report compares
+// with. Problems of the replay (failed allocations, overlaps, leaks) are in the report and its
+// checks; an error means the replay could not run (a cpool mode for a config the C pool does not
+// implement, or in a build without cgo, among them).
 func Run(t *Trace, b Backend, cfg pool.Config, opt Options) (*Report, error) {
 	opt.setDefaults()
+	if slices.Contains(opt.Modes, ModeCPool) {
+		if err := cpool.Check(cfg); err != nil {
+			return nil, fmt.Errorf("mode %s: %w", ModeCPool, err)
+		}
+	}
 	r := newRunner(t, b, cfg, opt)
 	if err := r.warmUp(); err != nil {
 		return nil, fmt.Errorf("warm up backend %s: %w", b.Name(), err)
@@ -150,9 +167,10 @@ type runner struct {
 	b        Backend
 	cfg      pool.Config
 	opt      Options
-	addrs    []uint64 // slot → new address; 0 = not live
-	sizes    []uint64 // slot → requested size
-	patterns []byte   // slot → touch pattern
+	addrs    []uint64   // slot → new address; 0 = not live
+	sizes    []uint64   // slot → requested size
+	patterns []byte     // slot → touch pattern
+	cops     *cpool.Ops // the ops in the C pool's form, made at the first cpool pass
 }
 
 func newRunner(t *Trace, b Backend, cfg pool.Config, opt Options) *runner {
@@ -174,7 +192,7 @@ const (
 )
 
 func (r *runner) warmUp() error {
-	if slices.Contains(r.opt.Modes, ModeRaw) || slices.Contains(r.opt.Modes, ModePool) {
+	if slices.ContainsFunc(r.opt.Modes, func(m Mode) bool { return m != ModeAsync }) {
 		for _, size := range []uint64{warmUpSmallBytes, warmUpBytes} {
 			if err := r.warmReserve(size); err != nil {
 				return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/allocscope/allocscope/intercept/cpool"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/replay/internal/spans"
@@ -44,10 +45,12 @@ type passState struct {
 	rep        int
 	timed      bool // a timed pass (no clock reading per call, no checks); else a checked pass
 	d          driver
-	alloc      pool.Allocator  // raw and pool
+	alloc      pool.Allocator  // raw, pool and cpool
 	syncer     pool.Syncer     // the allocator, when it acts on device synchronization
 	devSync    bool            // async: synchronize the backend where the program did
-	up         *engineUpstream // raw and pool
+	up         *engineUpstream // raw, pool and cpool
+	played     *playback       // cpool: the run's outcomes, while the engine's loops go over them
+	touch      bool            // --touch in this pass: a checked pass of a mode other than cpool
 	streams    []Stream        // async
 	live       *spans.Set      // --verify: live blocks
 	liveBytes  uint64
@@ -70,7 +73,8 @@ func (r *runner) pass(acc *modeAcc, rep int, timed bool) error {
 	if err != nil {
 		return fmt.Errorf("memory info: %w", err)
 	}
-	ps := &passState{acc: acc, rep: rep, timed: timed, memStart: free}
+	ps := &passState{acc: acc, rep: rep, timed: timed, memStart: free,
+		touch: r.patterns != nil && !timed && acc.Mode != ModeCPool}
 	if timed {
 		// Collect the garbage of the passes before, so that no collection runs inside the timed loop.
 		runtime.GC()
@@ -81,12 +85,15 @@ func (r *runner) pass(acc *modeAcc, rep int, timed bool) error {
 	if err := r.begin(ps); err != nil {
 		return err
 	}
-	if timed {
+	switch {
+	case acc.Mode == ModeCPool:
+		err = r.runCPool(ps)
+	case timed:
 		r.timeOps(ps)
-	} else {
+	default:
 		r.replayOps(ps)
 	}
-	if err := r.finish(ps); err != nil {
+	if err = errors.Join(err, r.finish(ps)); err != nil {
 		return err
 	}
 	if timed {
@@ -118,17 +125,33 @@ func (r *runner) begin(ps *passState) error {
 	}
 	var up pool.Upstream
 	ps.up, up = newEngineUpstream(r.b, ps.live != nil)
-	cfg := r.cfg
-	if ps.acc.Mode == ModeRaw {
-		cfg = rawConfig(r.cfg)
-	}
-	a, err := r.opt.NewAllocator(cfg, up)
+	a, err := r.newAllocator(ps.acc.Mode, up)
 	if err != nil {
-		return fmt.Errorf("build %s allocator: %w", cfg.Policy, err)
+		return err
 	}
 	ps.alloc, ps.d = a, allocatorDriver{a: a, handles: r.t.Streams}
 	ps.syncer, _ = a.(pool.Syncer)
 	return nil
+}
+
+// newAllocator builds the allocator of mode m (raw, pool or cpool) over up.
+func (r *runner) newAllocator(m Mode, up pool.Upstream) (pool.Allocator, error) {
+	if m == ModeCPool {
+		a, err := cpool.New(r.cfg, up)
+		if err != nil {
+			return nil, fmt.Errorf("build the C pool: %w", err)
+		}
+		return a, nil
+	}
+	cfg := r.cfg
+	if m == ModeRaw {
+		cfg = rawConfig(r.cfg)
+	}
+	a, err := r.opt.NewAllocator(cfg, up)
+	if err != nil {
+		return nil, fmt.Errorf("build %s allocator: %w", cfg.Policy, err)
+	}
+	return a, nil
 }
 
 func (r *runner) destroyStreams(ps *passState) error {
@@ -140,7 +163,8 @@ func (r *runner) destroyStreams(ps *passState) error {
 	return errors.Join(errs...)
 }
 
-// replayOps runs every request, timing each call into the allocator.
+// replayOps runs every request, timing each call into the allocator (in cpool mode, it goes over
+// the requests the C pool ran, with the times measured in C).
 func (r *runner) replayOps(ps *passState) {
 	clock, sinceProgress := r.opt.Clock, 0
 	for i, o := range r.t.Ops {
@@ -148,7 +172,7 @@ func (r *runner) replayOps(ps *passState) {
 		case o.IsAlloc():
 			t0 := clock()
 			addr, err := ps.d.alloc(o.Size, o.StreamIndex())
-			dt := clock() - t0
+			dt := ps.latency(clock() - t0)
 			ps.elapsed += dt
 			ps.acc.allocLat.record(dt)
 			r.afterAlloc(ps, i, o, addr, err)
@@ -158,7 +182,7 @@ func (r *runner) replayOps(ps *passState) {
 			r.beforeFree(ps, o.Slot, addr)
 			t0 := clock()
 			err := ps.d.free(addr, o.StreamIndex())
-			dt := clock() - t0
+			dt := ps.latency(clock() - t0)
 			ps.elapsed += dt
 			ps.acc.freeLat.record(dt)
 			r.afterFree(ps, i, o.Slot, err)
@@ -299,7 +323,7 @@ func (r *runner) afterAlloc(ps *passState, i int, o requests.Op, addr uint64, er
 	if ps.live != nil {
 		r.verifyAlloc(ps, i, addr, o.Size)
 	}
-	if r.patterns != nil {
+	if ps.touch {
 		pattern := byte(i%255) + 1
 		r.patterns[o.Slot] = pattern
 		acc.Touched++
@@ -354,7 +378,7 @@ func (r *runner) sampleMemory(ps *passState) {
 // beforeFree checks the block's pattern and takes it out of the live set.
 func (r *runner) beforeFree(ps *passState, slot uint32, addr uint64) {
 	size := r.sizes[slot]
-	if r.patterns != nil && !ps.timed {
+	if ps.touch {
 		if err := r.b.Check(addr, size, r.patterns[slot]); err != nil {
 			ps.acc.TouchFailures++
 			ps.acc.problem("repetition %d: block at %#x (%d bytes) changed while live: %v", ps.rep+1, addr, size, err)

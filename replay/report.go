@@ -26,12 +26,20 @@ type Report struct {
 	// program's own allocation calls cost it per request, device waits inside cudaFree included
 	// (0 when the trace records no durations). SpeedupRecordedOverPool is its ratio to the pool's
 	// allocator time per request.
-	RecordedNsPerRequest    float64          `json:"recorded_ns_per_request"`
-	SpeedupRecordedOverPool float64          `json:"speedup_recorded_over_pool"`
-	Prediction              *pool.Prediction `json:"prediction"`
-	Memory                  MemoryCheck      `json:"memory"`
-	Checks                  []Check          `json:"checks"`
-	Passed                  bool             `json:"passed"`
+	RecordedNsPerRequest    float64 `json:"recorded_ns_per_request"`
+	SpeedupRecordedOverPool float64 `json:"speedup_recorded_over_pool"`
+	// SpeedupRawOverCPool, SpeedupAsyncOverCPool and SpeedupPoolOverCPool are the raw, async and
+	// pool modes' allocator time over the cpool mode's (the C pool that record --pool deploys), and
+	// SpeedupRecordedOverCPool is RecordedNsPerRequest over its allocator time per request; absent
+	// (0) when not measured.
+	SpeedupRawOverCPool      float64          `json:"speedup_raw_over_cpool,omitempty"`
+	SpeedupAsyncOverCPool    float64          `json:"speedup_async_over_cpool,omitempty"`
+	SpeedupPoolOverCPool     float64          `json:"speedup_pool_over_cpool,omitempty"`
+	SpeedupRecordedOverCPool float64          `json:"speedup_recorded_over_cpool,omitempty"`
+	Prediction               *pool.Prediction `json:"prediction"`
+	Memory                   MemoryCheck      `json:"memory"`
+	Checks                   []Check          `json:"checks"`
+	Passed                   bool             `json:"passed"`
 }
 
 // MemoryCheck is the backend's free memory before the first and after the last repetition.
@@ -47,12 +55,14 @@ type MemoryCheck struct {
 type ModeResult struct {
 	Mode Mode `json:"mode"`
 	// Alloc and Free are the latencies of single calls into the allocator, from the checked
-	// passes, which read the clock before and after every call (each latency includes one reading).
+	// passes, which read the clock before and after every call (each latency includes one reading;
+	// in cpool mode, clock_gettime read in C around each request of the run).
 	Alloc Latency `json:"alloc"`
 	Free  Latency `json:"free"`
 	// AllocatorTimeNs is the time spent replaying the trace's requests per repetition (median over
 	// repetitions, robust to one slowed by the machine), from the timed passes: the clock is read once per 4096 requests, not per call,
-	// and nothing but the calls into the allocator (and the engine's address table) runs in between.
+	// and nothing but the calls into the allocator (and the engine's address table) runs in between
+	// (in cpool mode: the clock is read in C before the first request and after the last).
 	// The speedups are ratios of it.
 	AllocatorTimeNs int64 `json:"allocator_time_ns"`
 	// AllocatorTimeNsByRepetition is AllocatorTimeNs of each repetition's timed pass.
@@ -69,7 +79,7 @@ type ModeResult struct {
 	FreeErrors      uint64 `json:"free_errors"`       // frees the allocator refused
 	TimedFailures   uint64 `json:"timed_failures"`    // failed allocations in the timed passes
 	TimedFreeErrors uint64 `json:"timed_free_errors"` // refused frees (and failed syncs) in the timed passes
-	Fallbacks       uint64 `json:"fallbacks"`         // pool: requests served outside the plan
+	Fallbacks       uint64 `json:"fallbacks"`         // pool, cpool: requests served outside the plan
 	// Syncs counts the checked passes' calls at the trace's sync points (where the program
 	// synchronized with the device): pool.Syncer.Sync for a stream-ordered policy in pool mode,
 	// Backend.Synchronize in async mode. The timed passes make as many.
@@ -80,8 +90,8 @@ type ModeResult struct {
 	SyncTimeNs    int64  `json:"sync_time_ns"`
 	PeakLiveBytes uint64 `json:"peak_live_bytes"` // requested bytes live at once
 	// PeakReservedBytes is the most memory the allocator held, by its own accounting: the
-	// Upstream's reserved bytes for raw and pool, the stream-ordered pool's reserved-memory high
-	// mark for async.
+	// Upstream's reserved bytes for raw, pool and cpool, the stream-ordered pool's reserved-memory
+	// high mark for async.
 	PeakReservedBytes uint64 `json:"peak_reserved_bytes"`
 	// PeakMemInfoBytes is the largest drop of the backend's free memory (MemGetInfo) from the start
 	// of a repetition, sampled at each new own-accounting peak.
@@ -89,13 +99,15 @@ type ModeResult struct {
 	// FreeBytesAfterRepetition is the backend's free memory after each repetition, once the
 	// allocator was closed or trimmed.
 	FreeBytesAfterRepetition []uint64 `json:"free_bytes_after_repetition"`
-	// LeakedBytes is what the allocator still held after it was closed (raw, pool) or trimmed (async).
+	// LeakedBytes is what the allocator still held after it was closed (raw, pool, cpool) or trimmed
+	// (async).
 	LeakedBytes uint64 `json:"leaked_bytes"`
-	// PoolStats are the allocator's own counters of the first repetition (raw and pool).
+	// PoolStats are the allocator's own counters of the first repetition (raw, pool and cpool).
 	PoolStats *pool.Stats `json:"pool_stats,omitempty"`
 	// PoolPeakStats are the allocator's counters at its peak reserved memory, first repetition.
 	PoolPeakStats *pool.Stats `json:"pool_peak_stats,omitempty"`
-	// UpstreamReserves and UpstreamReleases are the Reserve/Release calls seen by the engine (raw, pool).
+	// UpstreamReserves and UpstreamReleases are the Reserve/Release calls seen by the engine (raw,
+	// pool, cpool).
 	UpstreamReserves uint64 `json:"upstream_reserves"`
 	UpstreamReleases uint64 `json:"upstream_releases"`
 	// Verify and Touch count the checks of --verify and --touch.

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/allocscope/allocscope/internal/units"
+	"github.com/allocscope/allocscope/pool"
 )
 
 // textWidth is the widest line of the text report.
@@ -35,15 +36,7 @@ func WriteText(w io.Writer, rep *Report, tracePath, configPath string) error {
 	tw.printf("\n")
 	tw.modes(rep)
 	tw.memory(rep)
-	if rep.SpeedupRawOverPool > 0 || rep.SpeedupAsyncOverPool > 0 {
-		tw.printf("\n")
-		tw.para("  ", "speedup of the pool (allocator time): %s x over raw, %s x over async",
-			formatRatio(rep.SpeedupRawOverPool), formatRatio(rep.SpeedupAsyncOverPool))
-	}
-	if rep.RecordedNsPerRequest > 0 {
-		tw.para("  ", "the program's own calls took %s per request as recorded (device waits inside cudaFree "+
-			"included): %s x the pool's time", formatNs(rep.RecordedNsPerRequest), formatRatio(rep.SpeedupRecordedOverPool))
-	}
+	tw.speedups(rep)
 	tw.prediction(rep)
 	tw.checks(rep)
 	return tw.err
@@ -109,23 +102,76 @@ func (tw *textWriter) memory(rep *Report) {
 		textBytes(mem.StartFreeBytes), textBytes(mem.EndFreeBytes), textBytes(mem.TotalBytes))
 }
 
-// prediction writes analyze's prediction (pool.json) next to what pool mode measured.
-func (tw *textWriter) prediction(rep *Report) {
-	p, m := rep.Prediction, rep.Mode(ModePool)
-	if p == nil || m == nil {
+// speedups writes the pool's speedups, the C pool's (cpool mode) and the program's own recorded
+// time per request against them.
+func (tw *textWriter) speedups(rep *Report) {
+	goPool := rep.SpeedupRawOverPool > 0 || rep.SpeedupAsyncOverPool > 0
+	cPool := rep.SpeedupRawOverCPool > 0 || rep.SpeedupAsyncOverCPool > 0 || rep.SpeedupPoolOverCPool > 0
+	if goPool || cPool {
+		tw.printf("\n")
+	}
+	if goPool {
+		tw.para("  ", "speedup of the pool (allocator time): %s x over raw, %s x over async",
+			formatRatio(rep.SpeedupRawOverPool), formatRatio(rep.SpeedupAsyncOverPool))
+	}
+	if cPool {
+		tw.para("  ", "speedup of the C pool, cpool (allocator time): %s x over raw, %s x over async, %s x over pool",
+			formatRatio(rep.SpeedupRawOverCPool), formatRatio(rep.SpeedupAsyncOverCPool), formatRatio(rep.SpeedupPoolOverCPool))
+	}
+	if rep.RecordedNsPerRequest <= 0 {
 		return
 	}
-	tw.printf("\nprediction of analyze (pool.json) vs measured in pool mode:\n")
-	tab := tw.table()
-	fmt.Fprintln(tab, "\tpredicted\tmeasured\t")
-	fmt.Fprintf(tab, "peak reserved\t%s\t%s\t\n", textBytes(p.PeakReservedBytes), textBytes(m.PeakReservedBytes))
-	fmt.Fprintf(tab, "peak live\t%s\t%s\t\n", textBytes(p.PeakLiveBytes), textBytes(m.PeakLiveBytes))
-	if s := m.PoolStats; s != nil {
-		fmt.Fprintf(tab, "upstream calls\t%d\t%d\t\n", p.UpstreamCalls, s.UpstreamCalls())
+	cTime := ""
+	if rep.SpeedupRecordedOverCPool > 0 {
+		cTime = fmt.Sprintf(", %s x the C pool's", formatRatio(rep.SpeedupRecordedOverCPool))
 	}
-	fmt.Fprintf(tab, "fallbacks\t%d\t%d\t\n", p.Fallbacks, m.Fallbacks/uint64(rep.Repeat))
-	fmt.Fprintf(tab, "failures\t%d\t%d\t\n", p.Failures, m.Failures/uint64(rep.Repeat))
+	tw.para("  ", "the program's own calls took %s per request as recorded (device waits inside cudaFree "+
+		"included): %s x the pool's time%s", formatNs(rep.RecordedNsPerRequest), formatRatio(rep.SpeedupRecordedOverPool), cTime)
+}
+
+// prediction writes analyze's prediction (pool.json) next to what the pool and cpool modes measured.
+func (tw *textWriter) prediction(rep *Report) {
+	p := rep.Prediction
+	var ms []*ModeResult
+	for _, mode := range []Mode{ModePool, ModeCPool} {
+		if m := rep.Mode(mode); m != nil {
+			ms = append(ms, m)
+		}
+	}
+	if p == nil || len(ms) == 0 {
+		return
+	}
+	tab := tw.table()
+	if len(ms) == 1 {
+		tw.printf("\nprediction of analyze (pool.json) vs measured in %s mode:\n", ms[0].Mode)
+		fmt.Fprintln(tab, "\tpredicted\tmeasured\t")
+	} else {
+		tw.printf("\nprediction of analyze (pool.json) vs measured in the pool and cpool modes:\n")
+		fmt.Fprintln(tab, "\tpredicted\tpool\tcpool\t")
+	}
+	row := func(name string, predicted any, measured func(m *ModeResult) any) {
+		fmt.Fprintf(tab, "%s\t%v\t", name, predicted)
+		for _, m := range ms {
+			fmt.Fprintf(tab, "%v\t", measured(m))
+		}
+		fmt.Fprintln(tab)
+	}
+	row("peak reserved", textBytes(p.PeakReservedBytes), func(m *ModeResult) any { return textBytes(m.PeakReservedBytes) })
+	row("peak live", textBytes(p.PeakLiveBytes), func(m *ModeResult) any { return textBytes(m.PeakLiveBytes) })
+	if ms[0].PoolStats != nil {
+		row("upstream calls", p.UpstreamCalls, func(m *ModeResult) any { return upstreamCalls(m.PoolStats) })
+	}
+	row("fallbacks", p.Fallbacks, func(m *ModeResult) any { return m.Fallbacks / uint64(rep.Repeat) })
+	row("failures", p.Failures, func(m *ModeResult) any { return m.Failures / uint64(rep.Repeat) })
 	_ = tab.Flush()
+}
+
+// upstreamCalls returns s's upstream calls, "-" without counters.
+func upstreamCalls(s *pool.Stats) any {
+	if s == nil {
+		return "-"
+	}
+	return s.UpstreamCalls()
 }
 
 // checks writes every check and the verdict.

@@ -1,6 +1,6 @@
 // Package replay is the `replay` command: it replays a trace's allocation requests against the
-// pooled allocator that pool.json describes, raw allocation and CUDA's stream-ordered allocator,
-// and prints what each measured.
+// pooled allocator that pool.json describes, raw allocation and CUDA's stream-ordered allocator
+// (and, when asked, the C pool that record --pool deploys), and prints what each measured.
 package replay
 
 import (
@@ -58,9 +58,13 @@ snapshot or an RMM logging CSV) through three allocators, interleaved repetition
   raw    the backend's direct allocation per request (cuMemAlloc/cuMemFree; mmap on the host)
   pool   the allocator that pool.json describes (written by analyze --emit-config)
   async  cuMemAllocAsync/cuMemFreeAsync from a pool that keeps all freed memory
+and, only when --modes names it:
+  cpool  the same pool.json served by the shim's C pool, the pool record --pool deploys, the whole
+         trace in one call into C (sizeclass configs without a paged arena)
 Each repetition replays the trace twice per mode: a timed pass that reads the clock only once per
 4096 requests (the allocator time and the speedups), and a checked pass that reads it around every
-call (the latencies) and does the checks of --verify and --touch.
+call (the latencies) and does the checks of --verify and --touch (cpool: the C code reads the clock
+around every request; --verify checks after the run; --touch is skipped).
 It reports per-call latency (p50, p99, mean), the time spent inside each allocator, the speedups,
 peak reserved memory by its own account and by cuMemGetInfo, fallbacks and failures, and the
 prediction in pool.json next to what it measured. It exits 1 when a check fails.
@@ -70,6 +74,7 @@ host backend replays on mmap'd host memory and measures HOST memory, not GPU mem
 		Example: `  analyze -q --emit-config pool.json run.arrow && replay run.arrow --config pool.json
   replay run.arrow --config pool.json --repeat 5 --verify --touch
   replay run.arrow --config pool.json --modes raw,pool --json > replay.json
+  replay run.arrow --config pool.json --modes raw,pool,cpool,async --verify
   replay run.arrow --config pool.json --backend host --host-capacity 64GiB`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -79,7 +84,7 @@ host backend replays on mmap'd host memory and measures HOST memory, not GPU mem
 	f := cmd.Flags()
 	f.StringVar(&opt.config, "config", "", "pool configuration `FILE` (pool.json), required")
 	f.StringVar(&opt.backend, "backend", replay.DefaultBackend(), "memory to replay on: cuda or host")
-	f.StringVar(&opt.modes, "modes", "raw,pool,async", "modes to run, comma-separated, in this order")
+	f.StringVar(&opt.modes, "modes", "raw,pool,async", "modes to run, comma-separated, in this order (raw, pool, cpool, async)")
 	f.IntVar(&opt.repeat, "repeat", 3, "repetitions of the whole trace per mode, interleaved mode by mode")
 	f.BoolVar(&opt.verify, "verify", false, "check after every allocation that no live blocks overlap and the block lies in reserved memory")
 	f.BoolVar(&opt.touch, "touch", false, "write every block (memset) and read samples back, after allocation and before free")

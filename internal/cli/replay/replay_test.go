@@ -171,7 +171,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{tr}, "replay: --config is required: the pool.json to replay against (write one with analyze --emit-config)\n"},
-		{[]string{tr, "--config", cfg, "--modes", "raw,fast"}, "replay: --modes: unknown mode \"fast\" (modes: raw, pool, async)\n"},
+		{[]string{tr, "--config", cfg, "--modes", "raw,fast"}, "replay: --modes: unknown mode \"fast\" (modes: raw, pool, cpool, async)\n"},
 		{[]string{tr, "--config", cfg, "--repeat", "0"}, "replay: --repeat: 0 is not a positive number\n"},
 		{[]string{tr, "--config", cfg, "--repeat", "x"}, "replay: --repeat: \"x\" is not an integer\n"},
 		{[]string{tr, "--config", cfg, "--max-overhead", "0"}, "replay: --peak-tolerance and --max-overhead must be above 0\n"},
