@@ -6,6 +6,9 @@
 //                           retaining pool; prints the median ns per pair (for shim overhead).
 //   alloc_loop threads T N  T threads, each N cudaMalloc/cudaFree pairs (sizes 256 B .. 1 MiB) at
 //                           once; prints the expected counts (for the recorder's many-thread case).
+//   alloc_loop checksum N   N cudaMalloc/cudaFree pairs (sizes as above); each block is filled and
+//                           summed by kernels before its free, with no host synchronization in the
+//                           loop; prints the checksum of all sums (bit-identical with record --pool).
 //   alloc_loop costs        median cost of cudaMalloc+cudaFree and of cudaMallocAsync+cudaFreeAsync
 //                           (retaining pool) pairs for sizes 256 B .. 1 GiB (README's figures).
 //
@@ -28,6 +31,36 @@
 static int64_t now_ns() {
   struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+__global__ void fill(uint32_t *p, int n, uint32_t v) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = v * 2654435761u + (uint32_t)i;
+}
+
+__global__ void sum(const uint32_t *p, int n, unsigned long long *acc) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) atomicAdd(acc, (unsigned long long)p[i]);
+}
+
+static int run_checksum(int n) {
+  static const size_t sizes[] = {256, 4096, 1 << 20, 3 << 20, 16 << 20, 64 << 20};
+  unsigned long long *acc = NULL, host = 0;
+  CHECK(cudaMalloc(&acc, sizeof *acc));
+  CHECK(cudaMemset(acc, 0, sizeof *acc));
+  for (int i = 0; i < n; i++) {
+    uint32_t *p = NULL;
+    size_t s = sizes[i % 6];
+    int words = (int)std::min(s / 4, (size_t)65536);
+    CHECK(cudaMalloc(&p, s));
+    fill<<<(words + 255) / 256, 256>>>(p, words, (uint32_t)i);
+    sum<<<(words + 255) / 256, 256>>>(p, words, acc);
+    CHECK(cudaFree(p));
+  }
+  CHECK(cudaMemcpy(&host, acc, sizeof host, cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(acc));
+  printf("checksum %llu over %d blocks\n", host, n);
+  return 0;
 }
 
 static int run_counts(int n, int m) {
@@ -137,6 +170,7 @@ static int run_costs() {
 
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "costs") == 0) return run_costs();
+  if (argc == 3 && strcmp(argv[1], "checksum") == 0) return run_checksum(atoi(argv[2]));
   if (argc == 4 && strcmp(argv[1], "bench") == 0) return run_bench(atoi(argv[2]), strtoull(argv[3], 0, 10));
   if (argc == 4 && strcmp(argv[1], "threads") == 0) return run_threads(atoi(argv[2]), atoi(argv[3]));
   if (argc != 3) {
