@@ -45,6 +45,7 @@ PY
 
 bars nvcc_loop_h1 1 "$OUT/alloc_loop" checksum 3000
 bars nvcc_loop "$HEADROOM" "$OUT/alloc_loop" checksum 3000
+bars nvcc_loop_h64 64 "$OUT/alloc_loop" checksum 3000
 bars torch_mlp "$HEADROOM" python3 testdata/gpu/torch_pool.py mlp
 bars torch_cnn "$HEADROOM" python3 testdata/gpu/torch_pool.py cnn
 bars cupy "$HEADROOM" python3 testdata/gpu/cupy_pool.py 2000
