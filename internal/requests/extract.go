@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/allocscope/allocscope/internal/slab"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -59,9 +60,8 @@ type streamKey struct {
 // whose free was never recorded frees that block first (an inserted free op).
 type Extractor struct {
 	layer       Layer
-	live        map[addrKey]uint32 // address → slot
-	sizes       []uint64           // slot → requested size of the live block
-	freeSlots   []uint32
+	live        map[addrKey]uint32        // address → slot
+	sizes       slab.Slab[uint64, uint32] // slot → requested size of the live block
 	streams     map[streamKey]uint32
 	handles     []uint64 // stream index → recorded handle
 	devices     map[int32]struct{}
@@ -145,7 +145,7 @@ func (x *Extractor) alloc(e *trace.Event, ops []Op) []Op {
 		x.stats.ImplicitFrees++
 		ops = x.release(key, slot, stream, ops)
 	}
-	slot := x.newSlot(e.Size)
+	slot := x.sizes.Put(e.Size)
 	x.live[key] = slot
 	ops = append(ops, Op{Size: e.Size, Slot: slot, stream: stream})
 	x.stats.Allocs++
@@ -190,21 +190,10 @@ func (x *Extractor) noteDuration(e *trace.Event) {
 
 // release appends the free of the block in slot and makes the slot reusable.
 func (x *Extractor) release(key addrKey, slot, stream uint32, ops []Op) []Op {
-	x.liveBytes -= x.sizes[slot]
+	x.liveBytes -= *x.sizes.At(slot)
 	delete(x.live, key)
-	x.freeSlots = append(x.freeSlots, slot)
+	x.sizes.Release(slot)
 	return append(ops, Op{Slot: slot, stream: stream})
-}
-
-func (x *Extractor) newSlot(size uint64) uint32 {
-	if n := len(x.freeSlots); n > 0 {
-		slot := x.freeSlots[n-1]
-		x.freeSlots = x.freeSlots[:n-1]
-		x.sizes[slot] = size
-		return slot
-	}
-	x.sizes = append(x.sizes, size)
-	return uint32(len(x.sizes) - 1)
 }
 
 func (x *Extractor) stream(e *trace.Event) uint32 {
@@ -223,7 +212,7 @@ func (x *Extractor) stream(e *trace.Event) uint32 {
 func (x *Extractor) Handles() []uint64 { return x.handles }
 
 // Slots returns the number of slots handed out so far: the most blocks live at once.
-func (x *Extractor) Slots() int { return len(x.sizes) }
+func (x *Extractor) Slots() int { return x.sizes.Len() }
 
 // Stats returns the counts so far.
 func (x *Extractor) Stats() Stats {
@@ -288,9 +277,9 @@ func scan(src Source, keep bool) (*Trace, error) {
 	if !keep {
 		ops = nil
 	}
-	if len(x.sizes) > math.MaxUint32-1 || len(x.streams) > MaxStreams {
+	if x.sizes.Len() > math.MaxUint32-1 || len(x.streams) > MaxStreams {
 		return nil, fmt.Errorf("trace has %d live blocks at once and %d streams; at most %d and %d can be replayed",
-			len(x.sizes), len(x.streams), uint32(math.MaxUint32-1), MaxStreams)
+			x.sizes.Len(), len(x.streams), uint32(math.MaxUint32-1), MaxStreams)
 	}
 	s := x.Stats()
 	return &Trace{Ops: ops, Slots: x.Slots(), Streams: x.handles, Stats: s, Warnings: Warnings(&s)}, nil

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/slab"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -65,10 +66,9 @@ func (a *anomaly) result() model.Anomaly {
 // tracker follows the blocks of one layer (framework requests, or native calls).
 type tracker struct {
 	fns          *interner
-	live         Table[int32] // block key → index in blocks
-	blocks       []liveBlock  // live blocks, by index; a slab so the table's slots stay small
-	spare        []int32      // indexes of blocks free for reuse
-	freed        []Key        // direct-mapped by hash
+	live         Table[int32]                // block key → index in blocks
+	blocks       slab.Slab[liveBlock, int32] // live blocks, by index, so the table's slots stay small
+	freed        []Key                       // direct-mapped by hash
 	overall      *tally
 	groups       []*tally
 	groupIdx     map[groupKey]int32
@@ -163,14 +163,14 @@ func (t *tracker) alloc(e *trace.Event, g *tally) int32 {
 	}
 	si := t.sizes.lookup(e.Size)
 	fn := t.fns.id(e.Function)
-	bi := t.newBlock(liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size,
+	bi := t.blocks.Put(liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size,
 		callsite: e.Callsite, group: t.lastIdx, sizeIdx: si, fn: fn})
 	old, replaced := t.live.Put(KeyOf(e), bi)
 	if replaced {
 		// The address was handed out again without a free in between: the old block's free
 		// was not recorded. Count it as freed now so live bytes stay right.
-		t.release(e, t.blocks[old])
-		t.spare = append(t.spare, old)
+		t.release(e, *t.blocks.At(old))
+		t.blocks.Release(old)
 	}
 	t.sizes.alloc(si)
 	g.countSize(si)
@@ -213,31 +213,19 @@ func (t *tracker) free(e *trace.Event) {
 		}
 		return
 	}
-	b := t.blocks[bi]
+	b := *t.blocks.At(bi)
 	g := t.tallyOf(b.group)
 	g.see(e)
 	if !e.OK() {
 		return
 	}
-	t.spare = append(t.spare, bi)
+	t.blocks.Release(bi)
 	t.remember(k)
 	t.sizes.free(b.sizeIdx)
 	t.dropLarge(b.size)
 	g.free(e, &b)
 	t.overall.free(e, &b)
 	t.timeline.Add(e.TimeNs, t.overall.live)
-}
-
-// newBlock stores b in the slab and returns its index.
-func (t *tracker) newBlock(b liveBlock) int32 {
-	if n := len(t.spare); n > 0 {
-		i := t.spare[n-1]
-		t.spare = t.spare[:n-1]
-		t.blocks[i] = b
-		return i
-	}
-	t.blocks = append(t.blocks, b)
-	return int32(len(t.blocks) - 1)
 }
 
 // release drops a block whose free was never seen.
@@ -283,7 +271,7 @@ func byAge(x, y leak) int {
 func (t *tracker) finishLeaks() {
 	var oldest []leak
 	t.live.All(func(k Key, bi int32) {
-		b := t.blocks[bi]
+		b := *t.blocks.At(bi)
 		t.leaks.count++
 		t.leaks.bytes += b.size
 		oldest = append(oldest, leak{k, b})
