@@ -4,7 +4,8 @@
 # the pool; the outputs must be identical, and analyze --compare says what the pool changed.
 # Programs: the nvcc checksum loop (static cudart), PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1
 # (deterministic), CuPy with its pool off. Needs bin/record, bin/analyze (testdata/gpu/build_bin.sh).
-# HEADROOM (default 8) is analyze's --pool-headroom. Writes everything under OUT (default /tmp/pool_bars).
+# HEADROOM (default 8) is analyze's --pool-headroom; ONLY (e.g. "torch_mlp cupy") runs only the programs
+# named; STEPS (training steps, default the workload's) and ARRAYS (CuPy, default 2000) make runs longer. Writes everything under OUT (default /tmp/pool_bars).
 set -u
 OUT=${OUT:-/tmp/pool_bars}; RUNS=${RUNS:-3}; HEADROOM=${HEADROOM:-8}; mkdir -p "$OUT"; B=$PWD/bin
 nvcc -O2 -o "$OUT/alloc_loop" testdata/gpu/alloc_loop.cu || exit 1
@@ -14,6 +15,7 @@ nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$OUT/mem_before.txt"
 # bars NAME HEADROOM COMMAND...: the recordings and comparisons of one program.
 bars() {
   local name=$1 headroom=$2; shift 2
+  [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && return
   "$B/record" -q --shim "$B/liballocscope.so" -o "$OUT/$name.plan.arrow" -- "$@" > "$OUT/$name.plan.out" 2>&1
   "$B/analyze" --quiet --arena fixed --pool-headroom "$headroom" --emit-config "$OUT/$name.pool.json" \
     "$OUT/$name.plan.arrow" || return
@@ -46,9 +48,9 @@ PY
 bars nvcc_loop_h1 1 "$OUT/alloc_loop" checksum 3000
 bars nvcc_loop "$HEADROOM" "$OUT/alloc_loop" checksum 3000
 bars nvcc_loop_h64 64 "$OUT/alloc_loop" checksum 3000
-bars torch_mlp "$HEADROOM" python3 testdata/gpu/torch_pool.py mlp
-bars torch_cnn "$HEADROOM" python3 testdata/gpu/torch_pool.py cnn
-bars cupy "$HEADROOM" python3 testdata/gpu/cupy_pool.py 2000
+bars torch_mlp "$HEADROOM" python3 testdata/gpu/torch_pool.py mlp ${STEPS:-}
+bars torch_cnn "$HEADROOM" python3 testdata/gpu/torch_pool.py cnn ${STEPS:-}
+bars cupy "$HEADROOM" python3 testdata/gpu/cupy_pool.py ${ARRAYS:-2000}
 nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$OUT/mem_after.txt"
 rm -f "$OUT"/*.arrow.tmp
 for f in "$OUT"/*.compare1.txt; do echo "== $f"; cat "$f"; done
