@@ -65,6 +65,7 @@ static TLS int t_serving;           /* this thread is inside a pool */
 static TLS uint64_t t_thread_serial; /* this thread's number, from 1, for its per-thread stream */
 static uint64_t g_thread_serials;
 static unsigned g_streams_destroyed; /* streams the program destroyed */
+static uint64_t g_pools;             /* bit d: device d's pool is serving (one cache line for a free to read) */
 
 typedef CUresult (*real_alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*real_free_fn)(CUdeviceptr);
@@ -233,6 +234,7 @@ static void serve_make(struct served *s, int d) {
 		return;
 	}
 	s->state = 1;
+	__atomic_or_fetch(&g_pools, 1ull << d, __ATOMIC_RELEASE);
 	pool_note_peak(s->pool.s.peak_reserved_bytes);
 }
 
@@ -398,10 +400,8 @@ static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
 		return 0;
 	int taken = 0;
 	t_serving = 1;
-	for (int d = 0; d < SERVE_DEVICES && !taken; d++) {
-		struct served *s = &g_served[d];
-		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 1)
-			continue;
+	for (uint64_t m = __atomic_load_n(&g_pools, __ATOMIC_ACQUIRE); m != 0 && !taken; m &= m - 1) {
+		struct served *s = &g_served[__builtin_ctzll(m)];
 		pthread_mutex_lock(&s->mu);
 		taken = serve_give_back(s, addr, st, result);
 		pthread_mutex_unlock(&s->mu);
@@ -433,10 +433,8 @@ static void serve_exported(uint64_t addr) {
 		return;
 	int found = 0;
 	t_serving = 1;
-	for (int d = 0; d < SERVE_DEVICES && !found; d++) {
-		struct served *s = &g_served[d];
-		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 1)
-			continue;
+	for (uint64_t m = __atomic_load_n(&g_pools, __ATOMIC_ACQUIRE); m != 0 && !found; m &= m - 1) {
+		struct served *s = &g_served[__builtin_ctzll(m)];
 		pthread_mutex_lock(&s->mu);
 		uint64_t size;
 		found = cp_lookup(&s->pool, addr, &size) != CP_UNKNOWN;
@@ -461,6 +459,7 @@ static void serve_stream_destroyed(void) { __atomic_add_fetch(&g_streams_destroy
 
 /* serve_forget drops the parent's pools in a forked child. */
 static void serve_forget(void) {
+	g_pools = 0;
 	for (int d = 0; d < SERVE_DEVICES; d++) {
 		struct served *s = &g_served[d];
 		s->state = 0;
