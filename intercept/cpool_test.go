@@ -13,7 +13,6 @@ import (
 
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
-	"github.com/allocscope/allocscope/trace"
 )
 
 // The shim's C pool (shim/pool.h) against its specification, package pool's size-class policy:
@@ -345,12 +344,7 @@ func loadConfig(t testing.TB, path string) pool.Config {
 
 func extractTrace(t testing.TB, path string) *requests.Trace {
 	t.Helper()
-	r, err := trace.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	tr, err := requests.Extract(r)
+	tr, err := requests.ExtractFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/replay/backend/host"
-	"github.com/allocscope/allocscope/trace"
 )
 
 // traces are the recorded traces that replay's tests and benchmarks use, with the pool.json
@@ -32,12 +31,7 @@ func loadTrace(t testing.TB, name string) (*requests.Trace, pool.Config) {
 	if _, err := os.Stat(path); err != nil {
 		path = filepath.Join("..", "..", "testdata", name+".arrow")
 	}
-	r, err := trace.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	tr, err := requests.Extract(r)
+	tr, err := requests.ExtractFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -241,6 +241,17 @@ type Trace struct {
 // src are returned wrapped; the warnings are non-fatal.
 func Extract(src Source) (*Trace, error) { return scan(src, true) }
 
+// ExtractFile opens the trace at path (an Arrow trace or an importable file, see trace.Open) and
+// returns its request stream.
+func ExtractFile(path string) (*Trace, error) {
+	r, err := trace.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return Extract(r)
+}
+
 // Count reads src to the end and returns what Extract's Stats would say, keeping no ops: its memory
 // does not grow with the trace.
 func Count(src Source) (Stats, error) {
