@@ -122,6 +122,45 @@ func Config(r *Report) *pool.Config {
 	return r.Combined.Config
 }
 
+// CheckFits returns an error when the recommended pool cannot work within the capacity the
+// analysis ran with: its simulation failed requests. The error says by how much its plan misses
+// and which PYTORCH_CUDA_ALLOC_CONF setting came closest.
+func CheckFits(r *Report, capacity uint64) error {
+	tr := r.Combined
+	if tr == nil || len(tr.Simulations) == 0 || tr.Config == nil {
+		return nil
+	}
+	rec := tr.Simulations[0]
+	if rec.Failures == 0 && rec.Error == "" {
+		return nil
+	}
+	plan := planBytes(tr.Config)
+	msg := fmt.Sprintf("the recommended pool does not fit in %d bytes: its plan needs %d bytes", capacity, plan)
+	if rec.Failures > 0 {
+		msg = fmt.Sprintf("the recommended pool does not fit in %d bytes: it failed %d requests; its plan needs %d bytes",
+			capacity, rec.Failures, plan)
+	}
+	if plan > capacity {
+		msg += fmt.Sprintf(", %d more", plan-capacity)
+	}
+	if s := searchSummary(tr.TorchSearch); s != "" {
+		msg += "; " + s
+	}
+	return errors.New(msg)
+}
+
+// planBytes is what a size-class pool reserves up front: its class slots and its arena.
+func planBytes(c *pool.Config) uint64 {
+	if c.SizeClass == nil {
+		return 0
+	}
+	n := c.SizeClass.ArenaBytes
+	for _, cl := range c.SizeClass.Classes {
+		n += cl.Size * cl.Slots
+	}
+	return n
+}
+
 // closeSource closes src when it is an io.Closer and collects its warnings.
 func closeSource(src Source, warns *[]string) error {
 	if w, ok := src.(interface{ Warnings() []string }); ok && warns != nil {

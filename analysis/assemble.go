@@ -18,10 +18,11 @@ func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.
 		tr.Simulations = append(tr.Simulations, simulation(o, st))
 	}
 	tr.Fidelity = fidelity(st, outs)
+	tr.TorchSearch = rec.torch
 	cfg := rec.config
 	cfg.Prediction = prediction(name, st, tr.Simulations[0])
 	cfg.Prediction.RecordPool = rec.recordPool
-	cfg.Equivalents = equivalents(tr.Simulations)
+	cfg.Equivalents = equivalents(tr.Simulations, rec.torch)
 	tr.Config = &cfg
 	return tr
 }
@@ -116,23 +117,21 @@ func prediction(name string, st *stats.Result, s model.Simulation) *pool.Predict
 		Failures: s.Failures, AllocatorTimeSavedNs: s.TimeSavedNs}
 }
 
-// equivalents derives the settings of other allocators from their simulations: the PyTorch
-// variant with the lowest peak reserved (fewest failures first, then fewest upstream calls),
-// RMM's pool sized to the best-fit simulation's peak (maximum with 10% headroom), and the
-// cudaMemPool release threshold that kept every byte the stream-ordered pool ever needed.
-func equivalents(sims []model.Simulation) *pool.Equivalents {
+// equivalents derives the settings of other allocators: the best PYTORCH_CUDA_ALLOC_CONF of the
+// search (empty when the defaults are best or nothing fits), RMM's pool sized to the best-fit
+// simulation's peak (maximum with 10% headroom), and the cudaMemPool release threshold that kept
+// every byte the stream-ordered pool ever needed.
+func equivalents(sims []model.Simulation, torch *model.TorchSearch) *pool.Equivalents {
 	eq := &pool.Equivalents{}
-	var best *model.Simulation
+	if torch != nil && torch.Fits && len(torch.Best) > 0 {
+		eq.PyTorchAllocConf = torch.Best[0].Conf
+	}
 	for i := range sims {
 		s := &sims[i]
 		if s.Error != "" {
 			continue
 		}
 		switch s.Name {
-		case "pytorch", "pytorch-expandable", "pytorch-tuned":
-			if best == nil || better(s, best) {
-				best = s
-			}
 		case "bestfit":
 			eq.RMMInitialPoolBytes = alignUp(s.PeakReservedBytes, mib)
 			eq.RMMMaximumPoolBytes = alignUp(uint64(float64(eq.RMMInitialPoolBytes)*rmmHeadroom), mib)
@@ -140,18 +139,5 @@ func equivalents(sims []model.Simulation) *pool.Equivalents {
 			eq.CudaMemPoolReleaseThreshold = alignUp(s.PeakReservedBytes, mib)
 		}
 	}
-	if best != nil && best.Name != "pytorch" {
-		eq.PyTorchAllocConf = best.Settings
-	}
 	return eq
-}
-
-func better(a, b *model.Simulation) bool {
-	if a.Failures != b.Failures {
-		return a.Failures < b.Failures
-	}
-	if a.PeakReservedBytes != b.PeakReservedBytes {
-		return a.PeakReservedBytes < b.PeakReservedBytes
-	}
-	return a.UpstreamReserves+a.UpstreamReleases < b.UpstreamReserves+b.UpstreamReleases
 }

@@ -163,6 +163,8 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 	if withPaged {
 		policies = slices.Insert(policies, 1, paged)
 	}
+	search := len(policies)
+	policies = append(policies, torchCandidates(st)...)
 	var outs []whatif.Outcome
 	err := open.pass(nil, func(src Source) (err error) {
 		outs, err = whatif.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation "+opts.input))
@@ -171,6 +173,8 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 	if err != nil {
 		return nil, err
 	}
+	rec.torch = torchSearch(outs[search:], opts.Capacity)
+	outs = outs[:search]
 	for range maxVerifyPasses {
 		grown, ok := rec.growArena(outs[0])
 		if !ok {

@@ -32,6 +32,8 @@ type recommendation struct {
 	config pool.Config
 	// recordPool is the config simulated as record --pool runs it; nil when it cannot.
 	recordPool *pool.DeferredPrediction
+	// torch is the PYTORCH_CUDA_ALLOC_CONF search.
+	torch *model.TorchSearch
 }
 
 // recommend builds the size-class pool of plan and sizing, its arena placing blocks by fit

@@ -29,6 +29,7 @@ type TraceReport struct {
 	SizeClasses  *SizeClassPlan `json:"size_classes"`
 	Simulations  []Simulation   `json:"simulations"`
 	Fidelity     *Fidelity      `json:"fidelity,omitempty"`
+	TorchSearch  *TorchSearch   `json:"pytorch_search,omitempty"` // the PYTORCH_CUDA_ALLOC_CONF search
 	Config       *pool.Config   `json:"config"`
 }
 

@@ -3,6 +3,7 @@ package render
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -81,6 +82,7 @@ func (t *textWriter) trace(tr *model.TraceReport) {
 	t.sizeClasses(tr.SizeClasses)
 	t.simulations(tr.Simulations)
 	t.fidelity(tr.Fidelity)
+	t.torchSearch(tr.TorchSearch)
 	t.config(tr)
 }
 
@@ -235,6 +237,49 @@ func (t *textWriter) fidelity(f *model.Fidelity) {
 		Bytes(f.ModelBytes), f.BytesMatch)
 }
 
+func (t *textWriter) torchSearch(ts *model.TorchSearch) {
+	if ts == nil || len(ts.Best) == 0 {
+		return
+	}
+	within := "on unbounded memory"
+	if ts.CapacityBytes > 0 {
+		within = "within " + Bytes(ts.CapacityBytes)
+	}
+	t.printf("\nPYTORCH_CUDA_ALLOC_CONF (%d settings simulated; the best %d %s)\n", ts.Simulated, len(ts.Best), within)
+	if !ts.Fits {
+		t.printf("  no setting fits: the closest needs %s, %s more than %s\n",
+			Bytes(ts.Best[0].PeakReservedBytes), Bytes(ts.MissBytes), Bytes(ts.CapacityBytes))
+	}
+	rows := ts.Best
+	if !slices.ContainsFunc(rows, func(s model.TorchSetting) bool { return s.Conf == "" }) {
+		rows = append(rows[:len(rows):len(rows)], ts.Defaults)
+	}
+	for i, s := range rows {
+		conf := s.Conf
+		if conf == "" {
+			conf = "(defaults)"
+		}
+		label := fmt.Sprintf("%d.", i+1)
+		if i == len(ts.Best) {
+			label = "  "
+		}
+		t.printf("  %s %s\n", label, conf)
+		t.printf("     peak reserved %s (%s), %s cudaMalloc, %s cudaFree, %s failed\n", Bytes(s.PeakReservedBytes),
+			vsDefaults(s.SavedBytes), Count(s.Segments), Count(s.Releases), Count(s.Failures))
+	}
+}
+
+// vsDefaults says how a setting's peak reserved compares with the defaults'.
+func vsDefaults(saved int64) string {
+	switch {
+	case saved > 0:
+		return Bytes(uint64(saved)) + " less than the defaults"
+	case saved < 0:
+		return Bytes(uint64(-saved)) + " more than the defaults"
+	}
+	return "as the defaults"
+}
+
 func (t *textWriter) config(tr *model.TraceReport) {
 	c := tr.Config
 	if c == nil || c.Prediction == nil || c.Equivalents == nil {
@@ -242,6 +287,9 @@ func (t *textWriter) config(tr *model.TraceReport) {
 	}
 	p, e := c.Prediction, c.Equivalents
 	t.printf("\nRECOMMENDATION (pool.json, policy %s)\n", c.Policy)
+	if len(tr.Simulations) > 0 && (tr.Simulations[0].Failures > 0 || tr.Simulations[0].Error != "") {
+		t.printf("  does not fit the capacity (analyze --emit-config writes no pool.json)\n")
+	}
 	t.printf("  predicted: peak reserved %s for peak live %s, %s upstream calls,\n"+
 		"             %s fallbacks, %s failures, allocator time saved %s\n", Bytes(p.PeakReservedBytes), Bytes(p.PeakLiveBytes), Count(p.UpstreamCalls),
 		Count(p.Fallbacks), Count(p.Failures), SignedDuration(p.AllocatorTimeSavedNs))

@@ -19,6 +19,8 @@ type Policy struct {
 	// Deferred simulates the pool as `record --pool` runs it inside the program: synchronous frees
 	// wait for a synchronization the pool makes before it would grow (pool.Deferrer).
 	Deferred bool
+	// Unbounded runs the policy on unbounded memory, whatever the capacity of the others.
+	Unbounded bool
 }
 
 // Outcome is what one policy did on the trace.
@@ -47,6 +49,9 @@ type replayer struct {
 }
 
 func newReplayer(p Policy, capacity uint64, est Durations) *replayer {
+	if p.Unbounded {
+		capacity = 0
+	}
 	r := &replayer{up: newUpstream(capacity, est)}
 	r.out.Policy = p
 	up := r.up.up

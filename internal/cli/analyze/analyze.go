@@ -171,6 +171,9 @@ func write(opt options, rep *analysis.Report, stdout io.Writer) error {
 		}
 	}
 	if opt.emitConfig != "" {
+		if err := analysis.CheckFits(rep, opt.capacity); err != nil {
+			return fmt.Errorf("--emit-config %s not written: %w", opt.emitConfig, err)
+		}
 		if err := analysis.Config(rep).Save(opt.emitConfig); err != nil {
 			return err
 		}

@@ -270,3 +270,52 @@ func TestAnalyzeCompare(t *testing.T) {
 		t.Errorf("one trace: exit %d, stderr %q; want 2 and %q", code, stderr, want)
 	}
 }
+
+// The PYTORCH_CUDA_ALLOC_CONF search on the bundled trace: 31 settings, the best is
+// backend:cudaMallocAsync at 226 MiB against the defaults' 240 MiB, and it becomes the pool.json's
+// PyTorch equivalent. Within 100 MiB nothing fits: the report says by how much, and --emit-config
+// exits 1 with one line and writes no file.
+func TestAnalyzePyTorchSearch(t *testing.T) {
+	code, stdout, stderr := runMain("--json")
+	var rep struct {
+		Combined struct {
+			Search struct {
+				Simulated int  `json:"simulated"`
+				Fits      bool `json:"fits"`
+				Best      []struct {
+					Conf     string `json:"conf"`
+					Reserved uint64 `json:"peak_reserved_bytes"`
+					Saved    int64  `json:"saved_bytes"`
+				} `json:"best"`
+				Defaults struct {
+					Reserved uint64 `json:"peak_reserved_bytes"`
+				} `json:"defaults"`
+			} `json:"pytorch_search"`
+			Config struct {
+				Equivalents struct {
+					Conf string `json:"pytorch_cuda_alloc_conf"`
+				} `json:"equivalents"`
+			} `json:"config"`
+		} `json:"combined"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v, stderr %q", code, err, stderr)
+	}
+	s := rep.Combined.Search
+	if s.Simulated != 31 || !s.Fits || len(s.Best) != 5 || s.Best[0].Conf != "backend:cudaMallocAsync" ||
+		s.Best[0].Reserved != 236978176 || s.Best[0].Saved != 14680064 || s.Defaults.Reserved != 251658240 ||
+		rep.Combined.Config.Equivalents.Conf != "backend:cudaMallocAsync" {
+		t.Errorf("search %+v, equivalent %q", s, rep.Combined.Config.Equivalents.Conf)
+	}
+	out := filepath.Join(t.TempDir(), "pool.json")
+	code, stdout, stderr = runMain("-q", "--capacity", "100MiB", "--emit-config", out)
+	want := "analyze: --emit-config " + out + " not written: the recommended pool does not fit in 104857600 bytes: " +
+		"its plan needs 239627264 bytes, 134769664 more; no PYTORCH_CUDA_ALLOC_CONF setting fits in 104857600 bytes: " +
+		"the closest, \"backend:cudaMallocAsync\", needs 236978176 bytes, 132120576 more\n"
+	if code != 1 || stdout != "" || stderr != want {
+		t.Errorf("within 100 MiB: exit %d, stdout %q, stderr %q; want 1 and %q", code, stdout, stderr, want)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("%s was written (%v)", out, err)
+	}
+}
