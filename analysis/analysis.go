@@ -149,6 +149,19 @@ func CheckFits(r *Report, capacity uint64) error {
 	return errors.New(msg)
 }
 
+// PyTorchConf returns the best PYTORCH_CUDA_ALLOC_CONF value of the report's search ("" when
+// PyTorch's defaults are best), or an error when no setting fits the capacity.
+func PyTorchConf(r *Report) (string, error) {
+	if r.Combined == nil || r.Combined.TorchSearch == nil || len(r.Combined.TorchSearch.Best) == 0 {
+		return "", errors.New("no PYTORCH_CUDA_ALLOC_CONF setting could be simulated")
+	}
+	ts := r.Combined.TorchSearch
+	if !ts.Fits {
+		return "", errors.New(searchSummary(ts))
+	}
+	return ts.Best[0].Conf, nil
+}
+
 // planBytes is what a size-class pool reserves up front: its class slots and its arena.
 func planBytes(c *pool.Config) uint64 {
 	if c.SizeClass == nil {

@@ -1,14 +1,16 @@
 """PyTorch workloads recorded on the GPU machine for allocscope's compatibility and analysis tables.
 
-usage: python3 torch_work.py WORKLOAD OUTDIR [--snapshot]
+usage: python3 torch_work.py WORKLOAD OUTDIR [--snapshot] [--no-history]
 
 WORKLOAD:
   train     a small MLP trained for 30 steps with fixed shapes (the bundled trace)
   cnn       a CNN trained for 40 steps on batches of varying image size (variable shapes)
   kvcache   autoregressive generation of 256 tokens with a KV cache grown by torch.cat each step
+  seqs      a transformer encoder trained for 60 steps on batches of variable sequence length
 
 Writes OUTDIR/WORKLOAD.stats.json (PyTorch's own peak allocated / reserved figures, the number of
 allocations in its memory history) and, with --snapshot, OUTDIR/WORKLOAD.snapshot.pickle.
+--no-history records no memory history (backend:cudaMallocAsync has none).
 """
 import json
 import os
@@ -81,20 +83,41 @@ def kvcache(dev):
     torch.cuda.synchronize()
 
 
+def seqs(dev):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, batch_first=True)
+    model = torch.nn.Sequential(torch.nn.Embedding(8000, 256), torch.nn.TransformerEncoder(layer, 4),
+                                torch.nn.Linear(256, 8000)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(60):
+        length = int(torch.randint(16, 513, (1,), generator=g))
+        batch = max(1, 16384 // length)
+        x = torch.randint(0, 8000, (batch, length), device=dev)
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+
+
 def main():
     work, outdir = sys.argv[1], sys.argv[2]
     snap = "--snapshot" in sys.argv
     os.makedirs(outdir, exist_ok=True)
     dev = torch.device("cuda")
+    history = "--no-history" not in sys.argv
     torch.cuda.init()
-    torch.cuda.memory._record_memory_history(max_entries=1000000)
-    {"train": train, "cnn": cnn, "kvcache": kvcache}[work](dev)
-    s = torch.cuda.memory._snapshot()
-    torch.cuda.memory._record_memory_history(enabled=None)
-    actions = {}
-    for dt in s["device_traces"]:
-        for e in dt:
-            actions[e["action"]] = actions.get(e["action"], 0) + 1
+    if history:
+        torch.cuda.memory._record_memory_history(max_entries=1000000)
+    {"train": train, "cnn": cnn, "kvcache": kvcache, "seqs": seqs}[work](dev)
+    s, actions = None, {}
+    if history:
+        s = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        for dt in s["device_traces"]:
+            for e in dt:
+                actions[e["action"]] = actions.get(e["action"], 0) + 1
     st = torch.cuda.memory_stats()
     stats = {
         "workload": work,
@@ -104,11 +127,12 @@ def main():
         "max_memory_allocated": torch.cuda.max_memory_allocated(),
         "max_memory_reserved": torch.cuda.max_memory_reserved(),
         "segment_alloc_count": st.get("segment.all.allocated", 0),
+        "num_alloc_retries": st.get("num_alloc_retries", 0),
         "history_actions": actions,
     }
     with open(os.path.join(outdir, work + ".stats.json"), "w") as f:
         json.dump(stats, f, indent=1)
-    if snap:
+    if snap and s is not None:
         with open(os.path.join(outdir, work + ".snapshot.pickle"), "wb") as f:
             pickle.dump(s, f)
     print(json.dumps(stats))

@@ -40,6 +40,7 @@ type options struct {
 	k          int
 	arena      string
 	headroom   float64
+	torchConf  bool
 	quiet      bool
 	progress   bool
 	compare    bool
@@ -66,7 +67,8 @@ trace is analyzed.`,
   analyze --capacity 80GiB run.arrow          # simulate the policies within 80 GiB
   analyze snapshot.pickle.gz rank*.arrow      # PyTorch snapshots, RMM CSV, several files at once
   analyze --compare before.arrow after.arrow  # a program without and with record --pool
-  analyze --arena fixed --pool-headroom 4 --emit-config pool.json run.arrow  # for record --pool`,
+  analyze --arena fixed --pool-headroom 4 --emit-config pool.json run.arrow  # for record --pool
+  PYTORCH_CUDA_ALLOC_CONF=$(analyze --pytorch-conf snapshot.pickle) python train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(opt, args, stdout, stderr)
 		},
@@ -85,6 +87,8 @@ trace is analyzed.`,
 	f.Float64Var(&opt.headroom, "pool-headroom", 1, "multiply the recommended pool's class slots and arena by `F` (>= 1):\n"+
 		"room for blocks freed by cudaFree under record --pool, which waits for a synchronization\n"+
 		"before reusing them; more room, fewer synchronizations of its own (the report predicts them)")
+	f.BoolVar(&opt.torchConf, "pytorch-conf", false, "print only the best PYTORCH_CUDA_ALLOC_CONF value of the search\n"+
+		"(an empty line when PyTorch's defaults are best); exit 1 when no setting fits --capacity")
 	f.BoolVar(&opt.compare, "compare", false, "compare two recordings of a program (e.g. without and with record --pool): "+
 		"time inside its allocation calls, calls the pool served, wall time, peak live")
 	f.BoolVarP(&opt.quiet, "quiet", "q", false, "print no report and no progress (use with --html, --emit-config)")
@@ -155,6 +159,12 @@ func arenaChoice(s string) (analysis.ArenaChoice, error) {
 // write prints the report and writes the requested files.
 func write(opt options, rep *analysis.Report, stdout io.Writer) error {
 	switch {
+	case opt.torchConf:
+		conf, err := analysis.PyTorchConf(rep)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, conf)
 	case opt.quiet:
 	case opt.json:
 		if err := analysis.WriteJSON(stdout, rep); err != nil {

@@ -318,4 +318,13 @@ func TestAnalyzePyTorchSearch(t *testing.T) {
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("%s was written (%v)", out, err)
 	}
+	if code, stdout, stderr := runMain("--pytorch-conf"); code != 0 || stdout != "backend:cudaMallocAsync\n" || stderr != "" {
+		t.Errorf("--pytorch-conf: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = runMain("--pytorch-conf", "--capacity", "100MiB")
+	want = "analyze: no PYTORCH_CUDA_ALLOC_CONF setting fits in 104857600 bytes: the closest, " +
+		"\"backend:cudaMallocAsync\", needs 236978176 bytes, 132120576 more\n"
+	if code != 1 || stdout != "" || stderr != want {
+		t.Errorf("--pytorch-conf within 100 MiB: exit %d, stdout %q, stderr %q; want 1 and %q", code, stdout, stderr, want)
+	}
 }
