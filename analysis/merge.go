@@ -92,6 +92,18 @@ func before(a, b *trace.Event) bool {
 	return a.Seq < b.Seq
 }
 
+// Callsite names a callsite with the first source that knows it.
+func (m *merged) Callsite(id uint64) (trace.Callsite, bool) {
+	for _, s := range m.srcs {
+		if n, ok := s.(callsiteNamer); ok {
+			if c, ok := n.Callsite(id); ok {
+				return c, true
+			}
+		}
+	}
+	return trace.Callsite{}, false
+}
+
 // Warnings returns the warnings of every source.
 func (m *merged) Warnings() []string {
 	var out []string

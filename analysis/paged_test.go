@@ -77,3 +77,14 @@ func TestChoosePagedKeepsFixed(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotCallsites: the leaks of the KV-cache snapshot name the code that allocated them, from
+// the stacks PyTorch recorded (the workload's own Python frame), not a return address.
+func TestSnapshotCallsites(t *testing.T) {
+	tr := analyzeFile(t, "../testdata/torch/kvcache.caching.snapshot.pickle.gz")
+	leaks := tr.Anomalies.Leaks.Events
+	if len(leaks) != 2 || leaks[0].Callsite != "kvcache (torch_work.py:74)" || leaks[1].Callsite != "kvcache (torch_work.py:74)" ||
+		leaks[0].Size != 32<<20 || leaks[1].Size != 1<<20 {
+		t.Errorf("leaks %+v", leaks)
+	}
+}

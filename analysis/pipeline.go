@@ -48,9 +48,21 @@ func progress(opts Options, stage string) func(int) {
 	}
 }
 
+// callsiteNamer is a source that knows the code behind some callsites (*trace.Reader of a PyTorch
+// snapshot).
+type callsiteNamer interface {
+	Callsite(id uint64) (trace.Callsite, bool)
+}
+
 // collect is the statistics pass.
 func collect(src Source, opts Options) (*stats.Collector, error) {
 	c := stats.NewCollector(sizeclass.Thresholds)
+	if n, ok := src.(callsiteNamer); ok {
+		c.NameCallsites(func(id uint64) (string, bool) {
+			cs, ok := n.Callsite(id)
+			return cs.Label, ok
+		})
+	}
 	report := progress(opts, "statistics "+opts.input)
 	for {
 		b, err := src.Next()

@@ -45,6 +45,14 @@ func TestPyTorchSnapshotSmall(t *testing.T) {
 		},
 		TraceEntries: []int{11, 4},
 	}
+	// Every entry but the oom carries the stack [forward (train.py:12)].
+	stack := []Frame{{Function: "forward", File: "train.py", Line: 12}}
+	callsite := callsites{}.intern(stack)
+	for i := range want {
+		if want[i].Op != OpOOM {
+			want[i].Callsite = callsite
+		}
+	}
 	for _, name := range []string{"snapshot_small.pickle", "snapshot_small.pickle.gz", "snapshot_small.pickle.xz"} {
 		t.Run(name, func(t *testing.T) {
 			r, err := Open(filepath.Join(fixtures, name))
@@ -53,6 +61,12 @@ func TestPyTorchSnapshotSmall(t *testing.T) {
 			}
 			defer r.Close()
 			got := drain(t, r)
+			if c, ok := r.Callsite(callsite); !ok || !reflect.DeepEqual(c, Callsite{Label: "forward (train.py:12)", Frames: stack}) {
+				t.Errorf("callsite %#x = %+v, %v", callsite, c, ok)
+			}
+			if _, ok := r.Callsite(0x400123); ok {
+				t.Errorf("a return address resolved as a recorded stack")
+			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("events:\n%+v\nwant\n%+v", got, want)
 			}

@@ -42,14 +42,15 @@ func WithReadAllocator(alloc memory.Allocator) ReadOption {
 // `log.csv: line 12: ...` or `snap.pickle: byte offset 40: ...`. Batches and rows count from 0,
 // lines from 1.
 type Reader struct {
-	name     string
-	info     Info
-	src      source
-	snapshot *Snapshot
-	warnings []string
-	buf      []Event
-	err      error // sticky error of Next
-	closed   bool
+	name      string
+	info      Info
+	src       source
+	snapshot  *Snapshot
+	callsites callsites // recorded stacks, by Event.Callsite (PyTorch snapshots)
+	warnings  []string
+	buf       []Event
+	err       error // sticky error of Next
+	closed    bool
 }
 
 // source is one trace format's decoder.

@@ -188,8 +188,9 @@ func (s *sliceSource) close() error { s.events = nil; return nil }
 
 // snapshotImporter turns a decoded snapshot into events and a Snapshot.
 type snapshotImporter struct {
-	r       *Reader
-	skipped map[string]int // unknown actions and how often they occurred
+	r         *Reader
+	skipped   map[string]int // unknown actions and how often they occurred
+	callsites callsites
 }
 
 func (imp *snapshotImporter) convert(root any) ([]Event, error) {
@@ -222,6 +223,7 @@ func (imp *snapshotImporter) convert(root any) ([]Event, error) {
 		return nil, err
 	}
 	imp.r.snapshot = snap
+	imp.r.callsites = imp.callsites
 	imp.r.info = Info{Source: SourcePyTorchSnapshot}
 	if len(events) > 0 && events[0].TimeNs > 0 {
 		imp.r.info.StartTime = time.Unix(0, events[0].TimeNs).UTC()
@@ -299,6 +301,14 @@ func (imp *snapshotImporter) convertEntry(v any) (e Event, keep bool, err error)
 			e.Size, err = uintField(key, kv.Value)
 		case "stream":
 			e.Stream, err = uintField(key, kv.Value)
+		case "frames":
+			var frames []Frame
+			if frames, err = convertFrames(kv.Value); err == nil && len(frames) > 0 {
+				if imp.callsites == nil {
+					imp.callsites = callsites{}
+				}
+				e.Callsite = imp.callsites.intern(frames)
+			}
 		case "time_us":
 			var t uint64
 			t, err = uintField(key, kv.Value)
@@ -327,6 +337,38 @@ func (imp *snapshotImporter) convertEntry(v any) (e Event, keep bool, err error)
 	e.Op, e.Memory, e.Layer, e.Function, e.Result = proto.Op, proto.Memory, proto.Layer, proto.Function, proto.Result
 	e.TimeNs = timeUs * 1000
 	return e, true, nil
+}
+
+// convertFrames reads a stack: a list of dicts with "name", "filename" and "line".
+func convertFrames(v any) ([]Frame, error) {
+	list, ok := asList(v)
+	if !ok {
+		return nil, fmt.Errorf(`"frames" is %s, want a list`, pyType(v))
+	}
+	frames := make([]Frame, 0, len(list))
+	for _, item := range list {
+		d, ok := item.(*types.Dict)
+		if !ok {
+			return nil, fmt.Errorf(`"frames": %s, want a dict`, pyType(item))
+		}
+		var f Frame
+		for _, kv := range *d {
+			switch key, _ := kv.Key.(string); key {
+			case "name":
+				f.Function, _ = kv.Value.(string)
+			case "filename":
+				f.File, _ = kv.Value.(string)
+			case "line":
+				line, err := intField("line", kv.Value)
+				if err != nil {
+					return nil, fmt.Errorf(`"frames": %w`, err)
+				}
+				f.Line = line
+			}
+		}
+		frames = append(frames, f)
+	}
+	return frames, nil
 }
 
 func convertSegments(v any) ([]SnapshotSegment, error) {

@@ -42,6 +42,10 @@ func NewCollector(thresholds []uint64) *Collector {
 	return &Collector{fns: fns, native: newTracker(fns, thresholds), framework: newTracker(fns, thresholds)}
 }
 
+// NameCallsites makes the reports name callsites with names (a PyTorch snapshot's stacks), where
+// it knows them; the others stay addresses.
+func (c *Collector) NameCallsites(names func(uint64) (string, bool)) { c.fns.callsites = names }
+
 // Add processes a batch of events.
 func (c *Collector) Add(batch []trace.Event) {
 	for i := range batch {

@@ -1,16 +1,20 @@
 package stats
 
+import "fmt"
+
 import "strings"
 
 // interner gives each function name a small id, so live blocks need not hold strings that may
 // point into a reader's reused buffers.
 type interner struct {
-	ids   map[string]uint16
-	names []string
-	last  string
-	lastI uint16
-	prev  string // the name before last (allocations and frees usually alternate)
-	prevI uint16
+	// callsites names a recorded callsite (a PyTorch snapshot's stack), when the source knows it.
+	callsites func(uint64) (string, bool)
+	ids       map[string]uint16
+	names     []string
+	last      string
+	lastI     uint16
+	prev      string // the name before last (allocations and frees usually alternate)
+	prevI     uint16
 }
 
 func newInterner() *interner { return &interner{ids: make(map[string]uint16)} }
@@ -63,4 +67,14 @@ func (n *interner) name(i uint16) string {
 		return n.names[i]
 	}
 	return ""
+}
+
+// callsite names a callsite for a report: the source's name for it, else its address.
+func (n *interner) callsite(id uint64) string {
+	if n.callsites != nil {
+		if name, ok := n.callsites(id); ok {
+			return name
+		}
+	}
+	return fmt.Sprintf("%#x", id)
 }

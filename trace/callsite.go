@@ -1,0 +1,115 @@
+package trace
+
+import (
+	"fmt"
+	"hash/fnv"
+	"path"
+	"strings"
+)
+
+// Frame is one frame of a stack: a Python frame (File ends in .py, Line set) or a C++ one.
+type Frame struct {
+	Function string
+	File     string
+	Line     int64
+}
+
+// Callsite is the code that made an event, where the trace knows it: the stack PyTorch recorded
+// with the snapshot (innermost frame first) and a label for people.
+type Callsite struct {
+	Label  string
+	Frames []Frame
+}
+
+// callsiteTag marks an Event.Callsite that names a recorded stack rather than a return address
+// (user-space return addresses stay below 1<<63).
+const callsiteTag = 1 << 63
+
+// callsites interns the stacks of one trace, by the Event.Callsite value they get.
+type callsites map[uint64]*Callsite
+
+// intern returns the Event.Callsite of frames, keeping the stack the first time it is seen.
+func (c callsites) intern(frames []Frame) uint64 {
+	h := fnv.New64a()
+	for _, f := range frames {
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", f.Function, f.File, f.Line)
+	}
+	id := h.Sum64() | callsiteTag
+	if _, ok := c[id]; !ok {
+		c[id] = &Callsite{Label: callsiteLabel(frames), Frames: frames}
+	}
+	return id
+}
+
+// Callsite returns the recorded stack of an event's Callsite value, when the trace has it (PyTorch
+// snapshots recorded with stacks); ok is false for return addresses and unknown values.
+func (r *Reader) Callsite(id uint64) (Callsite, bool) {
+	if c := r.callsites[id]; c != nil {
+		return *c, true
+	}
+	return Callsite{}, false
+}
+
+// allocatorFrame reports whether f belongs to the allocator or the stack capture rather than to
+// the code that asked for memory.
+func allocatorFrame(f Frame) bool {
+	for _, s := range []string{"CachingAllocator", "unwind", "CapturedTraceback", "gather_with_cpp",
+		"_record_memory_history", "memory_snapshot"} {
+		if strings.Contains(f.Function, s) || strings.Contains(f.File, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// callsiteLabel names a stack for people: the innermost Python frame outside torch itself, else
+// the innermost Python frame, else the innermost C++ frame past the allocator, templates and
+// arguments dropped.
+func callsiteLabel(frames []Frame) string {
+	var py, torchPy, cpp *Frame
+	for i := range frames {
+		f := &frames[i]
+		switch {
+		case strings.HasSuffix(f.File, ".py") && !strings.Contains(f.File, "/torch/"):
+			if py == nil {
+				py = f
+			}
+		case strings.HasSuffix(f.File, ".py"):
+			if torchPy == nil {
+				torchPy = f
+			}
+		case cpp == nil && !allocatorFrame(*f) && f.Function != "":
+			cpp = f
+		}
+	}
+	switch {
+	case py != nil:
+		return fmt.Sprintf("%s (%s:%d)", py.Function, path.Base(py.File), py.Line)
+	case torchPy != nil:
+		return fmt.Sprintf("%s (%s:%d)", torchPy.Function, path.Base(torchPy.File), torchPy.Line)
+	case cpp != nil:
+		return shortFunction(cpp.Function)
+	}
+	return "?"
+}
+
+// shortFunction drops a C++ name's template arguments, parameters and return type.
+func shortFunction(name string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range name {
+		switch {
+		case r == '<' || r == '(':
+			depth++
+		case r == '>' || r == ')':
+			depth = max(depth-1, 0)
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	s := strings.TrimSpace(b.String())
+	if i := strings.LastIndexByte(s, ' '); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
