@@ -19,6 +19,7 @@ func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.
 	}
 	tr.Fidelity = fidelity(st, outs)
 	tr.TorchSearch = rec.torch
+	tr.OOM = rec.oom
 	cfg := rec.config
 	cfg.Prediction = prediction(name, st, tr.Simulations[0])
 	cfg.Prediction.RecordPool = rec.recordPool

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
@@ -86,5 +87,20 @@ func TestSnapshotCallsites(t *testing.T) {
 	if len(leaks) != 2 || leaks[0].Callsite != "kvcache (torch_work.py:74)" || leaks[1].Callsite != "kvcache (torch_work.py:74)" ||
 		leaks[0].Size != 32<<20 || leaks[1].Size != 1<<20 {
 		t.Errorf("leaks %+v", leaks)
+	}
+}
+
+// TestSnapshotOOMExplained: the small snapshot's oom (1 TiB asked with 123,456 bytes free on
+// device 0) is explained from its segments: 22 MiB reserved, 512 B allocated, the largest free
+// block per stream, the one segment with blocks in use, and no setting that could have served 1 TiB.
+func TestSnapshotOOMExplained(t *testing.T) {
+	tr := analyzeFile(t, "../testdata/trace/snapshot_small.pickle")
+	want := &model.OOMReport{Seq: 10, Device: 0, RequestedBytes: 1 << 40, DeviceFreeBytes: 123456,
+		CapacityBytes: 23068672 + 123456, ReservedBytes: 23068672, AllocatedBytes: 512, CachedFreeBytes: 23068160,
+		LargestFree: []model.StreamFree{{Stream: 0, Bytes: 1024}, {Stream: 7, Bytes: 0}},
+		Fragmented: []model.FragmentedSegment{{Address: "0x7f0000000000", Stream: 0, SizeBytes: 20971520, FreeBytes: 1024,
+			LargestFree: 1024, PinnedBy: []model.PinningBlock{{SizeBytes: 512, Callsite: "(no stack recorded)"}}, PinnedBlocks: 1}}}
+	if !reflect.DeepEqual(tr.OOM, want) {
+		t.Errorf("oom = %+v\nwant %+v", tr.OOM, want)
 	}
 }

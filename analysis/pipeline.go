@@ -85,8 +85,21 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	var warns []string
 	var c *stats.Collector
 	var info *model.TraceInfo
+	var snap *trace.Snapshot
+	callsiteName := func(id uint64) string { return fmt.Sprintf("%#x", id) }
 	err := open.pass(&warns, func(src Source) (err error) {
 		info = traceInfo(src)
+		if s, ok := src.(snapshotSource); ok {
+			snap = s.Snapshot()
+		}
+		if n, ok := src.(callsiteNamer); ok {
+			callsiteName = func(id uint64) string {
+				if cs, ok := n.Callsite(id); ok {
+					return cs.Label
+				}
+				return fmt.Sprintf("%#x", id)
+			}
+		}
 		c, err = collect(src, opts)
 		return err
 	})
@@ -103,6 +116,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	if err != nil {
 		return nil, nil, err
 	}
+	rec.oom = explainOOM(snap, st.Anomalies.FailedAllocs, callsiteName)
 	outs, err := simulate(open, stream, rec, st, opts)
 	if err != nil {
 		return nil, nil, err
@@ -186,6 +200,10 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 		return nil, err
 	}
 	rec.torch = torchSearch(outs[search:], opts.Capacity)
+	if o := rec.oom; o != nil && o.RequestedBytes < o.CapacityBytes {
+		// conservative: the setting's peak and the failed request together within what PyTorch could hold
+		o.Fits = bestWithin(outs[search:], o.CapacityBytes-o.RequestedBytes)
+	}
 	outs = outs[:search]
 	for range maxVerifyPasses {
 		grown, ok := rec.growArena(outs[0])

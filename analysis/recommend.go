@@ -34,6 +34,8 @@ type recommendation struct {
 	recordPool *pool.DeferredPrediction
 	// torch is the PYTORCH_CUDA_ALLOC_CONF search.
 	torch *model.TorchSearch
+	// oom explains a PyTorch snapshot's out-of-memory; nil without one.
+	oom *model.OOMReport
 }
 
 // recommend builds the size-class pool of plan and sizing, its arena placing blocks by fit

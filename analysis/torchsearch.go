@@ -65,8 +65,8 @@ func torchConf(t pool.PyTorchConfig) string {
 }
 
 // torchSearch ranks the search's outcomes: first the settings that fit the capacity (every
-// setting, without one), then the lowest peak reserved, then the fewest cudaMalloc calls, then the
-// fewest options set. The defaults are among the candidates, so the best is never worse than them.
+// setting, without one), then the fewest failed requests, the lowest peak reserved, the fewest
+// cudaMalloc calls, the fewest options set. The defaults are among the candidates, so the best is never worse than them.
 func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
 	all := make([]model.TorchSetting, 0, len(outs))
 	var defaults model.TorchSetting
@@ -90,7 +90,7 @@ func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
 			}
 			return 1
 		}
-		return cmp.Or(cmp.Compare(a.PeakReservedBytes, b.PeakReservedBytes), cmp.Compare(a.Segments, b.Segments),
+		return cmp.Or(cmp.Compare(a.Failures, b.Failures), cmp.Compare(a.PeakReservedBytes, b.PeakReservedBytes), cmp.Compare(a.Segments, b.Segments),
 			cmp.Compare(a.Settings, b.Settings), strings.Compare(a.Conf, b.Conf))
 	})
 	for i := range all {
@@ -106,6 +106,17 @@ func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
 		}
 	}
 	return ts
+}
+
+// bestWithin returns the best setting (torchSearch's order) whose peak reserved stays within
+// capacity, or nil.
+func bestWithin(outs []whatif.Outcome, capacity uint64) *model.TorchSetting {
+	ts := torchSearch(outs, capacity)
+	if !ts.Fits {
+		return nil
+	}
+	best := ts.Best[0]
+	return &best
 }
 
 // torchSetting is what one candidate did.

@@ -32,9 +32,11 @@ func TestPyTorchSnapshotSmall(t *testing.T) {
 	}
 	wantSnap := &Snapshot{
 		Segments: []SnapshotSegment{
-			{Device: 0, Address: seg0, TotalSize: 20971520, AllocatedSize: 512, ActiveSize: 512, RequestedSize: 512, Large: true, Blocks: 2},
-			{Device: 0, Address: 0x200000000, TotalSize: 2097152, Stream: 7, Expandable: true},
-			{Device: 1, Address: seg1, TotalSize: 2097152, Stream: 3},
+			{Device: 0, Address: seg0, TotalSize: 20971520, AllocatedSize: 512, ActiveSize: 512, RequestedSize: 512, Large: true, Blocks: 2,
+				BlockList: []SnapshotBlock{{Address: seg0, Size: 1024, State: "inactive"},
+					{Address: seg0 + 1024, Size: 512, RequestedSize: 512, State: "active_allocated"}}},
+			{Device: 0, Address: 0x200000000, TotalSize: 2097152, Stream: 7, Expandable: true, BlockList: []SnapshotBlock{}},
+			{Device: 1, Address: seg1, TotalSize: 2097152, Stream: 3, BlockList: []SnapshotBlock{}},
 		},
 		Settings: &AllocatorSettings{
 			AllocConf:                  "max_split_size_mb:256,roundup_power2_divisions:[256:1,>:4]",

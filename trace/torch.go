@@ -48,7 +48,23 @@ type SnapshotSegment struct {
 	Large         bool // segment_type "large" (the pool of blocks > 1 MiB)
 	Expandable    bool // an expandable segment (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
 	Blocks        int  // number of blocks the segment is split into
+	// BlockList is the blocks, in address order as the snapshot lists them.
+	BlockList []SnapshotBlock
 }
+
+// SnapshotBlock is one block of a snapshot's segment.
+type SnapshotBlock struct {
+	Address       uint64
+	Size          uint64 // bytes of the block ("size")
+	RequestedSize uint64 // bytes the tensor asked for ("requested_size")
+	// State is "active_allocated" (in use), "active_pending_free" (freed, awaiting another
+	// stream) or "inactive" (free, cached).
+	State    string
+	Callsite uint64 // the stack that allocated it (Reader.Callsite), 0 when not recorded
+}
+
+// Free reports whether the block is cached and free.
+func (b SnapshotBlock) Free() bool { return b.State == "inactive" }
 
 // SegmentTotals sums the segments of one device.
 type SegmentTotals struct {
@@ -207,7 +223,7 @@ func (imp *snapshotImporter) convert(root any) ([]Event, error) {
 		case "device_traces":
 			traces, haveTraces = e.Value, true
 		case "segments":
-			snap.Segments, err = convertSegments(e.Value)
+			snap.Segments, err = imp.convertSegments(e.Value)
 		case "allocator_settings":
 			snap.Settings, err = convertSettings(e.Value)
 		}
@@ -304,10 +320,7 @@ func (imp *snapshotImporter) convertEntry(v any) (e Event, keep bool, err error)
 		case "frames":
 			var frames []Frame
 			if frames, err = convertFrames(kv.Value); err == nil && len(frames) > 0 {
-				if imp.callsites == nil {
-					imp.callsites = callsites{}
-				}
-				e.Callsite = imp.callsites.intern(frames)
+				e.Callsite = imp.intern(frames)
 			}
 		case "time_us":
 			var t uint64
@@ -371,7 +384,50 @@ func convertFrames(v any) ([]Frame, error) {
 	return frames, nil
 }
 
-func convertSegments(v any) ([]SnapshotSegment, error) {
+// convertBlocks reads a segment's blocks.
+func (imp *snapshotImporter) convertBlocks(list []any) ([]SnapshotBlock, error) {
+	blocks := make([]SnapshotBlock, 0, len(list))
+	for j, bv := range list {
+		d, ok := bv.(*types.Dict)
+		if !ok {
+			return nil, fmt.Errorf("blocks[%d]: %s, want a dict", j, pyType(bv))
+		}
+		var b SnapshotBlock
+		for _, kv := range *d {
+			var err error
+			switch key, _ := kv.Key.(string); key {
+			case "address":
+				b.Address, err = uintField(key, kv.Value)
+			case "size":
+				b.Size, err = uintField(key, kv.Value)
+			case "requested_size":
+				b.RequestedSize, err = uintField(key, kv.Value)
+			case "state":
+				b.State, _ = kv.Value.(string)
+			case "frames":
+				var frames []Frame
+				if frames, err = convertFrames(kv.Value); err == nil && len(frames) > 0 {
+					b.Callsite = imp.intern(frames)
+				}
+			}
+			if err != nil {
+				return nil, fmt.Errorf("blocks[%d]: %w", j, err)
+			}
+		}
+		blocks = append(blocks, b)
+	}
+	return blocks, nil
+}
+
+// intern keeps a stack and returns its Event.Callsite value.
+func (imp *snapshotImporter) intern(frames []Frame) uint64 {
+	if imp.callsites == nil {
+		imp.callsites = callsites{}
+	}
+	return imp.callsites.intern(frames)
+}
+
+func (imp *snapshotImporter) convertSegments(v any) ([]SnapshotSegment, error) {
 	list, ok := asList(v)
 	if !ok {
 		return nil, fmt.Errorf("segments: %s, want a list", pyType(v))
@@ -409,6 +465,7 @@ func convertSegments(v any) ([]SnapshotSegment, error) {
 			case "blocks":
 				blocks, _ := asList(kv.Value)
 				s.Blocks = len(blocks)
+				s.BlockList, err = imp.convertBlocks(blocks)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("segments[%d]: %w", i, err)

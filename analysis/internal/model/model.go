@@ -30,6 +30,7 @@ type TraceReport struct {
 	Simulations  []Simulation   `json:"simulations"`
 	Fidelity     *Fidelity      `json:"fidelity,omitempty"`
 	TorchSearch  *TorchSearch   `json:"pytorch_search,omitempty"` // the PYTORCH_CUDA_ALLOC_CONF search
+	OOM          *OOMReport     `json:"oom,omitempty"`            // a PyTorch snapshot's out-of-memory, explained
 	Config       *pool.Config   `json:"config"`
 }
 

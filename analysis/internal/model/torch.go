@@ -27,3 +27,49 @@ type TorchSetting struct {
 	SavedBytes        int64  `json:"saved_bytes"`         // defaults' peak reserved minus this one's
 	Error             string `json:"error,omitempty"`     // the setting could not be simulated
 }
+
+// OOMReport explains an out-of-memory of a PyTorch snapshot from the snapshot's segments, which
+// PyTorch dumps at the OOM when the program takes the snapshot there: what was reserved, in use
+// and cached, where the free memory was, the most fragmented segments and the blocks that pin
+// them, and the setting of the search that would have fit.
+type OOMReport struct {
+	Seq             uint64 `json:"seq"`               // the oom event
+	Device          int32  `json:"device"`            // its device
+	RequestedBytes  uint64 `json:"requested_bytes"`   // what the failed request asked for
+	DeviceFreeBytes uint64 `json:"device_free_bytes"` // what CUDA still had free on the device
+	// CapacityBytes is what PyTorch could have reserved: reserved plus the device's free bytes.
+	CapacityBytes   uint64              `json:"capacity_bytes"`
+	ReservedBytes   uint64              `json:"reserved_bytes"`    // segments' bytes
+	AllocatedBytes  uint64              `json:"allocated_bytes"`   // blocks in use
+	CachedFreeBytes uint64              `json:"cached_free_bytes"` // free blocks inside the segments
+	LargestFree     []StreamFree        `json:"largest_free"`      // the largest free block of each stream
+	Fragmented      []FragmentedSegment `json:"fragmented"`        // the segments with the most free bytes among blocks in use
+	// Fits is the best setting of the search whose peak reserved plus the failed request stay
+	// within CapacityBytes (a sufficient condition: the peak may come at another moment); nil when
+	// none does.
+	Fits *TorchSetting `json:"fits,omitempty"`
+}
+
+// StreamFree is the largest free block of one stream's segments.
+type StreamFree struct {
+	Stream uint64 `json:"stream"`
+	Bytes  uint64 `json:"bytes"`
+}
+
+// FragmentedSegment is a segment whose free bytes cannot serve a request as one block, and the
+// blocks in use that keep it from being given back.
+type FragmentedSegment struct {
+	Address      string         `json:"address"`
+	Stream       uint64         `json:"stream"`
+	SizeBytes    uint64         `json:"size_bytes"`
+	FreeBytes    uint64         `json:"free_bytes"`
+	LargestFree  uint64         `json:"largest_free_bytes"`
+	PinnedBy     []PinningBlock `json:"pinned_by"` // the blocks in use, largest first (at most 3)
+	PinnedBlocks int            `json:"pinned_blocks"`
+}
+
+// PinningBlock is a block in use inside a fragmented segment.
+type PinningBlock struct {
+	SizeBytes uint64 `json:"size_bytes"`
+	Callsite  string `json:"callsite"`
+}

@@ -83,6 +83,7 @@ func (t *textWriter) trace(tr *model.TraceReport) {
 	t.simulations(tr.Simulations)
 	t.fidelity(tr.Fidelity)
 	t.torchSearch(tr.TorchSearch)
+	t.oom(tr.OOM)
 	t.config(tr)
 }
 
@@ -266,6 +267,37 @@ func (t *textWriter) torchSearch(ts *model.TorchSearch) {
 		t.printf("  %s %s\n", label, conf)
 		t.printf("     peak reserved %s (%s), %s cudaMalloc, %s cudaFree, %s failed\n", Bytes(s.PeakReservedBytes),
 			vsDefaults(s.SavedBytes), Count(s.Segments), Count(s.Releases), Count(s.Failures))
+	}
+}
+
+func (t *textWriter) oom(r *model.OOMReport) {
+	if r == nil {
+		return
+	}
+	t.printf("\nOUT OF MEMORY (seq %d, device %d, from the snapshot's segments)\n", r.Seq, r.Device)
+	t.printf("  asked for %s with %s free on the device; PyTorch could have held %s\n", Bytes(r.RequestedBytes),
+		Bytes(r.DeviceFreeBytes), Bytes(r.CapacityBytes))
+	t.printf("  reserved %s: %s allocated, %s cached but free\n", Bytes(r.ReservedBytes), Bytes(r.AllocatedBytes),
+		Bytes(r.CachedFreeBytes))
+	for _, f := range r.LargestFree {
+		t.printf("  largest free block on stream %#x: %s\n", f.Stream, Bytes(f.Bytes))
+	}
+	for _, f := range r.Fragmented {
+		t.printf("  segment %s (%s): %s free, largest %s, pinned by %d block(s) in use:\n", f.Address,
+			Bytes(f.SizeBytes), Bytes(f.FreeBytes), Bytes(f.LargestFree), f.PinnedBlocks)
+		for _, p := range f.PinnedBy {
+			t.printf("    %10s  from %s\n", Bytes(p.SizeBytes), p.Callsite)
+		}
+	}
+	if r.Fits != nil {
+		conf := r.Fits.Conf
+		if conf == "" {
+			conf = "(defaults)"
+		}
+		t.printf("  would have fit: PYTORCH_CUDA_ALLOC_CONF=%s (peak reserved %s in the model)\n", conf,
+			Bytes(r.Fits.PeakReservedBytes))
+	} else {
+		t.printf("  no setting of the search fits in %s\n", Bytes(r.CapacityBytes))
 	}
 }
 
