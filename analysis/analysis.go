@@ -50,11 +50,13 @@ type Options struct {
 	// with fewer synchronizations of its own (pool.Prediction.RecordPool predicts them).
 	PoolHeadroom float64
 	// Progress, when set, is called as events are processed: stage is "statistics", "sizing",
-	// "arena" or "simulation" followed by a space and the input's base name ("combined" for all
-	// inputs together), events the number processed in the stage so far.
-	Progress func(stage string, events uint64)
+	// "arena", "simulation" or "record-pool" followed by a space and the input's base name
+	// ("combined" for all inputs together), events the number processed in the stage so far, total
+	// the events of the input (0 in the statistics pass, which counts them).
+	Progress func(stage string, events, total uint64)
 
-	input string // base name of the input being analyzed, for Progress
+	input  string // base name of the input being analyzed, for Progress
+	events uint64 // its events, once the statistics pass counted them, for Progress
 }
 
 // ArenaChoice is Options.Arena.

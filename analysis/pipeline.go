@@ -44,7 +44,7 @@ func progress(opts Options, stage string) func(int) {
 	var n uint64
 	return func(batch int) {
 		n += uint64(batch)
-		opts.Progress(stage, n)
+		opts.Progress(stage, n, opts.events)
 	}
 }
 
@@ -110,6 +110,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	if st.Events == 0 {
 		return nil, nil, fmt.Errorf("%s: empty trace: no events", name)
 	}
+	opts.events = st.Events
 	warns = append(warns, st.Warnings...)
 	stream := st.RequestLayer
 	rec, err := chooseSizeClasses(name, open, st, stream, opts, &warns)

@@ -109,3 +109,17 @@ func FormatCount(n int64) string {
 	}
 	return b.String()
 }
+
+// FormatRate writes a rate per second with three significant digits and k/M/G prefixes:
+// 950, 12.3 k, 4.56 M.
+func FormatRate(perSecond float64) string {
+	switch {
+	case perSecond >= 1e9:
+		return threeDigits(perSecond/1e9) + " G"
+	case perSecond >= 1e6:
+		return threeDigits(perSecond/1e6) + " M"
+	case perSecond >= 1e3:
+		return threeDigits(perSecond/1e3) + " k"
+	}
+	return threeDigits(perSecond)
+}

@@ -77,3 +77,14 @@ func TestFormatCount(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatRate(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{{950, "950"}, {12345, "12.3 k"}, {4561000, "4.56 M"}, {1.5e9, "1.5 G"}, {0.5, "0.5"}} {
+		if got := FormatRate(tc.v); got != tc.want {
+			t.Errorf("FormatRate(%g) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}

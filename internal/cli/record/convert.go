@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/allocscope/allocscope/intercept"
 	"github.com/allocscope/allocscope/internal/cli/command"
+	"github.com/allocscope/allocscope/internal/progress"
 	"github.com/allocscope/allocscope/internal/version"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -148,26 +148,15 @@ func convertDir(dir string, out *os.File, info trace.Info, progress io.Writer) (
 
 // newProgress returns a Progress callback for intercept.Convert that shows a bar on w once the
 // total passes progressThreshold events, and a function that finishes the bar. It draws nothing on
-// io.Discard (record -q): it does not even make the bar.
-func newProgress(w io.Writer) (progress func(done, total int64), finish func()) {
-	var bar *progressbar.ProgressBar
-	progress = func(done, total int64) {
-		if total < progressThreshold || w == io.Discard {
-			return
-		}
-		if bar == nil {
-			bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(w),
-				progressbar.OptionSetDescription("converting"), progressbar.OptionShowCount(),
-				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
-		}
-		_ = bar.Set64(done)
-	}
-	finish = func() {
-		if bar != nil {
-			_ = bar.Finish()
+// io.Discard (record -q).
+func newProgress(w io.Writer) (update func(done, total int64), finish func()) {
+	bar := progress.New(w, w != io.Discard)
+	update = func(done, total int64) {
+		if total >= progressThreshold {
+			bar.Update("converting", "events", done, total)
 		}
 	}
-	return progress, finish
+	return update, bar.Finish
 }
 
 // traceInfo is the metadata of a trace recorded now on this host.

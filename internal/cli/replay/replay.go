@@ -166,7 +166,7 @@ func checkNames(cs []replay.Check) string {
 
 // extract reads the trace's request stream, with the reader's warnings added to its own. The
 // reader's errors name the file.
-func extract(path string, bar *progress) (*replay.Trace, error) {
+func extract(path string, bar replayProgress) (*replay.Trace, error) {
 	r, err := trace.Open(path)
 	if err != nil {
 		return nil, err
