@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"github.com/allocscope/allocscope/internal/requests"
 	"io"
+	"sync"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/pool"
@@ -100,26 +101,58 @@ func Analyze(inputs []Input, opts Options) (*Report, error) {
 		r.Warnings = append(r.Warnings, warns...)
 		return r, nil
 	}
-	for _, in := range inputs {
-		tr, warns, err := analyzeStream(in.Name, in.Open, opts)
-		if err != nil {
-			return nil, err
-		}
-		r.PerFile = append(r.PerFile, tr)
-		r.Warnings = append(r.Warnings, warns...)
+	r.PerFile = make([]*model.TraceReport, len(inputs))
+	warns := make([][]string, len(inputs))
+	each := opts
+	each.Progress = filesProgress(opts.Progress, len(inputs))
+	err := forEachInput(len(inputs), func(i int) (err error) {
+		r.PerFile[i], warns[i], err = analyzeStream(inputs[i].Name, inputs[i].Open, each)
+		each.Progress("", 0, 0)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range warns {
+		r.Warnings = append(r.Warnings, w...)
 	}
 	tr, _, err := analyzeStream("combined", func() (Source, error) { return openMerged(inputs) }, opts)
 	if err != nil {
 		return nil, err
 	}
 	r.Combined = tr
+	if r.Ranks, err = analyzeRanks(inputs, r.PerFile, tr, opts); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
-// Config returns the recommended pool configuration of the report (of all inputs together).
+// filesProgress turns the per-file analyses, which run at once, into one stage: the inputs done out
+// of all of them. Called with an empty stage when an input is done; the other calls are ignored.
+func filesProgress(progress func(string, uint64, uint64), n int) func(string, uint64, uint64) {
+	var mu sync.Mutex
+	var done uint64
+	return func(stage string, _, _ uint64) {
+		if stage != "" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		done++
+		if progress != nil {
+			progress("inputs, each alone", done, uint64(n))
+		}
+	}
+}
+
+// Config returns the recommended pool configuration of the report: with several inputs (ranks),
+// the pool that fits every rank; else the input's.
 func Config(r *Report) *pool.Config {
 	if r == nil || r.Combined == nil {
 		return nil
+	}
+	if r.Ranks != nil && r.Ranks.Config != nil {
+		return r.Ranks.Config
 	}
 	return r.Combined.Config
 }
@@ -128,6 +161,17 @@ func Config(r *Report) *pool.Config {
 // analysis ran with: its simulation failed requests. The error says by how much its plan misses
 // and which PYTORCH_CUDA_ALLOC_CONF setting came closest.
 func CheckFits(r *Report, capacity uint64) error {
+	if rk := r.Ranks; rk != nil && rk.Config != nil {
+		if rk.Fits {
+			return nil
+		}
+		for _, row := range rk.Rows {
+			if row.SharedFallbacks > 0 || row.SharedFailures > 0 {
+				return fmt.Errorf("the pool for every rank still grows or fails on %s: %d fallbacks, %d failed requests",
+					row.Name, row.SharedFallbacks, row.SharedFailures)
+			}
+		}
+	}
 	tr := r.Combined
 	if tr == nil || len(tr.Simulations) == 0 || tr.Config == nil {
 		return nil
@@ -136,7 +180,7 @@ func CheckFits(r *Report, capacity uint64) error {
 	if rec.Failures == 0 && rec.Error == "" {
 		return nil
 	}
-	plan := planBytes(tr.Config)
+	plan := tr.Config.PlanBytes()
 	msg := fmt.Sprintf("the recommended pool does not fit in %d bytes: its plan needs %d bytes", capacity, plan)
 	if rec.Failures > 0 {
 		msg = fmt.Sprintf("the recommended pool does not fit in %d bytes: it failed %d requests; its plan needs %d bytes",
@@ -162,18 +206,6 @@ func PyTorchConf(r *Report) (string, error) {
 		return "", errors.New(searchSummary(ts))
 	}
 	return ts.Best[0].Conf, nil
-}
-
-// planBytes is what a size-class pool reserves up front: its class slots and its arena.
-func planBytes(c *pool.Config) uint64 {
-	if c.SizeClass == nil {
-		return 0
-	}
-	n := c.SizeClass.ArenaBytes
-	for _, cl := range c.SizeClass.Classes {
-		n += cl.Size * cl.Slots
-	}
-	return n
 }
 
 // closeSource closes src when it is an io.Closer and collects its warnings.

@@ -261,3 +261,37 @@ func TestRecordPoolPrediction(t *testing.T) {
 		}
 	}
 }
+
+// TestRanksSharePool: two ranks, one holding 3 blocks of 4 KiB at once, the other 5 and a 2 MiB
+// block. The pool for every rank has the combined analysis' class with 5 slots and a 2 MiB arena;
+// each rank runs on it without growth; rank1 has the highest peak and the most time in its calls;
+// it is the pool.json --emit-config writes.
+func TestRanksSharePool(t *testing.T) {
+	r0, r1 := &builder{}, &builder{}
+	for i := range uint64(3) {
+		r0.alloc(0x1000*(i+1), 4096, 1000)
+	}
+	for i := range uint64(5) {
+		r1.alloc(0x1000*(i+1), 4096, 2000)
+	}
+	r1.alloc(0x100000, 2<<20, 5000)
+	r, err := Analyze([]Input{fakeInput("rank0", r0.events), fakeInput("rank1", r1.events)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk := r.Ranks
+	if rk == nil || rk.Config == nil || !rk.Fits || rk.HighestPeak != "rank1" || rk.MostCallTime != "rank1" ||
+		rk.MostFallbacks != "" || len(rk.Rows) != 2 {
+		t.Fatalf("ranks %+v", rk)
+	}
+	sc := rk.Config.SizeClass
+	if len(sc.Classes) != 1 || sc.Classes[0].Size != 4096 || sc.Classes[0].Slots != 5 || sc.ArenaBytes != 2<<20 {
+		t.Errorf("pool for every rank: classes %+v, arena %d; want 5 slots of 4 KiB and 2 MiB", sc.Classes, sc.ArenaBytes)
+	}
+	if r0 := rk.Rows[0]; r0.SharedReserved != 5*4096+2<<20 || r0.SharedFallbacks != 0 || r0.PeakLiveBytes != 3*4096 {
+		t.Errorf("rank0 row %+v", r0)
+	}
+	if Config(r) != rk.Config {
+		t.Errorf("Config(r) is not the pool for every rank")
+	}
+}

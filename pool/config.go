@@ -167,6 +167,19 @@ type Equivalents struct {
 }
 
 // alignment returns the block alignment in force.
+// PlanBytes returns what a size-class pool of c reserves when it is made: its classes' slots and
+// its arena (0 for the other policies).
+func (c Config) PlanBytes() uint64 {
+	if c.SizeClass == nil {
+		return 0
+	}
+	n := c.SizeClass.ArenaBytes
+	for _, cl := range c.SizeClass.Classes {
+		n += cl.Size * cl.Slots
+	}
+	return n
+}
+
 func (c Config) alignment() uint64 {
 	if c.Alignment == 0 {
 		return DefaultAlignment

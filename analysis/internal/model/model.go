@@ -14,6 +14,7 @@ type Report struct {
 	Warnings []string       `json:"warnings"`
 	Combined *TraceReport   `json:"combined"`           // all inputs analyzed together
 	PerFile  []*TraceReport `json:"per_file,omitempty"` // each input alone, when there are several
+	Ranks    *Ranks         `json:"ranks,omitempty"`    // the inputs side by side, and one pool for all
 }
 
 // TraceReport is everything computed for one event stream.

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/pool"
 )
 
 // Text writes the terminal report: all inputs together, then each input alone.
@@ -16,6 +17,7 @@ func Text(w io.Writer, r *model.Report) error {
 	if len(r.PerFile) > 0 {
 		tw.printf("inputs: %s\n\n", strings.Join(r.Inputs, ", "))
 	}
+	tw.ranks(r.Ranks)
 	tw.trace(r.Combined)
 	for _, tr := range r.PerFile {
 		tw.printf("\n%s\n", strings.Repeat("=", 100))
@@ -28,6 +30,44 @@ func Text(w io.Writer, r *model.Report) error {
 		}
 	}
 	return tw.err
+}
+
+// ranks writes the inputs side by side and the pool for every rank.
+func (t *textWriter) ranks(rk *model.Ranks) {
+	if rk == nil {
+		return
+	}
+	t.printf("RANKS (each input alone; own = its own recommended pool, shared = the pool for every rank)\n")
+	rows := []string{"input\tevents\tpeak live\town reserved\town fallbacks\tshared reserved\tshared fallbacks\tin calls"}
+	for _, r := range rk.Rows {
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Name, Count(r.Events), Bytes(r.PeakLiveBytes),
+			Bytes(r.OwnReservedBytes), Count(r.OwnFallbacks), Bytes(r.SharedReserved), Count(r.SharedFallbacks+r.SharedFailures),
+			Duration(float64(r.MeasuredCallNs))))
+	}
+	t.table(rows)
+	t.printf("  highest peak: %s; most time inside allocation calls: %s", rk.HighestPeak, rk.MostCallTime)
+	if rk.MostFallbacks != "" {
+		t.printf("; most fallbacks of its own pool: %s", rk.MostFallbacks)
+	}
+	t.printf("\n")
+	if rk.Config != nil {
+		verdict := "every rank runs on it without growth or failure"
+		if !rk.Fits {
+			verdict = "some rank still grows or fails on it"
+		}
+		t.printf("  the pool for every rank (--emit-config): %s, %s reserved;\n    %s\n",
+			settingsLine(rk.Config), Bytes(rk.Config.PlanBytes()), verdict)
+	}
+	t.printf("\n")
+}
+
+// settingsLine sums up a size-class config: its classes and arena.
+func settingsLine(c *pool.Config) string {
+	sc := c.SizeClass
+	if sc == nil {
+		return string(c.Policy)
+	}
+	return fmt.Sprintf("%d classes up to %s, arena %s", len(sc.Classes), Bytes(sc.LargeThreshold), Bytes(sc.ArenaBytes))
 }
 
 type textWriter struct {

@@ -1,0 +1,30 @@
+package model
+
+import "github.com/allocscope/allocscope/pool"
+
+// Ranks compares the inputs of a multi-input analysis, one per rank (process or GPU), and gives
+// the one pool that fits every rank: the classes of the combined analysis, each with the most
+// slots any rank needs, and the largest arena any rank needs, checked by simulating it on each rank.
+type Ranks struct {
+	Rows []RankRow `json:"rows"`
+	// The outliers, by input name ("" when no rank stands out: no fallbacks at all).
+	HighestPeak   string `json:"highest_peak"`
+	MostFallbacks string `json:"most_fallbacks,omitempty"`
+	MostCallTime  string `json:"most_call_time"`
+	// Config is the pool for every rank; Fits says every rank ran on it without growth or failure.
+	Config *pool.Config `json:"config"`
+	Fits   bool         `json:"fits"`
+}
+
+// RankRow is one rank's figures.
+type RankRow struct {
+	Name             string `json:"name"`
+	Events           uint64 `json:"events"`
+	PeakLiveBytes    uint64 `json:"peak_live_bytes"`
+	OwnReservedBytes uint64 `json:"own_reserved_bytes"`    // its own recommended pool's peak reserved
+	OwnFallbacks     uint64 `json:"own_fallbacks"`         // its own recommended pool's fallbacks
+	SharedReserved   uint64 `json:"shared_reserved_bytes"` // the pool for every rank, on this rank
+	SharedFallbacks  uint64 `json:"shared_fallbacks"`
+	SharedFailures   uint64 `json:"shared_failures"`
+	MeasuredCallNs   int64  `json:"measured_call_ns"` // time inside its allocation calls, as recorded
+}
