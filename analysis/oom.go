@@ -3,6 +3,7 @@ package analysis
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -49,7 +50,7 @@ func explainOOM(snap *trace.Snapshot, failed model.Anomaly, name func(uint64) st
 	}
 	r.CachedFreeBytes = r.ReservedBytes - min(r.AllocatedBytes, r.ReservedBytes)
 	r.CapacityBytes = r.ReservedBytes + free
-	for _, st := range sortedStreams(largest) {
+	for _, st := range slices.Sorted(maps.Keys(largest)) {
 		r.LargestFree = append(r.LargestFree, model.StreamFree{Stream: st, Bytes: largest[st]})
 	}
 	slices.SortStableFunc(frag, func(a, b model.FragmentedSegment) int { return cmp.Compare(b.FreeBytes, a.FreeBytes) })
@@ -80,13 +81,4 @@ func fragmentation(s trace.SnapshotSegment, name func(uint64) string) model.Frag
 		f.PinnedBy = append(f.PinnedBy, model.PinningBlock{SizeBytes: b.Size, Callsite: site})
 	}
 	return f
-}
-
-func sortedStreams(m map[uint64]uint64) []uint64 {
-	keys := make([]uint64, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -3,7 +3,6 @@ package intercept
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/internal/requests"
+	"github.com/allocscope/allocscope/internal/requests/requeststest"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -82,7 +82,7 @@ func cpoolCases(t *testing.T) []cpoolCase {
 		cases = append(cases, cpoolCase{name + "/deferred", cfg, tr.Ops, tr.Streams, true})
 	}
 	for seed := range uint64(4) {
-		ops, handles := randomOps(seed, 20000)
+		ops, handles := requeststest.RandomOps(seed, 20000, 27)
 		for _, v := range cpoolVariants(base) {
 			cases = append(cases, cpoolCase{fmt.Sprintf("random%d/%s", seed, v.name), v.cfg, ops, handles, false})
 			cases = append(cases, cpoolCase{fmt.Sprintf("random%d/%s/deferred", seed, v.name), v.cfg, ops, handles, true})
@@ -126,42 +126,6 @@ func cpoolVariants(cfg pool.Config) []cpoolVariant {
 		{"per-stream", clone(func(sc *pool.SizeClassConfig, _ *pool.BestFitConfig) { sc.PerStream = true })},
 		{"best-aged", clone(func(sc *pool.SizeClassConfig, _ *pool.BestFitConfig) { sc.ArenaFit = pool.FitBestAged })},
 	}
-}
-
-// randomOps returns n requests: sizes from 1 byte to 64 MiB, on three streams, frees of random
-// live blocks, half of them by a synchronizing call, and now and then a device synchronization.
-func randomOps(seed uint64, n int) ([]requests.Op, []uint64) {
-	r := rand.New(rand.NewPCG(seed, 7))
-	var live []uint32
-	var free []uint32
-	next := uint32(0)
-	var ops []requests.Op
-	for len(ops) < n {
-		stream := uint32(r.IntN(3))
-		if len(live) > 0 && r.IntN(2) == 0 {
-			i := r.IntN(len(live))
-			slot := live[i]
-			live[i] = live[len(live)-1]
-			live = live[:len(live)-1]
-			free = append(free, slot)
-			ops = append(ops, requests.NewOp(0, slot, stream, r.IntN(2) == 0))
-			if r.IntN(50) == 0 {
-				ops = append(ops, requests.NewOp(0, requests.NoSlot, stream, true))
-			}
-			continue
-		}
-		slot := next
-		if len(free) > 0 {
-			slot, free = free[len(free)-1], free[:len(free)-1]
-		} else {
-			next++
-		}
-		size := uint64(1) << r.IntN(27)
-		size += uint64(r.IntN(int(size)))
-		live = append(live, slot)
-		ops = append(ops, requests.NewOp(size, slot, stream, false))
-	}
-	return ops, []uint64{0, 0x7f01, 0x7f02}
 }
 
 // bumpUpstream is the driver's upstream: addresses from 0x100000000000 in 2 MiB steps, never

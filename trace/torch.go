@@ -5,8 +5,10 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/big"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -244,7 +246,7 @@ func (imp *snapshotImporter) convert(root any) ([]Event, error) {
 	if len(events) > 0 && events[0].TimeNs > 0 {
 		imp.r.info.StartTime = time.Unix(0, events[0].TimeNs).UTC()
 	}
-	for _, action := range sortedKeys(imp.skipped) {
+	for _, action := range slices.Sorted(maps.Keys(imp.skipped)) {
 		imp.r.warnf("device_traces: %d entries with unknown action %q skipped", imp.skipped[action], action)
 	}
 	return events, nil
@@ -610,13 +612,4 @@ func pyType(v any) string {
 		return "a bool"
 	}
 	return fmt.Sprintf("a %T", v)
-}
-
-func sortedKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -3,7 +3,6 @@ package cpool_test
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/allocscope/allocscope/intercept"
 	"github.com/allocscope/allocscope/intercept/cpool"
 	"github.com/allocscope/allocscope/internal/requests"
+	"github.com/allocscope/allocscope/internal/requests/requeststest"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/replay/backend/host"
 )
@@ -77,38 +77,6 @@ func sizeClassConfig() pool.Config {
 	return pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicySizeClass, SizeClass: &pool.SizeClassConfig{
 		Classes:        []pool.Class{{Size: 512, Slots: 16}, {Size: 1024, Slots: 8}, {Size: 4096, Slots: 8}, {Size: 65536, Slots: 4}},
 		LargeThreshold: 65536, ArenaBytes: 4 << 20}}
-}
-
-// randomOps returns n requests on three streams: sizes from 1 byte to 16 MiB, frees of random live
-// blocks, a few sync-only ops.
-func randomOps(seed uint64, n int) ([]requests.Op, []uint64) {
-	r := rand.New(rand.NewPCG(seed, 11))
-	var live, free []uint32
-	next := uint32(0)
-	ops := make([]requests.Op, 0, n)
-	for len(ops) < n {
-		stream := uint32(r.IntN(3))
-		switch {
-		case r.IntN(50) == 0:
-			ops = append(ops, requests.NewOp(0, requests.NoSlot, 0, true))
-		case len(live) > 0 && r.IntN(2) == 0:
-			i := r.IntN(len(live))
-			free = append(free, live[i])
-			ops = append(ops, requests.NewOp(0, live[i], stream, false))
-			live = slices.Delete(live, i, i+1)
-		default:
-			slot := next
-			if len(free) > 0 {
-				slot, free = free[len(free)-1], free[:len(free)-1]
-			} else {
-				next++
-			}
-			size := uint64(1) << r.IntN(25)
-			live = append(live, slot)
-			ops = append(ops, requests.NewOp(size+r.Uint64N(size), slot, stream, false))
-		}
-	}
-	return ops, []uint64{0, 0x7f01, 0x7f02}
 }
 
 // regions is an Upstream that records the regions it reserved, in order, so that an address can
@@ -235,7 +203,7 @@ func TestRunMatchesGoPool(t *testing.T) {
 		inputs = append(inputs, input{name, cfg, tr.Ops, tr.Streams})
 	}
 	for seed := range uint64(3) {
-		ops, handles := randomOps(seed, 5000)
+		ops, handles := requeststest.RandomOps(seed, 5000, 25)
 		inputs = append(inputs, input{fmt.Sprintf("random%d", seed), sizeClassConfig(), ops, handles})
 	}
 	var failed, fallbacks uint64
@@ -263,7 +231,7 @@ func TestRunReportsUnservableRequests(t *testing.T) {
 	needCgo(t)
 	h := host.New(1 << 40)
 	defer h.Close()
-	ops, handles := randomOps(1, 3000)
+	ops, handles := requeststest.RandomOps(1, 3000, 25)
 	capped := variants(sizeClassConfig())["capped"]
 	g, gerrs := goRun(t, capped, ops, handles, &regions{Upstream: h})
 	c, res := cRun(t, capped, ops, handles, &regions{Upstream: h})
@@ -368,7 +336,7 @@ func TestPoolIsAnAllocator(t *testing.T) {
 // Run times each request when asked (every request a latency, no other op one) and the loop always.
 func TestRunTimesRequests(t *testing.T) {
 	needCgo(t)
-	ops, handles := randomOps(2, 2000)
+	ops, handles := requeststest.RandomOps(2, 2000, 25)
 	h := host.New(1 << 40)
 	defer h.Close()
 	for _, perRequest := range []bool{false, true} {
