@@ -93,10 +93,10 @@ func before(a, b *trace.Event) bool {
 }
 
 // Callsite names a callsite with the first source that knows it.
-func (m *merged) Callsite(id uint64) (trace.Callsite, bool) {
+func (m *merged) Callsite(pid uint32, id uint64) (trace.Callsite, bool) {
 	for _, s := range m.srcs {
 		if n, ok := s.(callsiteNamer); ok {
-			if c, ok := n.Callsite(id); ok {
+			if c, ok := n.Callsite(pid, id); ok {
 				return c, true
 			}
 		}

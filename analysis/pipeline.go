@@ -48,18 +48,18 @@ func progress(opts Options, stage string) func(int) {
 	}
 }
 
-// callsiteNamer is a source that knows the code behind some callsites (*trace.Reader of a PyTorch
-// snapshot).
+// callsiteNamer is a source that knows the code behind some callsites (*trace.Reader: a PyTorch
+// snapshot's stacks, a recording's modules).
 type callsiteNamer interface {
-	Callsite(id uint64) (trace.Callsite, bool)
+	Callsite(pid uint32, id uint64) (trace.Callsite, bool)
 }
 
 // collect is the statistics pass.
 func collect(src Source, opts Options) (*stats.Collector, error) {
 	c := stats.NewCollector(sizeclass.Thresholds)
 	if n, ok := src.(callsiteNamer); ok {
-		c.NameCallsites(func(id uint64) (string, bool) {
-			cs, ok := n.Callsite(id)
+		c.NameCallsites(func(pid uint32, id uint64) (string, bool) {
+			cs, ok := n.Callsite(pid, id)
 			return cs.Label, ok
 		})
 	}
@@ -94,7 +94,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		}
 		if n, ok := src.(callsiteNamer); ok {
 			callsiteName = func(id uint64) string {
-				if cs, ok := n.Callsite(id); ok {
+				if cs, ok := n.Callsite(0, id); ok {
 					return cs.Label
 				}
 				return fmt.Sprintf("%#x", id)

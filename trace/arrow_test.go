@@ -55,6 +55,7 @@ func testInfo() Info {
 		GPUNames:        []string{"NVIDIA H200", "NVIDIA H200"},
 		Pool: &PoolActivity{Syncs: 3, SyncNs: 41000, Reservations: 2, Fallbacks: 1, PassedThrough: 4, Events: 5,
 			StreamWaits: 6, HostWaits: 7, PeakReservedBytes: 3 << 30, IPCExports: 8},
+		Modules: []Module{{PID: 41, Start: 0x400000, End: 0x401000, Offset: 0x1000, Path: "/usr/bin/train"}},
 	}
 }
 

@@ -41,11 +41,21 @@ func (c callsites) intern(frames []Frame) uint64 {
 	return id
 }
 
-// Callsite returns the recorded stack of an event's Callsite value, when the trace has it (PyTorch
-// snapshots recorded with stacks); ok is false for return addresses and unknown values.
-func (r *Reader) Callsite(id uint64) (Callsite, bool) {
+// Callsite names the code behind an event's Callsite value in process pid: the stack a PyTorch
+// snapshot recorded, or, for a return address in a trace with modules (Info.Modules), the function
+// and (with debug information) the file and line, read from the module's ELF file on this machine.
+// ok is false when nothing names it.
+func (r *Reader) Callsite(pid uint32, id uint64) (Callsite, bool) {
 	if c := r.callsites[id]; c != nil {
 		return *c, true
+	}
+	if r.symbols == nil && len(r.info.Modules) > 0 {
+		r.symbols = newSymbolizer(r.info.Modules)
+	}
+	if r.symbols != nil && id != 0 {
+		if c := r.symbols.name(pid, id); c != nil {
+			return *c, true
+		}
 	}
 	return Callsite{}, false
 }

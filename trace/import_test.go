@@ -63,10 +63,10 @@ func TestPyTorchSnapshotSmall(t *testing.T) {
 			}
 			defer r.Close()
 			got := drain(t, r)
-			if c, ok := r.Callsite(callsite); !ok || !reflect.DeepEqual(c, Callsite{Label: "forward (train.py:12)", Frames: stack}) {
+			if c, ok := r.Callsite(0, callsite); !ok || !reflect.DeepEqual(c, Callsite{Label: "forward (train.py:12)", Frames: stack}) {
 				t.Errorf("callsite %#x = %+v, %v", callsite, c, ok)
 			}
-			if _, ok := r.Callsite(0x400123); ok {
+			if _, ok := r.Callsite(0, 0x400123); ok {
 				t.Errorf("a return address resolved as a recorded stack")
 			}
 			if !reflect.DeepEqual(got, want) {

@@ -32,6 +32,7 @@ type Info struct {
 	GPUNames        []string      // GPU names by ordinal, when known
 	LostEvents      int64         // calls the recorder saw but could not write (the trace lacks them)
 	Pool            *PoolActivity // what record --pool's pool did; nil for a recording without it
+	Modules         []Module      // the recorded processes' executable mappings, for naming callsites
 }
 
 // PoolActivity is what the pool of `record --pool` did inside the recorded program, summed over
@@ -61,6 +62,7 @@ const (
 	metaGPUNames        = "allocscope.gpu_names"
 	metaLostEvents      = "allocscope.lost_events"
 	metaPool            = "allocscope.pool"
+	metaModules         = "allocscope.modules"
 )
 
 // metadata encodes info as Arrow schema metadata. The format version written is always
@@ -75,10 +77,10 @@ func (info Info) metadata() arrow.Metadata {
 		source = SourceAllocscope
 	}
 	keys := []string{metaFormatVersion, metaSource, metaCommand, metaHost, metaStartTime,
-		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents, metaPool}
+		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents, metaPool, metaModules}
 	values := []string{strconv.Itoa(FormatVersion), source, jsonStrings(info.Command), info.Host, start,
 		info.RecorderVersion, info.DriverVersion, jsonStrings(info.GPUNames), strconv.FormatInt(info.LostEvents, 10),
-		poolJSON(info.Pool)}
+		poolJSON(info.Pool), modulesJSON(info.Modules)}
 	return arrow.NewMetadata(keys, values)
 }
 
@@ -88,6 +90,27 @@ func poolJSON(p *PoolActivity) string {
 	}
 	b, _ := json.Marshal(p) // a struct of numbers always marshals
 	return string(b)
+}
+
+func modulesJSON(m []Module) string {
+	if len(m) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(m) // numbers and strings always marshal
+	return string(b)
+}
+
+// metaModules decodes the modules; "" or a missing key is none.
+func metaModulesOf(md arrow.Metadata) ([]Module, error) {
+	v, _ := metaValue(md, metaModules)
+	if v == "" {
+		return nil, nil
+	}
+	var m []Module
+	if err := json.Unmarshal([]byte(v), &m); err != nil {
+		return nil, fmt.Errorf("schema metadata %q: %w", metaModules, err)
+	}
+	return m, nil
 }
 
 // metaPoolActivity decodes the pool activity; "" or a missing key is nil.
@@ -148,6 +171,9 @@ func infoFromMetadata(md arrow.Metadata) (Info, error) {
 		}
 	}
 	if info.Pool, err = metaPoolActivity(md); err != nil {
+		return info, err
+	}
+	if info.Modules, err = metaModulesOf(md); err != nil {
 		return info, err
 	}
 	if s, _ := metaValue(md, metaStartTime); s != "" {

@@ -46,7 +46,8 @@ type Reader struct {
 	info      Info
 	src       source
 	snapshot  *Snapshot
-	callsites callsites // recorded stacks, by Event.Callsite (PyTorch snapshots)
+	callsites callsites   // recorded stacks, by Event.Callsite (PyTorch snapshots)
+	symbols   *symbolizer // names return addresses with Info.Modules, made at first use
 	warnings  []string
 	buf       []Event
 	err       error // sticky error of Next

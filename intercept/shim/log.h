@@ -240,6 +240,47 @@ static void log_open(void) {
 	__atomic_store_n(&g_log_state, LOG_READY, __ATOMIC_RELEASE);
 }
 
+/* log_save_maps writes the executable mappings of files (lines of /proc/self/maps with "x" and a
+ * path) next to the log as <pid>-<start>.maps, for analyze to name callsites: at start, and again
+ * at exit with what the process loaded since. Written to a temporary name and renamed, so a
+ * reader never sees half of one. Needs no heap. */
+static void log_save_maps(void) {
+	if (__atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) != LOG_READY)
+		return;
+	char path[sizeof g_log_path + 8], tmp[sizeof g_log_path + 16];
+	size_t n = strlen(g_log_path);
+	if (n < 5 || n + 8 > sizeof path)
+		return;
+	memcpy(path, g_log_path, n - 5); /* without ".alog" */
+	memcpy(path + n - 5, ".maps", 6);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	int out = in < 0 ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	char buf[8192], line[PATH_MAX + 256];
+	size_t len = 0;
+	ssize_t got;
+	int ok = out >= 0;
+	while (ok && (got = read(in, buf, sizeof buf)) > 0) {
+		for (ssize_t i = 0; i < got && ok; i++) {
+			if (len < sizeof line - 1)
+				line[len++] = buf[i];
+			if (buf[i] != '\n')
+				continue;
+			/* "start-end perms offset dev inode path": keep executable mappings of files */
+			char *perms = memchr(line, ' ', len), *slash = memchr(line, '/', len);
+			if (perms != NULL && perms + 4 < line + len && perms[3] == 'x' && slash != NULL)
+				ok = write(out, line, len) == (ssize_t)len;
+			len = 0;
+		}
+	}
+	if (in >= 0)
+		close(in);
+	if (out >= 0 && close(out) == 0 && ok)
+		rename(tmp, path);
+	else if (out >= 0)
+		unlink(tmp);
+}
+
 /* log_forget drops the parent's log in a forked child (its mappings would write into the parent's
  * files), so that the child can open its own. */
 static void log_forget(void) {

@@ -47,6 +47,7 @@ static void atfork_child(void) {
 		g_private_seq = (uint64_t)getpid() << 40;
 	__atomic_store_n(&g_log_state, LOG_OFF, __ATOMIC_RELEASE);
 	log_open();
+	log_save_maps();
 	if (parent_log >= 0)
 		close(parent_log);
 }
@@ -64,6 +65,7 @@ static void shim_init(void) {
 			map_grow(&g_handles, 0);
 			map_control();
 			log_open();
+			log_save_maps();
 			serve_init();
 			pthread_atfork(NULL, NULL, atfork_child);
 			__atomic_store_n(&g_enabled, 1, __ATOMIC_RELEASE);
@@ -73,3 +75,10 @@ static void shim_init(void) {
 }
 
 __attribute__((constructor)) static void shim_constructor(void) { shim_init(); }
+
+/* At exit the mappings are saved again, with the libraries loaded since the start. */
+__attribute__((destructor)) static void shim_destructor(void) {
+	int e = errno;
+	log_save_maps();
+	errno = e;
+}

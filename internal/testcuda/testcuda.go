@@ -198,7 +198,7 @@ func (e *Env) compileAll(testdata string) error {
 			return err
 		}
 		for name, out := range e.progs {
-			args := []string{"-O2", "-I", fake, "-o", out, filepath.Join(testdata, "progs", name+".c")}
+			args := []string{"-O2", "-g", "-I", fake, "-o", out, filepath.Join(testdata, "progs", name+".c")}
 			if !unlinked[name] {
 				args = append(args, "-L", e.LibDir, "-lcudart", "-lcuda")
 			}

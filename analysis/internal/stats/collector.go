@@ -44,7 +44,9 @@ func NewCollector(thresholds []uint64) *Collector {
 
 // NameCallsites makes the reports name callsites with names (a PyTorch snapshot's stacks), where
 // it knows them; the others stay addresses.
-func (c *Collector) NameCallsites(names func(uint64) (string, bool)) { c.fns.callsites = names }
+func (c *Collector) NameCallsites(names func(pid uint32, id uint64) (string, bool)) {
+	c.fns.callsites = names
+}
 
 // Add processes a batch of events.
 func (c *Collector) Add(batch []trace.Event) {

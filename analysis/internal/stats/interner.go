@@ -8,7 +8,7 @@ import "strings"
 // point into a reader's reused buffers.
 type interner struct {
 	// callsites names a recorded callsite (a PyTorch snapshot's stack), when the source knows it.
-	callsites func(uint64) (string, bool)
+	callsites func(pid uint32, id uint64) (string, bool)
 	ids       map[string]uint16
 	names     []string
 	last      string
@@ -69,10 +69,11 @@ func (n *interner) name(i uint16) string {
 	return ""
 }
 
-// callsite names a callsite for a report: the source's name for it, else its address.
-func (n *interner) callsite(id uint64) string {
+// callsite names a callsite of process pid for a report: the source's name for it, else its
+// address.
+func (n *interner) callsite(pid uint32, id uint64) string {
 	if n.callsites != nil {
-		if name, ok := n.callsites(id); ok {
+		if name, ok := n.callsites(pid, id); ok {
 			return name
 		}
 	}

@@ -123,7 +123,7 @@ func (t *tracker) newGroup(k groupKey) int32 {
 func (t *tracker) ref(e *trace.Event) model.EventRef {
 	return model.EventRef{Seq: e.Seq, TimeNs: e.TimeNs, PID: e.PID, Device: e.Device,
 		Function: e.Function, Size: e.Size, Address: fmt.Sprintf("%#x", e.Address),
-		Callsite: t.fns.callsite(e.Callsite), Result: e.Result}
+		Callsite: t.fns.callsite(e.PID, e.Callsite), Result: e.Result}
 }
 
 func tracked(m trace.Memory) bool { return m == trace.MemoryDevice || m == trace.MemoryManaged }
@@ -285,7 +285,7 @@ func (t *tracker) finishLeaks() {
 		l := oldest[i]
 		t.leaks.events = append(t.leaks.events, model.EventRef{Seq: l.b.seq, TimeNs: l.b.time,
 			PID: l.k.PID, Device: l.k.Device, Function: t.fns.name(l.b.fn), Size: l.b.size,
-			Address: fmt.Sprintf("%#x", l.k.Addr), Callsite: t.fns.callsite(l.b.callsite)})
+			Address: fmt.Sprintf("%#x", l.k.Addr), Callsite: t.fns.callsite(l.k.PID, l.b.callsite)})
 	}
 }
 

@@ -125,6 +125,7 @@ func convertDir(dir string, out *os.File, info trace.Info, progress io.Writer) (
 	defer logs.Close()
 	info.LostEvents = logs.Lost()
 	info.Pool = logs.Pool()
+	info.Modules = logs.Modules()
 	bw := bufio.NewWriterSize(out, 1<<20)
 	w, err := trace.NewWriter(bw, info)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allocscope/allocscope/analysis"
 	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/internal/version"
 	"github.com/allocscope/allocscope/trace"
@@ -174,5 +175,56 @@ func TestSignalForwarding(t *testing.T) {
 			events, _ := testcuda.ReadTrace(t, out)
 			testcuda.CheckEvents(t, events, testcuda.SignalsEvents)
 		})
+	}
+}
+
+// record saves each process's executable mappings in the trace (trace.Info.Modules), so that
+// analyze names the code behind a callsite: testdata/progs/leaky.c's two leaks come from
+// leak_small and leak_large, at the lines of their cudaMalloc calls.
+func TestRecordNamesCallsites(t *testing.T) {
+	env := testcuda.Build(t)
+	out := tempPath(t, "leaky.arrow")
+	if code, _, stderr := runMain(t, "-q", "-o", out, "--shim", env.Shim, "--", env.Prog("leaky")); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	r, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if len(r.Info().Modules) == 0 {
+		t.Fatal("the trace has no modules")
+	}
+	var names []string
+	for {
+		batch, err := r.Next()
+		for _, e := range batch {
+			if e.Function == "cudaMalloc" {
+				c, ok := r.Callsite(e.PID, e.Callsite)
+				if !ok {
+					t.Fatalf("callsite %#x of pid %d not named", e.Callsite, e.PID)
+				}
+				names = append(names, c.Label)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	want := []string{"leak_small (leaky.c:8)", "leak_large (leaky.c:14)"}
+	if !slices.Equal(names, want) {
+		t.Errorf("callsites %q, want %q", names, want)
+	}
+	rep, err := analysis.Analyze([]analysis.Input{{Name: out, Open: func() (analysis.Source, error) { return trace.Open(out) }}},
+		analysis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaks []string
+	for _, e := range rep.Combined.Anomalies.Leaks.Events {
+		leaks = append(leaks, e.Callsite)
+	}
+	if want := []string{"leak_small (leaky.c:8)", "leak_large (leaky.c:14)"}; !slices.Equal(leaks, want) {
+		t.Errorf("analyze's leaks from %q, want %q", leaks, want)
 	}
 }

@@ -171,9 +171,9 @@ func prepareLogDir(dir string) (created bool, err error) {
 }
 
 // removeRawLogs deletes what the recording wrote into dir (the sequence counter, raw logs and
-// rings), and dir itself when it was created for the recording and nothing else is in it.
+// lanes, module maps), and dir itself when it was created for the recording and nothing else is in it.
 func removeRawLogs(dir string, created bool) {
-	for _, pattern := range []string{"control", "*.alog", "*.lanes"} {
+	for _, pattern := range []string{"control", "*.alog", "*.lanes", "*.maps", "*.maps.tmp"} {
 		paths, _ := filepath.Glob(filepath.Join(dir, pattern))
 		for _, p := range paths {
 			os.Remove(p)

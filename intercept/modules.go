@@ -1,0 +1,49 @@
+package intercept
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/allocscope/allocscope/trace"
+)
+
+// Modules returns the executable mappings the recorded processes saved beside their logs
+// (<pid>-<start>.maps, as /proc/PID/maps lines), for naming callsites. A process that saved none
+// (killed before its shim wrote them) has none; malformed lines are skipped.
+func (l *Logs) Modules() []trace.Module {
+	var mods []trace.Module
+	for _, lf := range l.files {
+		path := strings.TrimSuffix(lf.f.Name(), ".alog") + ".maps"
+		mods = append(mods, readMaps(path, lf.log.header.PID)...)
+	}
+	return mods
+}
+
+// readMaps reads one maps file: "start-end perms offset dev inode path" lines.
+func readMaps(path string, pid uint32) []trace.Module {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var mods []trace.Module
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 || !strings.HasPrefix(fields[5], "/") {
+			continue
+		}
+		lo, hi, ok := strings.Cut(fields[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		off, err3 := strconv.ParseUint(fields[2], 16, 64)
+		if !ok || err1 != nil || err2 != nil || err3 != nil || end <= start {
+			continue
+		}
+		mods = append(mods, trace.Module{PID: pid, Start: start, End: end, Offset: off,
+			Path: strings.Join(fields[5:], " ")})
+	}
+	return mods
+}

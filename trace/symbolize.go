@@ -1,0 +1,166 @@
+package trace
+
+import (
+	"cmp"
+	"debug/dwarf"
+	"debug/elf"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Module is one executable mapping of a file in a recorded process (from /proc/PID/maps), which
+// names the code at a callsite: the function, and the file and line where the file has debug
+// information.
+type Module struct {
+	PID    uint32 `json:"pid"`
+	Start  uint64 `json:"start"`
+	End    uint64 `json:"end"`
+	Offset uint64 `json:"offset"` // file offset of Start
+	Path   string `json:"path"`
+}
+
+// symbolizer names return addresses with the recorded modules and their ELF files, reading each
+// file once. A file that is gone or unreadable names nothing.
+type symbolizer struct {
+	mu      sync.Mutex
+	modules map[uint32][]Module // by pid, sorted by Start
+	files   map[string]*elfInfo // by path; nil when unreadable
+	names   map[[2]uint64]*Callsite
+}
+
+// elfInfo is what naming needs of one ELF file.
+type elfInfo struct {
+	loads []elf.ProgHeader // PT_LOAD headers
+	syms  []elf.Symbol     // functions, by address
+	dw    *dwarf.Data      // nil without debug information
+}
+
+func newSymbolizer(mods []Module) *symbolizer {
+	s := &symbolizer{modules: map[uint32][]Module{}, files: map[string]*elfInfo{}, names: map[[2]uint64]*Callsite{}}
+	for _, m := range mods {
+		s.modules[m.PID] = append(s.modules[m.PID], m)
+	}
+	for _, ms := range s.modules {
+		slices.SortFunc(ms, func(a, b Module) int { return cmp.Compare(a.Start, b.Start) })
+	}
+	return s
+}
+
+// name returns the callsite of a return address in process pid, or nil.
+func (s *symbolizer) name(pid uint32, addr uint64) *Callsite {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := [2]uint64{uint64(pid), addr}
+	if c, ok := s.names[key]; ok {
+		return c
+	}
+	var c *Callsite
+	ms := s.modules[pid]
+	if i, _ := slices.BinarySearchFunc(ms, addr+1, func(m Module, a uint64) int { return cmp.Compare(m.Start, a) }); i > 0 {
+		if m := ms[i-1]; addr < m.End {
+			c = s.inModule(m, addr-m.Start+m.Offset)
+		}
+	}
+	s.names[key] = c
+	return c
+}
+
+// inModule names the code at file offset off of m's file.
+func (s *symbolizer) inModule(m Module, off uint64) *Callsite {
+	f, ok := s.files[m.Path]
+	if !ok {
+		f = readELF(m.Path)
+		s.files[m.Path] = f
+	}
+	if f == nil {
+		return nil
+	}
+	pc, ok := f.vaddr(off)
+	if !ok {
+		return nil
+	}
+	pc-- // a return address: the call is the instruction before it
+	fr := Frame{File: filepath.Base(m.Path)}
+	if i, _ := slices.BinarySearchFunc(f.syms, pc+1, func(sym elf.Symbol, a uint64) int { return cmp.Compare(sym.Value, a) }); i > 0 {
+		if sym := f.syms[i-1]; pc < sym.Value+max(sym.Size, 1) {
+			fr.Function = cloneBase(sym.Name)
+		}
+	}
+	label := fmt.Sprintf("%s+%#x (%s)", fr.Function, off, fr.File)
+	if file, line, ok := f.line(pc); ok {
+		fr.File, fr.Line = file, int64(line)
+		label = fmt.Sprintf("%s (%s:%d)", fr.Function, filepath.Base(file), line)
+	} else if fr.Function == "" {
+		label = fmt.Sprintf("%s+%#x", fr.File, off)
+	}
+	return &Callsite{Label: label, Frames: []Frame{fr}}
+}
+
+func readELF(path string) *elfInfo {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	info := &elfInfo{}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			info.loads = append(info.loads, p.ProgHeader)
+		}
+	}
+	syms, _ := f.Symbols()
+	dyn, _ := f.DynamicSymbols()
+	for _, sym := range append(syms, dyn...) {
+		if elf.ST_TYPE(sym.Info) == elf.STT_FUNC && sym.Value != 0 {
+			info.syms = append(info.syms, sym)
+		}
+	}
+	slices.SortFunc(info.syms, func(a, b elf.Symbol) int { return cmp.Compare(a.Value, b.Value) })
+	info.dw, _ = f.DWARF()
+	return info
+}
+
+// vaddr turns a file offset into the address the file's code was linked at.
+func (f *elfInfo) vaddr(off uint64) (uint64, bool) {
+	for _, p := range f.loads {
+		if off >= p.Off && off < p.Off+p.Filesz {
+			return off - p.Off + p.Vaddr, true
+		}
+	}
+	return 0, false
+}
+
+// line returns the source file and line of pc, from the file's debug information.
+func (f *elfInfo) line(pc uint64) (string, int, bool) {
+	if f.dw == nil {
+		return "", 0, false
+	}
+	r := f.dw.Reader()
+	cu, err := r.SeekPC(pc)
+	if err != nil || cu == nil {
+		return "", 0, false
+	}
+	lr, err := f.dw.LineReader(cu)
+	if err != nil || lr == nil {
+		return "", 0, false
+	}
+	var e dwarf.LineEntry
+	if err := lr.SeekPC(pc, &e); err != nil || e.File == nil {
+		return "", 0, false
+	}
+	return e.File.Name, e.Line, true
+}
+
+// cloneBase drops the suffix a compiler gives a specialised copy of a function
+// ("leak.isra.0", "f.constprop.3", "g.part.1", "h.cold"): people know it by its name.
+func cloneBase(name string) string {
+	for _, marker := range []string{".isra.", ".constprop.", ".part.", ".lto_priv.", ".cold"} {
+		if i := strings.Index(name, marker); i > 0 {
+			name = name[:i]
+		}
+	}
+	return name
+}
