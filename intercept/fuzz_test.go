@@ -84,3 +84,17 @@ func updateFuzzSeed(t *testing.T, name, dir string) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzReadMaps: a module maps file is outside input (any process can write into the log
+// directory): reading it never panics, and every module it yields is a non-empty range with a path.
+func FuzzReadMaps(f *testing.F) {
+	f.Add([]byte("56412be67000-56412be6b000 r-xp 00002000 fe:00 247849 /usr/bin/true\n"))
+	f.Add([]byte("7f00-7e00 r-xp 0 0:0 0 /lib/x.so\nzz-yy r-xp 0 0 0 /a b\n\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, m := range parseMaps(bytes.NewReader(data), 7) {
+			if m.End <= m.Start || m.PID != 7 || !strings.HasPrefix(m.Path, "/") {
+				t.Errorf("module %+v from %q", m, data)
+			}
+		}
+	})
+}

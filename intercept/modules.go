@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -21,15 +22,21 @@ func (l *Logs) Modules() []trace.Module {
 	return mods
 }
 
-// readMaps reads one maps file: "start-end perms offset dev inode path" lines.
+// readMaps reads one maps file.
 func readMaps(path string, pid uint32) []trace.Module {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
+	return parseMaps(f, pid)
+}
+
+// parseMaps reads "start-end perms offset dev inode path" lines; a line too long for the scanner
+// ends the reading.
+func parseMaps(r io.Reader, pid uint32) []trace.Module {
 	var mods []trace.Module
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 6 || !strings.HasPrefix(fields[5], "/") {
