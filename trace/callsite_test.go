@@ -24,3 +24,19 @@ func TestCallsiteLabel(t *testing.T) {
 		}
 	}
 }
+
+// Symbol names as people know them: compiler clone suffixes dropped, C++ demangled without
+// parameters or template arguments.
+func TestCloneBase(t *testing.T) {
+	for in, want := range map[string]string{
+		"leak_small.isra.0": "leak_small",
+		"f.constprop.3":     "f",
+		"main":              "main",
+		"_ZN3c104cuda20CUDACachingAllocator6mallocEPPvm":                  "c10::cuda::CUDACachingAllocator::malloc",
+		"_ZN2at6native17gpu_reduce_kernelIffLi4EEEvRNS_14TensorIteratorE": "at::native::gpu_reduce_kernel",
+	} {
+		if got := cloneBase(in); got != want {
+			t.Errorf("cloneBase(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/ianlancetaylor/demangle"
 )
 
 // Module is one executable mapping of a file in a recorded process (from /proc/PID/maps), which
@@ -155,8 +157,12 @@ func (f *elfInfo) line(pc uint64) (string, int, bool) {
 }
 
 // cloneBase drops the suffix a compiler gives a specialised copy of a function
-// ("leak.isra.0", "f.constprop.3", "g.part.1", "h.cold"): people know it by its name.
+// ("leak.isra.0", "f.constprop.3", "g.part.1", "h.cold"): people know it by its name. A C++ name
+// is demangled, without its parameters ("c10::cuda::CUDACachingAllocator::malloc").
 func cloneBase(name string) string {
+	if strings.HasPrefix(name, "_Z") {
+		name = demangle.Filter(name, demangle.NoParams, demangle.NoTemplateParams)
+	}
 	for _, marker := range []string{".isra.", ".constprop.", ".part.", ".lto_priv.", ".cold"} {
 		if i := strings.Index(name, marker); i > 0 {
 			name = name[:i]
