@@ -86,12 +86,13 @@ func (s *symbolizer) inModule(m Module, off uint64) *Callsite {
 	}
 	pc-- // a return address: the call is the instruction before it
 	fr := Frame{File: filepath.Base(m.Path)}
+	var into uint64 // the return address's offset into its function
 	if i, _ := slices.BinarySearchFunc(f.syms, pc+1, func(sym elf.Symbol, a uint64) int { return cmp.Compare(sym.Value, a) }); i > 0 {
 		if sym := f.syms[i-1]; pc < sym.Value+max(sym.Size, 1) {
-			fr.Function = cloneBase(sym.Name)
+			fr.Function, into = cloneBase(sym.Name), pc+1-sym.Value
 		}
 	}
-	label := fmt.Sprintf("%s+%#x (%s)", fr.Function, off, fr.File)
+	label := fmt.Sprintf("%s+%#x (%s)", fr.Function, into, fr.File)
 	if file, line, ok := f.line(pc); ok {
 		fr.File, fr.Line = file, int64(line)
 		label = fmt.Sprintf("%s (%s:%d)", fr.Function, filepath.Base(file), line)
