@@ -1,9 +1,11 @@
 package trace
 
 import (
+	"encoding/binary"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -28,15 +30,31 @@ const callsiteTag = 1 << 63
 // callsites interns the stacks of one trace, by the Event.Callsite value they get.
 type callsites map[uint64]*Callsite
 
-// intern returns the Event.Callsite of frames, keeping the stack the first time it is seen.
-func (c callsites) intern(frames []Frame) uint64 {
-	h := fnv.New64a()
+// callsiteSeed seeds the hash of stacks: Event.Callsite values of stacks hold within one process.
+var callsiteSeed = maphash.MakeSeed()
+
+// stackID is the Event.Callsite value of frames.
+func stackID(frames []Frame) uint64 {
+	var h maphash.Hash
+	h.SetSeed(callsiteSeed)
+	var line [8]byte
 	for _, f := range frames {
-		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", f.Function, f.File, f.Line)
+		h.WriteString(f.Function)
+		h.WriteByte(0)
+		h.WriteString(f.File)
+		binary.LittleEndian.PutUint64(line[:], uint64(f.Line))
+		h.Write(line[:])
 	}
-	id := h.Sum64() | callsiteTag
+	return h.Sum64() | callsiteTag
+}
+
+// intern returns the Event.Callsite of frames, keeping the stack (a copy of frames) the first time
+// it is seen: the caller may reuse frames.
+func (c callsites) intern(frames []Frame) uint64 {
+	id := stackID(frames)
 	if _, ok := c[id]; !ok {
-		c[id] = &Callsite{Label: callsiteLabel(frames), Frames: frames}
+		kept := slices.Clone(frames)
+		c[id] = &Callsite{Label: callsiteLabel(kept), Frames: kept}
 	}
 	return id
 }

@@ -209,6 +209,7 @@ type snapshotImporter struct {
 	r         *Reader
 	skipped   map[string]int // unknown actions and how often they occurred
 	callsites callsites
+	frames    []Frame // the stack being read, reused
 }
 
 func (imp *snapshotImporter) convert(root any) ([]Event, error) {
@@ -320,9 +321,8 @@ func (imp *snapshotImporter) convertEntry(v any) (e Event, keep bool, err error)
 		case "stream":
 			e.Stream, err = uintField(key, kv.Value)
 		case "frames":
-			var frames []Frame
-			if frames, err = convertFrames(kv.Value); err == nil && len(frames) > 0 {
-				e.Callsite = imp.intern(frames)
+			if imp.frames, err = convertFrames(kv.Value, imp.frames); err == nil && len(imp.frames) > 0 {
+				e.Callsite = imp.intern(imp.frames)
 			}
 		case "time_us":
 			var t uint64
@@ -354,13 +354,14 @@ func (imp *snapshotImporter) convertEntry(v any) (e Event, keep bool, err error)
 	return e, true, nil
 }
 
-// convertFrames reads a stack: a list of dicts with "name", "filename" and "line".
-func convertFrames(v any) ([]Frame, error) {
+// convertFrames reads a stack, a list of dicts with "name", "filename" and "line", into buf's
+// storage.
+func convertFrames(v any, buf []Frame) ([]Frame, error) {
 	list, ok := asList(v)
 	if !ok {
 		return nil, fmt.Errorf(`"frames" is %s, want a list`, pyType(v))
 	}
-	frames := make([]Frame, 0, len(list))
+	frames := buf[:0]
 	for _, item := range list {
 		d, ok := item.(*types.Dict)
 		if !ok {
@@ -407,9 +408,8 @@ func (imp *snapshotImporter) convertBlocks(list []any) ([]SnapshotBlock, error) 
 			case "state":
 				b.State, _ = kv.Value.(string)
 			case "frames":
-				var frames []Frame
-				if frames, err = convertFrames(kv.Value); err == nil && len(frames) > 0 {
-					b.Callsite = imp.intern(frames)
+				if imp.frames, err = convertFrames(kv.Value, imp.frames); err == nil && len(imp.frames) > 0 {
+					b.Callsite = imp.intern(imp.frames)
 				}
 			}
 			if err != nil {
