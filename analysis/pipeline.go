@@ -87,10 +87,12 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	var info *model.TraceInfo
 	var snap *trace.Snapshot
 	callsiteName := func(id uint64) string { return fmt.Sprintf("%#x", id) }
+	var memo *memoSource
 	err := open.pass(&warns, func(src Source) (err error) {
 		info = traceInfo(src)
-		if s, ok := src.(snapshotSource); ok {
+		if s, ok := src.(snapshotSource); ok && s.Snapshot() != nil {
 			snap = s.Snapshot()
+			memo = &memoSource{Source: src}
 		}
 		if n, ok := src.(callsiteNamer); ok {
 			callsiteName = func(id uint64) string {
@@ -100,9 +102,16 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 				return fmt.Sprintf("%#x", id)
 			}
 		}
-		c, err = collect(src, opts)
+		if memo != nil {
+			c, err = collect(memo, opts)
+		} else {
+			c, err = collect(src, opts)
+		}
 		return err
 	})
+	if memo != nil && err == nil {
+		open = memo.opener() // the later passes read the decoded snapshot from memory
+	}
 	if err != nil {
 		return nil, nil, err
 	}

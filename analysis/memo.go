@@ -1,0 +1,55 @@
+package analysis
+
+import (
+	"io"
+
+	"github.com/allocscope/allocscope/trace"
+)
+
+// memoBatch is the batch size of a memorized source.
+const memoBatch = 4096
+
+// memoSource copies the events of a source as they are read, so that the later passes of the
+// analysis read them from memory. analyzeStream uses it for PyTorch snapshots, which are decoded
+// whole into memory anyway: without it every pass would unpickle the file again. (Arrow traces
+// stream and may not fit in memory: they are read again.)
+type memoSource struct {
+	Source
+	events []trace.Event
+}
+
+func (m *memoSource) Next() ([]trace.Event, error) {
+	b, err := m.Source.Next()
+	m.events = append(m.events, b...)
+	return b, err
+}
+
+// opener returns an opener of the events read so far, each pass getting its own source.
+func (m *memoSource) opener() opener {
+	events := m.events
+	return func() (Source, error) { return &eventSlice{events: events}, nil }
+}
+
+// eventSlice serves events held in memory.
+type eventSlice struct {
+	events []trace.Event
+	pos    int
+}
+
+func (s *eventSlice) Next() ([]trace.Event, error) {
+	if s.pos >= len(s.events) {
+		return nil, io.EOF
+	}
+	end := min(s.pos+memoBatch, len(s.events))
+	b := s.events[s.pos:end]
+	s.pos = end
+	return b, nil
+}
+
+// Callsite names callsites as the memorized source does.
+func (m *memoSource) Callsite(pid uint32, id uint64) (trace.Callsite, bool) {
+	if n, ok := m.Source.(callsiteNamer); ok {
+		return n.Callsite(pid, id)
+	}
+	return trace.Callsite{}, false
+}
