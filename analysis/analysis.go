@@ -46,6 +46,10 @@ type Options struct {
 	// would pass 1.05 × peak live and the paged arena stays within that with no fallbacks, however
 	// many page operations it needs).
 	Arena ArenaChoice
+	// PyTorchSearch runs the PYTORCH_CUDA_ALLOC_CONF search whatever the trace; without it the
+	// search runs on a PyTorch snapshot's requests and on traces of at most maxSearchRequests
+	// requests (on larger native traces its dozens of policies would dominate the analysis).
+	PyTorchSearch bool
 	// PoolHeadroom multiplies the recommended pool's class slots and arena bytes (values below 1
 	// are 1): memory that lets `record --pool` hold blocks freed by cudaFree until a synchronization
 	// with fewer synchronizations of its own (pool.Prediction.RecordPool predicts them).

@@ -200,7 +200,9 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 		policies = slices.Insert(policies, 1, paged)
 	}
 	search := len(policies)
-	policies = append(policies, torchCandidates(st)...)
+	if opts.PyTorchSearch || stream == requests.Framework || st.Requests.Allocs+st.Requests.Frees <= maxSearchRequests {
+		policies = append(policies, torchCandidates(st)...)
+	}
 	var outs []whatif.Outcome
 	err := open.pass(nil, func(src Source) (err error) {
 		outs, err = whatif.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation "+opts.input))
@@ -209,7 +211,9 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 	if err != nil {
 		return nil, err
 	}
-	rec.torch = torchSearch(outs[search:], opts.Capacity)
+	if len(outs) > search {
+		rec.torch = torchSearch(outs[search:], opts.Capacity)
+	}
 	if o := rec.oom; o != nil && o.RequestedBytes < o.CapacityBytes {
 		// conservative: the setting's peak and the failed request together within what PyTorch could hold
 		o.Fits = bestWithin(outs[search:], o.CapacityBytes-o.RequestedBytes)

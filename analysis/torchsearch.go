@@ -24,6 +24,9 @@ var (
 const (
 	torchBestShown   = 5
 	asyncBackendConf = "backend:cudaMallocAsync"
+	// maxSearchRequests is the most requests of a native trace the search runs on unasked
+	// (Options.PyTorchSearch).
+	maxSearchRequests = 2_000_000
 )
 
 // torchCandidates lists the settings the search simulates: expandable_segments off and on, each
