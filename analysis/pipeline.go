@@ -190,74 +190,81 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream reques
 	return rec, nil
 }
 
-// simulate runs every what-if policy (simulation pass), then re-simulates the recommended one
-// with a grown arena while it needed growth beyond its plan (verification).
+// simulate runs every what-if policy, the recommended pool as record --pool runs it and the
+// PYTORCH_CUDA_ALLOC_CONF search in one pass, then re-simulates the recommended pool with a grown
+// arena while it needed growth beyond its plan (verification).
 func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats.Result, opts Options) ([]whatif.Outcome, error) {
-	policies := whatIfPolicies(rec, st, opts.Capacity)
-	paged, withPaged := rec.pagedPolicy()
-	withPaged = withPaged && opts.Arena != ArenaFixed
-	if withPaged {
-		policies = slices.Insert(policies, 1, paged)
+	policies, withPaged := whatIfPolicies(rec, st, opts.Capacity), false
+	if paged, ok := rec.pagedPolicy(); ok && opts.Arena != ArenaFixed {
+		policies, withPaged = slices.Insert(policies, 1, paged), true
+	}
+	whatIfs := len(policies)
+	deferred := stream != requests.Framework // the recommended pool as record --pool runs it
+	if deferred {
+		policies = append(policies, recordPoolPolicy(rec.policy()))
 	}
 	search := len(policies)
 	if opts.PyTorchSearch || stream == requests.Framework || st.Requests.Allocs+st.Requests.Frees <= maxSearchRequests {
 		policies = append(policies, torchCandidates(st)...)
 	}
-	var outs []whatif.Outcome
-	err := open.pass(nil, func(src Source) (err error) {
-		outs, err = whatif.Run(src, stream, policies, opts.Capacity, st.Calls, progress(opts, "simulation "+opts.input))
-		return err
-	})
+	outs, err := runPass(open, stream, policies, st, opts, progress(opts, "simulation "+opts.input))
 	if err != nil {
 		return nil, err
 	}
-	if len(outs) > search {
-		rec.torch = torchSearch(outs[search:], opts.Capacity)
-	}
+	rec.torch = torchSearch(outs[search:], opts.Capacity)
 	if o := rec.oom; o != nil && o.RequestedBytes < o.CapacityBytes {
 		// conservative: the setting's peak and the failed request together within what PyTorch could hold
 		o.Fits = bestWithin(outs[search:], o.CapacityBytes-o.RequestedBytes)
 	}
-	outs = outs[:search]
+	recordPool := outs[whatIfs:search] // empty or the one deferred simulation
+	outs = outs[:whatIfs]
 	for range maxVerifyPasses {
 		grown, ok := rec.growArena(outs[0])
 		if !ok {
 			break
 		}
-		var again []whatif.Outcome
-		err = open.pass(nil, func(src Source) (err error) {
-			again, err = whatif.Run(src, stream, []whatif.Policy{grown}, opts.Capacity, st.Calls, nil)
-			return err
-		})
+		again := []whatif.Policy{grown}
+		if deferred {
+			again = append(again, recordPoolPolicy(grown))
+		}
+		res, err := runPass(open, stream, again, st, opts, nil)
 		if err != nil {
 			return nil, err
 		}
-		outs[0] = again[0]
+		outs[0], recordPool = res[0], res[1:]
 	}
 	if withPaged {
 		rec.choosePaged(outs, 1, opts.Arena == ArenaPaged)
 	}
-	return outs, simulateRecordPool(open, stream, rec, st, opts)
+	rec.recordPool = recordPoolPrediction(rec, recordPool)
+	return outs, nil
 }
 
-// simulateRecordPool simulates the recommended pool as `record --pool` runs it (synchronous frees
-// deferred) into rec.recordPool, unless record --pool cannot serve it: a paged arena, or a
-// framework's requests (the pool inside the program would serve the framework's segments, not its
-// blocks).
-func simulateRecordPool(open opener, stream requests.Layer, rec *recommendation, st *stats.Result, opts Options) error {
-	if rec.config.SizeClass.ArenaPaging != nil || stream == requests.Framework {
-		return nil
-	}
-	p := rec.policy()
-	p.Name, p.Deferred = "record-pool", true
-	return open.pass(nil, func(src Source) error {
-		outs, err := whatif.Run(src, stream, []whatif.Policy{p}, opts.Capacity, st.Calls, progress(opts, "record-pool "+opts.input))
-		if err == nil && outs[0].Err == nil {
-			rec.recordPool = &pool.DeferredPrediction{PeakReservedBytes: outs[0].Stats.PeakReservedBytes,
-				Fallbacks: outs[0].Stats.Fallbacks, Syncs: outs[0].Stats.Syncs}
-		}
+// runPass simulates policies over one pass of the trace.
+func runPass(open opener, stream requests.Layer, policies []whatif.Policy, st *stats.Result, opts Options,
+	report func(int)) (outs []whatif.Outcome, err error) {
+	err = open.pass(nil, func(src Source) (err error) {
+		outs, err = whatif.Run(src, stream, policies, opts.Capacity, st.Calls, report)
 		return err
 	})
+	return outs, err
+}
+
+// recordPoolPolicy is p as record --pool runs it inside the program: synchronous frees deferred.
+func recordPoolPolicy(p whatif.Policy) whatif.Policy {
+	p.Name, p.Deferred = "record-pool", true
+	return p
+}
+
+// recordPoolPrediction is the record --pool figures of the deferred simulation (outs: empty or
+// one), unless record --pool cannot serve the recommended pool: a paged arena, or a framework's
+// requests (the pool inside the program would serve the framework's segments, not its blocks).
+func recordPoolPrediction(rec *recommendation, outs []whatif.Outcome) *pool.DeferredPrediction {
+	if len(outs) == 0 || outs[0].Err != nil || rec.config.SizeClass.ArenaPaging != nil {
+		return nil
+	}
+	s := outs[0].Stats
+	return &pool.DeferredPrediction{PeakReservedBytes: s.PeakReservedBytes, Fallbacks: s.Fallbacks, Syncs: s.Syncs}
 }
 
 func sizeTallies(in []stats.SizeTally) []sizeclass.Size {
