@@ -55,7 +55,7 @@ type Options struct {
 	// with fewer synchronizations of its own (pool.Prediction.RecordPool predicts them).
 	PoolHeadroom float64
 	// Progress, when set, is called as events are processed: stage is "statistics", "sizing",
-	// "arena", "simulation" or "record-pool" followed by a space and the input's base name
+	// "arena" or "simulation" followed by a space and the input's base name
 	// ("combined" for all inputs together), events the number processed in the stage so far, total
 	// the events of the input (0 in the statistics pass, which counts them).
 	Progress func(stage string, events, total uint64)
