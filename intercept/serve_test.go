@@ -185,3 +185,39 @@ func TestServedFirstCallOfThread(t *testing.T) {
 			len(events), served, sum.Lost, sum.Pool)
 	}
 }
+
+// With free lists per stream, a block freed on a stream of its own is only ever handed out on that
+// stream again: the stream-ordered frees on S1 and S2 record no event (testdata/progs/streams.c
+// under a per-stream pool); the frees on the shared legacy stream would.
+func TestServedPerStreamNeedsNoEvents(t *testing.T) {
+	cfg := loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json"))
+	sc := *cfg.SizeClass
+	sc.PerStream = true
+	cfg.SizeClass = &sc
+	spec, err := PoolSpec(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runWith(t, newLogDir(t), []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "streams")
+	want := `start: syncs 0, events 0, stream waits 0, host waits 0
+reused at once on the same stream: yes
+one stream: syncs 0, events 0, stream waits 0, host waits 0
+a second stream: syncs 1, events 0, stream waits 0, host waits 0
+reused on another stream: no
+freed on S1, handed out on S2: syncs 0, events 0, stream waits 0, host waits 0
+reused on the same stream: yes
+freed on S2, handed out on S2: syncs 0, events 0, stream waits 0, host waits 0
+reused by cudaMalloc: no
+freed on S2, handed out by cudaMalloc: syncs 0, events 0, stream waits 0, host waits 0
+device synchronized: syncs 1, events 0, stream waits 0, host waits 0
+after the synchronization: syncs 0, events 0, stream waits 0, host waits 0
+device 1, one stream: syncs 0, events 0, stream waits 0, host waits 0
+device 1 reused after the stream was destroyed: yes
+device 1, a destroyed stream's handle again: syncs 1, events 0, stream waits 0, host waits 0
+device 2, one thread's default stream: syncs 0, events 0, stream waits 0, host waits 0
+device 2, another thread's default stream: syncs 1, events 0, stream waits 0, host waits 0
+`
+	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
+		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+}

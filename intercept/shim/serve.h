@@ -266,15 +266,21 @@ static void serve_synced(struct served *s) {
  * stream-ordered frees with events from then on. */
 static void serve_note_stream(struct served *s, struct stream_ref st) {
 	unsigned destroyed = __atomic_load_n(&g_streams_destroyed, __ATOMIC_ACQUIRE);
-	if (s->multi)
+	if (s->multi) {
+		if (destroyed != s->destroyed) { /* a stream's free list may pass to a new stream of its handle */
+			s->destroyed = destroyed;
+			if (serve_sync())
+				serve_synced(s);
+		}
 		return;
+	}
 	if (!s->keyed) {
 		s->keyed = 1, s->only_key = st.key, s->destroyed = destroyed;
 		return;
 	}
 	if (st.key == s->only_key && destroyed == s->destroyed)
 		return;
-	s->multi = 1;
+	s->multi = 1, s->destroyed = destroyed;
 	if (serve_sync())
 		serve_synced(s);
 }
@@ -304,6 +310,13 @@ static void serve_guard(struct served *s, uint64_t addr, uint64_t size, struct s
 		CP_AT(&s->inflight, struct inflight, kept++) = q;
 	}
 	s->inflight.len = kept;
+}
+
+/* serve_needs_event reports whether a block freed on st may be handed out on another stream: not
+ * when the pool keeps freed blocks per stream and st is a stream of its own (a handle, not the
+ * legacy or a per-thread default stream, which other threads and the synchronous calls share). */
+static int serve_needs_event(struct served *s, struct stream_ref st) {
+	return !(s->pool.cfg.per_stream && st.policy > STREAM_PER_THREAD);
 }
 
 /* serve_track records an event on the stream that freed [addr, addr+size): 0, or -1 when it could
@@ -383,7 +396,7 @@ static int serve_give_back(struct served *s, uint64_t addr, struct stream_ref st
 	}
 	if (st.async) {
 		serve_note_stream(s, st);
-		if (!s->multi || serve_track(s, addr, size, st) == 0) {
+		if (!s->multi || !serve_needs_event(s, st) || serve_track(s, addr, size, st) == 0) {
 			*result = cp_free(&s->pool, addr, st.policy) == CP_OK ? 0 : 1;
 			return 1;
 		}
