@@ -12,7 +12,8 @@ import (
 // assemble builds the report of one stream from the stages' results.
 func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.Outcome) *model.TraceReport {
 	tr := &model.TraceReport{Name: name, Events: st.Events, RequestLayer: string(st.RequestLayer),
-		Requests: st.Requests, Upstream: st.Upstream, Groups: st.Groups, Anomalies: st.Anomalies}
+		Requests: st.Requests, Upstream: st.Upstream, Groups: st.Groups, Anomalies: st.Anomalies,
+		TopCallsites: st.TopCallsites, PeakCallsites: st.PeakCallsites}
 	tr.SizeClasses = sizeClassPlan(st, rec)
 	for _, o := range outs {
 		tr.Simulations = append(tr.Simulations, simulation(o, st))

@@ -19,20 +19,24 @@ type Report struct {
 
 // TraceReport is everything computed for one event stream.
 type TraceReport struct {
-	Name         string         `json:"name"`
-	Info         *TraceInfo     `json:"info,omitempty"` // the trace's metadata, when it has some
-	Events       uint64         `json:"events"`
-	RequestLayer string         `json:"request_layer"` // "framework" when the trace has framework allocations, else "device"
-	Requests     *Stats         `json:"requests"`      // the user-level requests, all groups together
-	Upstream     *Stats         `json:"upstream,omitempty"`
-	Groups       []*Stats       `json:"groups"` // requests per process, device and stream
-	Anomalies    Anomalies      `json:"anomalies"`
-	SizeClasses  *SizeClassPlan `json:"size_classes"`
-	Simulations  []Simulation   `json:"simulations"`
-	Fidelity     *Fidelity      `json:"fidelity,omitempty"`
-	TorchSearch  *TorchSearch   `json:"pytorch_search,omitempty"` // the PYTORCH_CUDA_ALLOC_CONF search
-	OOM          *OOMReport     `json:"oom,omitempty"`            // a PyTorch snapshot's out-of-memory, explained
-	Config       *pool.Config   `json:"config"`
+	Name         string     `json:"name"`
+	Info         *TraceInfo `json:"info,omitempty"` // the trace's metadata, when it has some
+	Events       uint64     `json:"events"`
+	RequestLayer string     `json:"request_layer"` // "framework" when the trace has framework allocations, else "device"
+	Requests     *Stats     `json:"requests"`      // the user-level requests, all groups together
+	Upstream     *Stats     `json:"upstream,omitempty"`
+	Groups       []*Stats   `json:"groups"` // requests per process, device and stream
+	Anomalies    Anomalies  `json:"anomalies"`
+	// TopCallsites are the code that allocated the most bytes; PeakCallsites the code that held
+	// the most at the peak of live bytes (each at most 10).
+	TopCallsites  []CallsiteTally `json:"top_callsites"`
+	PeakCallsites []CallsiteTally `json:"peak_callsites"`
+	SizeClasses   *SizeClassPlan  `json:"size_classes"`
+	Simulations   []Simulation    `json:"simulations"`
+	Fidelity      *Fidelity       `json:"fidelity,omitempty"`
+	TorchSearch   *TorchSearch    `json:"pytorch_search,omitempty"` // the PYTORCH_CUDA_ALLOC_CONF search
+	OOM           *OOMReport      `json:"oom,omitempty"`            // a PyTorch snapshot's out-of-memory, explained
+	Config        *pool.Config    `json:"config"`
 }
 
 // TraceInfo is the metadata a trace file carries.

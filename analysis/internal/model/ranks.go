@@ -28,3 +28,13 @@ type RankRow struct {
 	SharedFailures   uint64 `json:"shared_failures"`
 	MeasuredCallNs   int64  `json:"measured_call_ns"` // time inside its allocation calls, as recorded
 }
+
+// CallsiteTally is what the code at one callsite allocated.
+type CallsiteTally struct {
+	Callsite     string `json:"callsite"`
+	PID          uint32 `json:"pid"`
+	Allocs       uint64 `json:"allocs"`
+	Bytes        uint64 `json:"bytes"`          // allocated in all
+	AtPeakBytes  uint64 `json:"at_peak_bytes"`  // live at the peak of live bytes
+	EndLiveBytes uint64 `json:"end_live_bytes"` // still live at the end
+}

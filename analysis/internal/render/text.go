@@ -32,6 +32,24 @@ func Text(w io.Writer, r *model.Report) error {
 	return tw.err
 }
 
+// callsites writes a table of callsites, the label cut to fit 100 columns.
+func (t *textWriter) callsites(title string, rows []model.CallsiteTally) {
+	if len(rows) == 0 {
+		return
+	}
+	t.printf("\n%s\n", title)
+	lines := []string{"callsite\tallocs\tbytes\tat peak\tlive at end"}
+	for _, r := range rows {
+		label := r.Callsite
+		if n := []rune(label); len(n) > 56 {
+			label = string(n[:55]) + "…"
+		}
+		lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%s\t%s", label, Count(r.Allocs), Bytes(r.Bytes),
+			Bytes(r.AtPeakBytes), Bytes(r.EndLiveBytes)))
+	}
+	t.table(lines)
+}
+
 // ranks writes the inputs side by side and the pool for every rank.
 func (t *textWriter) ranks(rk *model.Ranks) {
 	if rk == nil {
@@ -119,6 +137,8 @@ func (t *textWriter) trace(tr *model.TraceReport) {
 	t.histogram(tr.Requests)
 	t.topSizes(tr.Requests)
 	t.anomalies(&tr.Anomalies)
+	t.callsites("CALLSITES (the code that allocated the most bytes)", tr.TopCallsites)
+	t.callsites("CALLSITES (the code that held the most bytes at the peak of live bytes)", tr.PeakCallsites)
 	t.sizeClasses(tr.SizeClasses)
 	t.simulations(tr.Simulations)
 	t.fidelity(tr.Fidelity)

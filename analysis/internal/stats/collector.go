@@ -123,6 +123,9 @@ type Result struct {
 	MeasuredCallNs                                 int64 // total duration of the native device alloc and free calls
 	Calls                                          *CallDurations
 	Warnings                                       []string
+	// TopCallsites are the callsites that allocated the most bytes; PeakCallsites those that held
+	// the most at the peak of live bytes.
+	TopCallsites, PeakCallsites []model.CallsiteTally
 }
 
 // Finish ends the stage and returns its result; top is the number of exact sizes to list.
@@ -138,6 +141,7 @@ func (c *Collector) Finish(top int) *Result {
 		NativeSegments: c.segments, NativeSegmentBytes: c.segBytes, NativeMaps: c.maps,
 		MeasuredCallNs: c.measured, Calls: c.callDurations(), LargePeakLiveBytes: req.largePeak}
 	r.Requests = req.overall.result("all", top, req.medianFree(), req.sizes)
+	r.TopCallsites, r.PeakCallsites = req.sites.result(c.fns.callsite)
 	for _, p := range req.timeline.Points() {
 		r.Requests.Timeline = append(r.Requests.Timeline, model.Point{X: p[0], Y: p[1]})
 	}

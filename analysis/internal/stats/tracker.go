@@ -36,6 +36,7 @@ type liveBlock struct {
 	callsite uint64
 	group    int32
 	sizeIdx  int32
+	site     int32 // index in the tracker's siteTable
 	fn       uint16
 }
 
@@ -75,6 +76,7 @@ type tracker struct {
 	lastKey      groupKey
 	lastIdx      int32
 	sizes        *sizeTable
+	sites        *siteTable
 	timeline     Timeline
 	leaks        anomaly
 	doubleFrees  anomaly
@@ -93,7 +95,7 @@ func newTracker(fns *interner, thresholds []uint64) *tracker {
 	return &tracker{fns: fns, thresholds: thresholds, largeLive: make([]uint64, len(thresholds)),
 		largePeak: make([]uint64, len(thresholds)), ascending: slices.IsSorted(thresholds),
 		overall:  &tally{lifetime: NewSketch(overallSketchCap), freeDur: NewSketch(overallSketchCap)},
-		groupIdx: make(map[groupKey]int32), lastIdx: -1, sizes: newSizeTable()}
+		groupIdx: make(map[groupKey]int32), lastIdx: -1, sizes: newSizeTable(), sites: newSiteTable()}
 }
 
 func (t *tracker) group(e *trace.Event) int32 {
@@ -164,7 +166,7 @@ func (t *tracker) alloc(e *trace.Event, g *tally) int32 {
 	si := t.sizes.lookup(e.Size)
 	fn := t.fns.id(e.Function)
 	bi := t.blocks.Put(liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size,
-		callsite: e.Callsite, group: t.lastIdx, sizeIdx: si, fn: fn})
+		callsite: e.Callsite, group: t.lastIdx, sizeIdx: si, site: t.sites.alloc(e.PID, e.Callsite, e.Size), fn: fn})
 	old, replaced := t.live.Put(KeyOf(e), bi)
 	if replaced {
 		// The address was handed out again without a free in between: the old block's free
@@ -187,6 +189,7 @@ func (t *tracker) alloc(e *trace.Event, g *tally) int32 {
 	t.overall.alloc(e)
 	if t.overall.peak != peak {
 		t.sizes.snapshot()
+		t.sites.snapshot()
 	}
 	t.timeline.Add(e.TimeNs, t.overall.live)
 	return int32(fn)
@@ -222,6 +225,7 @@ func (t *tracker) free(e *trace.Event) {
 	t.blocks.Release(bi)
 	t.remember(k)
 	t.sizes.free(b.sizeIdx)
+	t.sites.free(b.site, b.size)
 	t.dropLarge(b.size)
 	g.free(e, &b)
 	t.overall.free(e, &b)
@@ -237,6 +241,7 @@ func (t *tracker) release(e *trace.Event, b liveBlock) {
 	t.overall.live -= b.size
 	t.overall.liveBlocks--
 	t.sizes.free(b.sizeIdx)
+	t.sites.free(b.site, b.size)
 	t.dropLarge(b.size)
 }
 
