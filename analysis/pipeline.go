@@ -86,21 +86,12 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	var c *stats.Collector
 	var info *model.TraceInfo
 	var snap *trace.Snapshot
-	callsiteName := func(id uint64) string { return fmt.Sprintf("%#x", id) }
 	var memo *memoSource
 	err := open.pass(&warns, func(src Source) (err error) {
 		info = traceInfo(src)
 		if s, ok := src.(snapshotSource); ok && s.Snapshot() != nil {
 			snap = s.Snapshot()
 			memo = &memoSource{Source: src}
-		}
-		if n, ok := src.(callsiteNamer); ok {
-			callsiteName = func(id uint64) string {
-				if cs, ok := n.Callsite(0, id); ok {
-					return cs.Label
-				}
-				return fmt.Sprintf("%#x", id)
-			}
 		}
 		if memo != nil {
 			c, err = collect(memo, opts)
@@ -126,7 +117,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	if err != nil {
 		return nil, nil, err
 	}
-	rec.oom = explainOOM(snap, st.Anomalies.FailedAllocs, callsiteName)
+	rec.oom = explainOOM(snap, st.Anomalies.FailedAllocs, func(id uint64) string { return c.CallsiteName(0, id) })
 	outs, err := simulate(open, stream, rec, st, opts)
 	if err != nil {
 		return nil, nil, err

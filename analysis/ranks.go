@@ -3,6 +3,7 @@ package analysis
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
@@ -140,15 +141,7 @@ func verifyShared(inputs []Input, perFile []*model.TraceReport, cfg *pool.Config
 		}
 		return nil
 	})
-	return slicesMax(extra), err
-}
-
-func slicesMax(v []uint64) uint64 {
-	var m uint64
-	for _, x := range v {
-		m = max(m, x)
-	}
-	return m
+	return slices.Max(extra), err
 }
 
 func allServed(rows []model.RankRow) bool {

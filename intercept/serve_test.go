@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/allocscope/allocscope/pool"
 )
 
 // record --pool on the fake driver (testdata/progs/pooled.c): a block freed with cudaFree is reused
@@ -13,12 +15,8 @@ import (
 // last; the program's 2,059 calls reach the driver as one allocation (the pool's plan) and are all
 // recorded, marked as the pool's (trace.Event.Pool). Without the pool the fake driver reuses at once and every call reaches it.
 func TestServedFromPool(t *testing.T) {
-	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := newLogDir(t)
-	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "pooled")
+	got := runServed(t, dir, sizeClassPool(t), "pooled")
 	want := "reused before a sync: no\nreused after a sync: yes\nsecond free: 1\n" +
 		"syncs for a full class with frees pending: 1\nreused a pending block: yes\nexported a pool block: 0\n" +
 		"driver allocation calls: 1\n"
@@ -60,12 +58,8 @@ func TestServedFromPool(t *testing.T) {
 // another stream gets the block, a host wait when cudaMalloc gets it, nothing after a device
 // synchronization. Per-thread default streams of two threads are two streams.
 func TestServedStreamOrdered(t *testing.T) {
-	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := newLogDir(t)
-	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "streams")
+	got := runServed(t, dir, sizeClassPool(t), "streams")
 	want := `start: syncs 0, events 0, stream waits 0, host waits 0
 reused at once on the same stream: yes
 one stream: syncs 0, events 0, stream waits 0, host waits 0
@@ -104,12 +98,8 @@ device 2, another thread's default stream: syncs 1, events 0, stream waits 0, ho
 // blocks ever overlap, no call fails, and all 81,920 calls are recorded, every one served by the
 // pool, none lost.
 func TestServedManyThreads(t *testing.T) {
-	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := newLogDir(t)
-	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "pooled_threads")
+	got := runServed(t, dir, sizeClassPool(t), "pooled_threads")
 	var want strings.Builder
 	for r := 0; r < 20; r++ {
 		fmt.Fprintf(&want, "round %d overlaps: 0\n", r)
@@ -135,12 +125,8 @@ func TestServedManyThreads(t *testing.T) {
 // pool and reserves its own (one driver call), the parent's pool goes on as before, and both
 // processes' calls are recorded as the pool's.
 func TestServedFork(t *testing.T) {
-	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := newLogDir(t)
-	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "pooled_fork")
+	got := runServed(t, dir, sizeClassPool(t), "pooled_fork")
 	want := "child: malloc 0, free 0, driver allocation calls 1, same address as the parent's: no\n" +
 		"parent: driver allocation calls 1, free 0, reused its own block: yes\n"
 	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
@@ -164,12 +150,8 @@ func TestServedFork(t *testing.T) {
 // record --pool serves a thread's first runtime call (testdata/progs/pooled_lazy.c), made before
 // the runtime gave the thread a context, from device 0's pool, where the runtime puts the thread.
 func TestServedFirstCallOfThread(t *testing.T) {
-	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := newLogDir(t)
-	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec, "FAKECUDA_LAZY_CONTEXT=1"}, "pooled_lazy")
+	got := runServed(t, dir, sizeClassPool(t), "pooled_lazy", "FAKECUDA_LAZY_CONTEXT=1")
 	if want := "new thread's block from the pool: yes\n"; got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
 		t.Errorf("exit %d, stdout %q, stderr %q; want %q", got.ExitCode, got.Stdout, got.Stderr, want)
 	}
@@ -190,15 +172,11 @@ func TestServedFirstCallOfThread(t *testing.T) {
 // stream again: the stream-ordered frees on S1 and S2 record no event (testdata/progs/streams.c
 // under a per-stream pool); the frees on the shared legacy stream would.
 func TestServedPerStreamNeedsNoEvents(t *testing.T) {
-	cfg := loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json"))
+	cfg := sizeClassPool(t)
 	sc := *cfg.SizeClass
 	sc.PerStream = true
 	cfg.SizeClass = &sc
-	spec, err := PoolSpec(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := runWith(t, newLogDir(t), []string{env(t).Shim}, []string{EnvPool + "=" + spec}, "streams")
+	got := runServed(t, newLogDir(t), cfg, "streams")
 	want := `start: syncs 0, events 0, stream waits 0, host waits 0
 reused at once on the same stream: yes
 one stream: syncs 0, events 0, stream waits 0, host waits 0
@@ -220,4 +198,20 @@ device 2, another thread's default stream: syncs 1, events 0, stream waits 0, ho
 	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
 		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
 	}
+}
+
+// sizeClassPool is the pool the record --pool tests serve from: pool/testdata/sizeclass.json.
+func sizeClassPool(t *testing.T) pool.Config {
+	return loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json"))
+}
+
+// runServed runs a test program under the shim recording into dir, its allocations served by a
+// pool of cfg, with extraEnv added to its environment.
+func runServed(t *testing.T, dir string, cfg pool.Config, name string, extraEnv ...string) result {
+	t.Helper()
+	spec, err := PoolSpec(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runWith(t, dir, []string{env(t).Shim}, append([]string{EnvPool + "=" + spec}, extraEnv...), name)
 }

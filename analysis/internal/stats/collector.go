@@ -48,6 +48,10 @@ func (c *Collector) NameCallsites(names func(pid uint32, id uint64) (string, boo
 	c.fns.callsites = names
 }
 
+// CallsiteName names a callsite of process pid as the reports do: the name NameCallsites gives
+// it, else its address.
+func (c *Collector) CallsiteName(pid uint32, id uint64) string { return c.fns.callsite(pid, id) }
+
 // Add processes a batch of events.
 func (c *Collector) Add(batch []trace.Event) {
 	for i := range batch {
