@@ -138,6 +138,7 @@ func poolRows(before, after *trace.PoolActivity) [][4]string {
 		row("pool: its own synchronizations", func(p *trace.PoolActivity) string {
 			return fmt.Sprintf("%s (%s)", units.FormatCount(p.Syncs), dur(p.SyncNs))
 		}),
+		row("pool: of them barriers", count(func(p *trace.PoolActivity) int64 { return p.Barriers })),
 		row("pool: stream / host waits", func(p *trace.PoolActivity) string {
 			return fmt.Sprintf("%s / %s", units.FormatCount(p.StreamWaits), units.FormatCount(p.HostWaits))
 		}),

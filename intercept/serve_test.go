@@ -11,14 +11,14 @@ import (
 
 // record --pool on the fake driver (testdata/progs/pooled.c): a block freed with cudaFree is reused
 // only after the device synchronized; a second free fails as CUDA's does; a class whose slots are
-// all pending makes the pool synchronize once instead of growing, and then reuses the block freed
+// all pending makes the pool order the device once (a barrier) instead of growing, and then reuses the block freed
 // last; the program's 2,059 calls reach the driver as one allocation (the pool's plan) and are all
 // recorded, marked as the pool's (trace.Event.Pool). Without the pool the fake driver reuses at once and every call reaches it.
 func TestServedFromPool(t *testing.T) {
 	dir := newLogDir(t)
 	got := runServed(t, dir, sizeClassPool(t), "pooled")
 	want := "reused before a sync: no\nreused after a sync: yes\nsecond free: 1\n" +
-		"syncs for a full class with frees pending: 1\nreused a pending block: yes\nexported a pool block: 0\n" +
+		"a full class with frees pending: syncs 0, barriers 1\nreused a pending block: yes\nexported a pool block: 0\n" +
 		"driver allocation calls: 1\n"
 	wantErr := "allocscope: the program exported a block of record --pool's pool with cudaIpcGetMemHandle; " +
 		"a process that opens the handle sees the pool's region, not the block: record this program without --pool\n"
@@ -48,6 +48,52 @@ func TestServedFromPool(t *testing.T) {
 	if !strings.HasPrefix(base.Stdout, "reused before a sync: yes\n") ||
 		!strings.HasSuffix(base.Stdout, "driver allocation calls: 2059\n") {
 		t.Errorf("without the pool: %q, want the fake driver's own reuse and all 2059 calls reaching it", base.Stdout)
+	}
+}
+
+// record --pool orders the device before it reuses blocks freed with cudaFree
+// (testdata/progs/barriers.c): with a barrier on the legacy stream while the program made no
+// non-blocking stream, not at all while a blocking stream captures a graph (the pool grows: one more
+// driver allocation), with a barrier for a second, blocking stream, and with a synchronization once a
+// non-blocking stream exists. The driver sees the pool's plan, then one growth.
+func TestServedBarriers(t *testing.T) {
+	dir := newLogDir(t)
+	got := runServed(t, dir, sizeClassPool(t), "barriers")
+	want := `a full class with frees pending: syncs 0, barriers 1, driver calls 1
+the same while a blocking stream captures: syncs 0, barriers 0, driver calls 1
+a second stream, blocking: syncs 0, barriers 1, driver calls 0
+a non-blocking stream made, a stream destroyed: syncs 1, barriers 0, driver calls 0
+`
+	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
+		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	_, sum := convertDir(t, dir)
+	if p := sum.Pool; p == nil || p.Syncs != 3 || p.Barriers != 2 || p.StreamsApart != 1 || p.Fallbacks != 1 ||
+		p.Reservations != 2 {
+		t.Errorf("pool activity %+v; want 3 orderings, 2 of them barriers, 1 non-blocking stream, 1 growth", p)
+	}
+}
+
+// Where the process sees one device, a thread's device is asked of the driver once, not at every
+// call (testdata/progs/ctxcache.c): 1,000 served pairs cost one cuCtxGetDevice; unsetting the context
+// makes the shim ask again (the pair without a context passes to CUDA, asked at the allocation and
+// for its record), and so does setting it again. With four devices every served allocation asks, for
+// the pool and for the record.
+func TestServedKnowsTheDevice(t *testing.T) {
+	for _, c := range []struct {
+		devices, want string
+	}{
+		{"1", "device queries, 1000 pairs: 1\ndevice queries, a pair without a context: 2\n" +
+			"device queries, 1000 pairs with the context again: 1\n"},
+		{"4", "device queries, 1000 pairs: 2000\ndevice queries, a pair without a context: 2\n" +
+			"device queries, 1000 pairs with the context again: 2000\n"},
+	} {
+		got := runServed(t, newLogDir(t), sizeClassPool(t), "ctxcache", "FAKECUDA_DEVICES="+c.devices,
+			"FAKECUDA_LAZY_CONTEXT=1")
+		if got.ExitCode != 0 || got.Stdout != c.want {
+			t.Errorf("%s devices: exit %d, stdout\n%s\nstderr %q; want\n%s", c.devices, got.ExitCode, got.Stdout,
+				got.Stderr, c.want)
+		}
 	}
 }
 

@@ -48,6 +48,12 @@ type PoolActivity struct {
 	HostWaits         int64  `json:"host_waits"`          // host waits for another stream's free
 	PeakReservedBytes uint64 `json:"peak_reserved_bytes"` // the most bytes one pool held reserved
 	IPCExports        int64  `json:"ipc_exports"`         // pool blocks exported with cudaIpcGetMemHandle
+	// Barriers is how many of Syncs were barriers on the legacy stream instead of device
+	// synchronizations: the host did not wait (possible while no stream runs apart from it).
+	Barriers int64 `json:"barriers,omitempty"`
+	// StreamsApart counts the non-blocking streams the program made; one is enough to make every
+	// later ordering a device synchronization.
+	StreamsApart int64 `json:"streams_apart,omitempty"`
 }
 
 // Schema metadata keys. Every key is written; optional values are written as "" (or "[]").
@@ -126,8 +132,9 @@ func metaPoolActivity(md arrow.Metadata) (*PoolActivity, error) {
 		return nil, fmt.Errorf("schema metadata %q: %w", metaPool, err)
 	}
 	if p.Syncs < 0 || p.SyncNs < 0 || p.Reservations < 0 || p.Fallbacks < 0 || p.PassedThrough < 0 ||
-		p.Events < 0 || p.StreamWaits < 0 || p.HostWaits < 0 || p.IPCExports < 0 {
-		return nil, fmt.Errorf("schema metadata %q: negative count in %s", metaPool, v)
+		p.Events < 0 || p.StreamWaits < 0 || p.HostWaits < 0 || p.IPCExports < 0 || p.Barriers < 0 || p.Barriers > p.Syncs ||
+		p.StreamsApart < 0 {
+		return nil, fmt.Errorf("schema metadata %q: negative count, or more barriers than syncs, in %s", metaPool, v)
 	}
 	return &p, nil
 }

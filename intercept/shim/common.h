@@ -43,6 +43,7 @@ typedef void *CUstream;
 typedef void *CUmemoryPool;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef int CUdevice;
+typedef void *CUcontext;
 struct cudaPitchedPtr { void *ptr; size_t pitch; size_t xsize; size_t ysize; };
 struct cudaExtent { size_t width; size_t height; size_t depth; };
 /* The head of CUmemAllocationProp: type, requestedHandleTypes, location {type, id}. */

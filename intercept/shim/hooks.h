@@ -91,12 +91,44 @@ static inline void emit(int d, uint64_t seq, int fid, int tsc, uint64_t t0, uint
 	log_commit(d);
 }
 
-/* ---- current device (real cuCtxGetDevice, resolved once) ---------------------------------------- */
+/* ---- current device ------------------------------------------------------------------------------
+ * A thread's device comes from the driver (cuCtxGetDevice, resolved once). Its first call after the
+ * program ran a while costs about 0.8 us on the H200 host, its data being out of the caches. Where
+ * the process sees one device, a thread that has a context is always on device 0, so the thread
+ * remembers that it had one until any thread unsets, pops or destroys a context (g_ctx_epoch), and
+ * asks again after that. */
 
 typedef CUresult (*cuCtxGetDevice_fn)(CUdevice *);
+typedef CUresult (*cuDeviceGetCount_fn)(int *);
 static cuCtxGetDevice_fn g_ctx_get_device;
+static unsigned long g_ctx_epoch;     /* bumped before every call that may leave a thread without a context */
+static TLS unsigned long t_ctx_known; /* g_ctx_epoch + 1 when this thread had a context on the only device */
+static int g_one_device;              /* 1: the process sees one device, -1: more, 0: not known yet */
+
+/* one_device reports whether the process sees exactly one device (asked until the driver answers). */
+static int one_device(void) {
+	int known = __atomic_load_n(&g_one_device, __ATOMIC_ACQUIRE);
+	if (known != 0)
+		return known == 1;
+	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	dlsym_fn rd = get_real_dlsym();
+	cuDeviceGetCount_fn count = h != NULL && rd != NULL ? (cuDeviceGetCount_fn)rd(h, "cuDeviceGetCount") : NULL;
+	if (h != NULL)
+		dlclose(h);
+	int n = 0;
+	if (count == NULL || count(&n) != 0)
+		return 0;
+	__atomic_store_n(&g_one_device, n == 1 ? 1 : -1, __ATOMIC_RELEASE);
+	return n == 1;
+}
+
+/* context_changes notes a call that may leave threads without a context: every thread asks again. */
+static void context_changes(void) { __atomic_add_fetch(&g_ctx_epoch, 1, __ATOMIC_ACQ_REL); }
 
 static int current_device(void) {
+	unsigned long epoch = __atomic_load_n(&g_ctx_epoch, __ATOMIC_ACQUIRE);
+	if (t_ctx_known == epoch + 1)
+		return 0;
 	cuCtxGetDevice_fn f = __atomic_load_n(&g_ctx_get_device, __ATOMIC_ACQUIRE);
 	if (f == NULL) {
 		void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
@@ -112,6 +144,8 @@ static int current_device(void) {
 	CUdevice d = -1;
 	if (f(&d) != 0)
 		return -1;
+	if (d == 0 && one_device())
+		t_ctx_known = epoch + 1;
 	return d;
 }
 
@@ -362,6 +396,61 @@ BODY CUresult b_cuStreamDestroy_v2(cuStreamDestroy_v2_fn f, int fid, void *cs, C
 	(void)fid, (void)cs;
 	serve_stream_destroyed();
 	return f(s);
+}
+/* Calls that may leave a thread without a context (current_device): not logged. */
+typedef CUresult (*cuCtxSetCurrent_fn)(CUcontext);
+typedef CUresult (*cuCtxPopCurrent_v2_fn)(CUcontext *);
+typedef CUresult (*cuCtxDestroy_v2_fn)(CUcontext);
+typedef CUresult (*cuDevicePrimaryCtxRelease_fn)(CUdevice);
+typedef CUresult (*cuDevicePrimaryCtxReset_fn)(CUdevice);
+BODY CUresult b_cuCtxSetCurrent(cuCtxSetCurrent_fn f, int fid, void *cs, CUcontext c) {
+	(void)fid, (void)cs;
+	if (c == NULL)
+		context_changes();
+	return f(c);
+}
+BODY CUresult b_cuCtxPopCurrent_v2(cuCtxPopCurrent_v2_fn f, int fid, void *cs, CUcontext *c) {
+	(void)fid, (void)cs;
+	context_changes();
+	return f(c);
+}
+BODY CUresult b_cuCtxDestroy_v2(cuCtxDestroy_v2_fn f, int fid, void *cs, CUcontext c) {
+	(void)fid, (void)cs;
+	context_changes();
+	return f(c);
+}
+BODY CUresult b_cuDevicePrimaryCtxRelease(cuDevicePrimaryCtxRelease_fn f, int fid, void *cs, CUdevice d) {
+	(void)fid, (void)cs;
+	context_changes();
+	return f(d);
+}
+BODY CUresult b_cuDevicePrimaryCtxReset(cuDevicePrimaryCtxReset_fn f, int fid, void *cs, CUdevice d) {
+	(void)fid, (void)cs;
+	context_changes();
+	return f(d);
+}
+/* A stream made by the program: a non-blocking one (and every stream of a green context) runs apart
+ * from the legacy stream, so record --pool's barriers stop ordering all the device's work. Counted
+ * before the call: a barrier never relies on a stream being made at that moment. Not logged. */
+typedef CUresult (*cuStreamCreate_fn)(CUstream *, unsigned);
+typedef CUresult (*cuStreamCreateWithPriority_fn)(CUstream *, unsigned, int);
+typedef CUresult (*cuGreenCtxStreamCreate_fn)(CUstream *, void *, unsigned, int);
+BODY CUresult b_cuStreamCreate(cuStreamCreate_fn f, int fid, void *cs, CUstream *s, unsigned flags) {
+	(void)fid, (void)cs;
+	serve_stream_created(flags & CU_STREAM_NON_BLOCKING);
+	return f(s, flags);
+}
+BODY CUresult b_cuStreamCreateWithPriority(cuStreamCreateWithPriority_fn f, int fid, void *cs, CUstream *s,
+					   unsigned flags, int priority) {
+	(void)fid, (void)cs;
+	serve_stream_created(flags & CU_STREAM_NON_BLOCKING);
+	return f(s, flags, priority);
+}
+BODY CUresult b_cuGreenCtxStreamCreate(cuGreenCtxStreamCreate_fn f, int fid, void *cs, CUstream *s, void *g,
+				       unsigned flags, int priority) {
+	(void)fid, (void)cs;
+	serve_stream_created(1);
+	return f(s, g, flags, priority);
 }
 BODY CUresult b_cuMemAllocPitch_v2(cuMemAllocPitch_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t *pitch,
 				   size_t w, size_t h, unsigned el) {

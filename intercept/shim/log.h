@@ -52,6 +52,8 @@ struct pool_counters {
 	uint64_t host_waits;     /* host waits for another stream's free (cudaMalloc reusing it) */
 	uint64_t peak_reserved;  /* the most bytes one pool held reserved */
 	uint64_t ipc_exports;    /* pool blocks the program exported with cudaIpcGetMemHandle */
+	uint64_t barriers;       /* of syncs: barriers on the legacy stream (the host did not wait) */
+	uint64_t streams_apart;  /* non-blocking streams the program made */
 };
 
 struct control {

@@ -88,7 +88,19 @@ enum { P_NEXT, P_DLSYM, P_GPA, P_EP, NPATHS };
 	D(cuMemAddressFree, cuMemAddressFree, (CUdeviceptr p, size_t n), (p, n))                         \
 	D(cuCtxSynchronize, cuCtxSynchronize, (void), (0))                                               \
 	D(cuStreamDestroy_v2, cuStreamDestroy_v2, (CUstream s), (s))                                     \
+	D(cuStreamCreate, cuStreamCreate, (CUstream * s, unsigned fl), (s, fl))                          \
+	D(cuStreamCreateWithPriority, cuStreamCreateWithPriority, (CUstream * s, unsigned fl, int pr),   \
+	  (s, fl, pr))                                                                                   \
+	D(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, (CUstream * s, void *g, unsigned fl, int pr),  \
+	  (s, g, fl, pr))                                                                                \
 	D(cuIpcGetMemHandle, cuIpcGetMemHandle, (void *h, CUdeviceptr p), (h, p))                        \
+	D(cuCtxSetCurrent, cuCtxSetCurrent, (CUcontext c), (c))                                          \
+	D(cuCtxPopCurrent_v2, cuCtxPopCurrent_v2, (CUcontext * c), (c))                                  \
+	D(cuCtxDestroy_v2, cuCtxDestroy_v2, (CUcontext c), (c))                                          \
+	D(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, (CUdevice d), (d))                       \
+	D(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, (CUdevice d), (d))                    \
+	D(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, (CUdevice d), (d))                           \
+	D(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, (CUdevice d), (d))                        \
 	D(cuGetProcAddress, cuGetProcAddress, (const char *sym, void **fp, int v, unsigned long long fl), \
 	  (sym, fp, v, fl))                                                                              \
 	D(cuGetProcAddress_v2, cuGetProcAddress_v2,                                                      \
@@ -278,8 +290,18 @@ BODY cudaError_t b_cudaGetDriverEntryPointByVersion(cudaGetDriverEntryPointByVer
 #define FID_ARG_cuCtxSynchronize 0
 #define FID_ARG_cudaStreamDestroy 0
 #define FID_ARG_cuStreamDestroy_v2 0
+#define FID_ARG_cuStreamCreate 0
+#define FID_ARG_cuStreamCreateWithPriority 0
+#define FID_ARG_cuGreenCtxStreamCreate 0
 #define FID_ARG_cudaIpcGetMemHandle 0
 #define FID_ARG_cuIpcGetMemHandle 0
+#define FID_ARG_cuCtxSetCurrent 0
+#define FID_ARG_cuCtxPopCurrent_v2 0
+#define FID_ARG_cuCtxDestroy_v2 0
+#define FID_ARG_cuDevicePrimaryCtxRelease 0
+#define FID_ARG_cuDevicePrimaryCtxRelease_v2 0
+#define FID_ARG_cuDevicePrimaryCtxReset 0
+#define FID_ARG_cuDevicePrimaryCtxReset_v2 0
 #define FID_ARG_cuMemAlloc_v2 FID_cuMemAlloc_v2
 #define FID_ARG_cuMemFree_v2 FID_cuMemFree_v2
 #define FID_ARG_cuMemAllocPitch_v2 FID_cuMemAllocPitch_v2
@@ -406,10 +428,19 @@ static int variant_versioned(const char *sym, long version, unsigned long long f
 		{"cuMemAddressFree", 0, V_cuMemAddressFree, -1, -1},
 		{"cuCtxSynchronize", 0, V_cuCtxSynchronize, -1, -1},
 		{"cuStreamDestroy", 4000, V_cuStreamDestroy_v2, -1, -1},
+		{"cuStreamCreate", 0, V_cuStreamCreate, -1, -1},
+		{"cuStreamCreateWithPriority", 0, V_cuStreamCreateWithPriority, -1, -1},
+		{"cuGreenCtxStreamCreate", 0, V_cuGreenCtxStreamCreate, -1, -1},
 		{"cuIpcGetMemHandle", 0, V_cuIpcGetMemHandle, -1, -1},
+		{"cuCtxSetCurrent", 0, V_cuCtxSetCurrent, -1, -1},
+		{"cuCtxPopCurrent", 4000, V_cuCtxPopCurrent_v2, -1, -1},
+		{"cuCtxDestroy", 4000, V_cuCtxDestroy_v2, -1, -1},
+		{"cuDevicePrimaryCtxRelease", 11000, V_cuDevicePrimaryCtxRelease_v2, -1, V_cuDevicePrimaryCtxRelease},
+		{"cuDevicePrimaryCtxReset", 11000, V_cuDevicePrimaryCtxReset_v2, -1, V_cuDevicePrimaryCtxReset},
 		{"cuGetProcAddress", 12000, V_cuGetProcAddress_v2, -1, V_cuGetProcAddress},
 	};
-	if (sym[0] != 'c' || sym[1] != 'u' || (sym[2] != 'M' && sym[2] != 'G' && sym[2] != 'C' && sym[2] != 'S' && sym[2] != 'I'))
+	if (sym[0] != 'c' || sym[1] != 'u' || (sym[2] != 'M' && sym[2] != 'G' && sym[2] != 'C' && sym[2] != 'S' && sym[2] != 'I' &&
+						      sym[2] != 'D'))
 		return -1;
 	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
 		if (strcmp(table[i].base, sym) != 0)

@@ -7,15 +7,21 @@
  * Reuse is as safe as the calls it replaces. cudaFree and cuMemFree_v2 wait for the device, so a
  * block freed that way is kept pending, not reusable, until all device work issued before the free
  * has completed: until the program synchronizes the device (cudaDeviceSynchronize, cuCtxSynchronize),
- * or until the pool would otherwise have to grow, when it synchronizes once itself (one
- * synchronization for many frees).
+ * or until the pool would otherwise have to grow, when it orders once itself (one ordering for many
+ * frees). While every stream the program can use waits for the legacy stream (it made no
+ * non-blocking stream, and one device has a pool) that ordering is a barrier: an event recorded on
+ * the legacy stream, which CUDA starts only after all earlier work of every blocking stream and
+ * which all their later work waits for, so work that uses a block handed out afterwards runs after
+ * all work issued before its free; the host does not wait. Otherwise it is a synchronization of the
+ * device. Neither is made while a blocking stream captures a graph (the legacy stream cannot be used
+ * then): the pool grows instead.
  *
  * The stream-ordered calls (cudaMallocAsync, cudaFreeAsync, cuMemAllocAsync, cuMemFreeAsync) are
  * served too, with CUDA's stream-ordered rules. A block freed on stream S is reusable at once: work
  * that a later allocation on S enqueues runs after the work before the free. While the program has
  * used only one stream (the synchronous calls count as a stream of their own), that is all. When a
- * second stream appears (or a stream is destroyed: its handle may come back), the pool synchronizes
- * the device once, and from then on records an event on S at every stream-ordered free; a block
+ * second stream appears (or a stream is destroyed: its handle may come back), the pool orders once
+ * as above, and from then on records an event on S at every stream-ordered free; a block
  * handed out on another stream T while that event has not completed makes T wait for it
  * (cuStreamWaitEvent), and one handed out by a synchronous allocation makes the host wait
  * (cuEventSynchronize). If an event cannot be recorded, the block stays pending like a synchronous
@@ -44,6 +50,8 @@ struct stream_ref { uint64_t key, handle, policy; int async; };
 #define KEY_SYNC (~0ull)
 #define STREAM_LEGACY 0x1ull     /* CU_STREAM_LEGACY */
 #define STREAM_PER_THREAD 0x2ull /* CU_STREAM_PER_THREAD */
+#define CU_STREAM_NON_BLOCKING 0x1u
+#define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
 
 struct served {
 	pthread_mutex_t mu;
@@ -56,6 +64,7 @@ struct served {
 	struct cp_vec inflight; /* struct inflight */
 	struct cp_vec events;   /* void *: spare events */
 	size_t prune_at;        /* inflight length at which completed entries are dropped */
+	void *barrier;          /* the event recorded on the legacy stream as a barrier; NULL: none yet */
 };
 
 static int g_serve;                 /* ALLOCSCOPE_POOL was set and parsed */
@@ -65,6 +74,7 @@ static TLS int t_serving;           /* this thread is inside a pool */
 static TLS uint64_t t_thread_serial; /* this thread's number, from 1, for its per-thread stream */
 static uint64_t g_thread_serials;
 static unsigned g_streams_destroyed; /* streams the program destroyed */
+static unsigned g_streams_apart;     /* non-blocking streams the program made: the legacy stream orders none of their work */
 static uint64_t g_pools;             /* bit d: device d's pool is serving (one cache line for a free to read) */
 
 typedef CUresult (*real_alloc_fn)(CUdeviceptr *, size_t);
@@ -74,6 +84,7 @@ typedef CUresult (*real_event_create_fn)(void **, unsigned);
 typedef CUresult (*real_event_fn)(void *);
 typedef CUresult (*real_event_record_fn)(void *, CUstream);
 typedef CUresult (*real_stream_wait_fn)(CUstream, void *, unsigned);
+typedef CUresult (*real_is_capturing_fn)(CUstream, int *);
 static real_alloc_fn g_real_alloc;
 static real_free_fn g_real_free;
 static real_sync_fn g_real_sync;
@@ -82,6 +93,7 @@ static struct {
 	real_event_record_fn record;
 	real_event_fn query, synchronize;
 	real_stream_wait_fn wait;
+	real_is_capturing_fn is_capturing; /* NULL: a driver without stream capture */
 } g_real_event;
 
 /* stream_of names the stream of a stream-ordered call; ptsz: the call came through a per-thread
@@ -114,13 +126,46 @@ static void pool_note_peak(uint64_t v) {
 		;
 }
 
-/* serve_sync synchronizes the device for the pool, counted and timed: 1 on success. */
-static int serve_sync(void) {
+/* serve_barrier_holds reports whether an event on the legacy stream orders all the device's work:
+ * no stream runs apart from it, and no other device has a pool whose blocks its work may use. */
+static int serve_barrier_holds(void) {
+	return __atomic_load_n(&g_streams_apart, __ATOMIC_ACQUIRE) == 0 &&
+	       __builtin_popcountll(__atomic_load_n(&g_pools, __ATOMIC_ACQUIRE)) <= 1;
+}
+
+/* serve_barrier records s's barrier event on the legacy stream: 1 on success. */
+static int serve_barrier(struct served *s) {
+	if (s->barrier == NULL && g_real_event.create(&s->barrier, 0x2 /* CU_EVENT_DISABLE_TIMING */) != 0) {
+		s->barrier = NULL;
+		return 0;
+	}
+	return g_real_event.record(s->barrier, (CUstream)(uintptr_t)STREAM_LEGACY) == 0;
+}
+
+/* serve_capturing reports whether a blocking stream of the current context captures a graph. */
+static int serve_capturing(void) {
+	int status = 0;
+	return g_real_event.is_capturing != NULL &&
+	       g_real_event.is_capturing((CUstream)(uintptr_t)STREAM_LEGACY, &status) == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+}
+
+/* serve_order makes all work issued so far on the device of s come before all work issued from now
+ * on, for the pool, counted and timed: a barrier where it holds, else a synchronization of the
+ * device. 1 on success; 0 (nothing done) while a blocking stream captures a graph. */
+static int serve_order(struct served *s) {
+	if (serve_capturing())
+		return 0;
 	int64_t t0 = now_ns(CLOCK_MONOTONIC);
-	CUresult r = g_real_sync();
+	int ok;
+	if (serve_barrier_holds() && serve_barrier(s)) {
+		ok = 1;
+		POOL_COUNT(barriers, 1);
+	} else {
+		ok = g_real_sync() == 0;
+	}
 	POOL_COUNT(syncs, 1);
 	POOL_COUNT(sync_ns, now_ns(CLOCK_MONOTONIC) - t0);
-	return r == 0;
+	return ok;
 }
 
 /* serve_parse reads ALLOCSCOPE_POOL (intercept.PoolSpec's line) into cfg; 0 on success. */
@@ -184,10 +229,7 @@ static int serve_release(void *ctx, uint64_t addr, uint64_t size) {
 	return g_real_free(addr) == 0 ? CP_OK : CP_ERR;
 }
 
-static int serve_upstream_sync(void *ctx) {
-	(void)ctx;
-	return serve_sync() ? 0 : -1;
-}
+static int serve_upstream_sync(void *ctx) { return serve_order(ctx) ? 0 : -1; }
 
 /* serve_resolve finds the real driver functions the pools use; 0 when libcuda is not loaded. */
 static int serve_resolve(void) {
@@ -205,6 +247,7 @@ static int serve_resolve(void) {
 	g_real_event.query = (real_event_fn)rd(h, "cuEventQuery");
 	g_real_event.synchronize = (real_event_fn)rd(h, "cuEventSynchronize");
 	g_real_event.wait = (real_stream_wait_fn)rd(h, "cuStreamWaitEvent");
+	g_real_event.is_capturing = (real_is_capturing_fn)rd(h, "cuStreamIsCapturing");
 	dlclose(h);
 	if (g_real_alloc == NULL || g_real_free == NULL || sync == NULL || g_real_event.create == NULL ||
 	    g_real_event.record == NULL || g_real_event.query == NULL || g_real_event.synchronize == NULL ||
@@ -223,7 +266,7 @@ static void serve_make(struct served *s, int d) {
 	if (!serve_resolve())
 		return;
 	int err = cp_init(&s->pool, &g_serve_cfg,
-			  (struct cp_upstream){serve_reserve, serve_release, NULL, serve_upstream_sync});
+			  (struct cp_upstream){serve_reserve, serve_release, s, serve_upstream_sync});
 	if (err != CP_OK) {
 		cp_close(&s->pool);
 		char buf[160];
@@ -269,7 +312,7 @@ static void serve_note_stream(struct served *s, struct stream_ref st) {
 	if (s->multi) {
 		if (destroyed != s->destroyed) { /* a stream's free list may pass to a new stream of its handle */
 			s->destroyed = destroyed;
-			if (serve_sync())
+			if (serve_order(s))
 				serve_synced(s);
 		}
 		return;
@@ -281,7 +324,7 @@ static void serve_note_stream(struct served *s, struct stream_ref st) {
 	if (st.key == s->only_key && destroyed == s->destroyed)
 		return;
 	s->multi = 1, s->destroyed = destroyed;
-	if (serve_sync())
+	if (serve_order(s))
 		serve_synced(s);
 }
 
@@ -470,6 +513,14 @@ static void serve_exported(uint64_t addr) {
  * while the old one's work still runs. */
 static void serve_stream_destroyed(void) { __atomic_add_fetch(&g_streams_destroyed, 1, __ATOMIC_ACQ_REL); }
 
+/* serve_stream_created notes that the program makes a stream; apart: a non-blocking one. */
+static void serve_stream_created(int apart) {
+	if (!apart)
+		return;
+	__atomic_add_fetch(&g_streams_apart, 1, __ATOMIC_ACQ_REL);
+	POOL_COUNT(streams_apart, 1);
+}
+
 /* serve_forget drops the parent's pools in a forked child. */
 static void serve_forget(void) {
 	g_pools = 0;
@@ -479,6 +530,7 @@ static void serve_forget(void) {
 		s->inflight = (struct cp_vec){NULL, 0, 0, sizeof(struct inflight)};
 		s->events = (struct cp_vec){NULL, 0, 0, sizeof(void *)};
 		s->multi = s->keyed = 0;
+		s->barrier = NULL;
 		pthread_mutex_init(&s->mu, NULL);
 	}
 	t_serving = 0;

@@ -16,6 +16,7 @@
  *                          (as cudaMallocAsync pools, VMM and bump allocators do).
  *   FAKECUDA_LAZY_CONTEXT=1  a thread has no current context (cuCtxGetDevice fails) until
  *                          cuCtxSetCurrent or a runtime call binds it, as with the real runtime.
+ *   FAKECUDA_DEVICES=N     cuDeviceGetCount says N (default 4).
  *   FAKECUDA_RAISE=SIG:K   raise(SIG) from inside the K-th cuMemAlloc_v2 call of the process (K >= 1,
  *                          exported and proc-address calls counted together), once.
  * A signal handler may allocate and free while the interrupted thread is inside the allocator: the
@@ -62,6 +63,8 @@ static __thread struct thread_cache caches[2][3]; /* [nested in a signal handler
 static __thread int in_region;
 static int fresh_addresses;
 static int lazy_context;            /* FAKECUDA_LAZY_CONTEXT=1: a thread has no context until bound */
+static int device_count = 4;        /* FAKECUDA_DEVICES */
+static long ctx_queries;            /* cuCtxGetDevice calls, all threads */
 static __thread int context_bound; /* cuCtxSetCurrent or a runtime call bound this thread */
 static int raise_signal;
 static long raise_at, alloc_calls;
@@ -78,6 +81,9 @@ __attribute__((constructor)) static void fake_init(void) {
 	fresh_addresses = v != NULL && strcmp(v, "1") == 0;
 	v = getenv("FAKECUDA_LAZY_CONTEXT");
 	lazy_context = v != NULL && strcmp(v, "1") == 0;
+	v = getenv("FAKECUDA_DEVICES");
+	if (v != NULL && atoi(v) > 0)
+		device_count = atoi(v);
 	v = getenv("FAKECUDA_RAISE");
 	if (v != NULL && sscanf(v, "%d:%ld", &raise_signal, &raise_at) != 2)
 		raise_signal = 0;
@@ -186,7 +192,14 @@ static int which_region(uint64_t addr) {
 /* ---- implementations ---- */
 
 static CUresult i_cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+static CUresult i_cuDeviceGetCount(int *n) {
+	if (n == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*n = device_count;
+	return CUDA_SUCCESS;
+}
 static CUresult i_cuCtxGetDevice(CUdevice *d) {
+	__atomic_fetch_add(&ctx_queries, 1, __ATOMIC_RELAXED);
 	if (d == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (lazy_context && !context_bound)
@@ -225,6 +238,22 @@ static CUresult i_cuStreamSynchronize(CUstream s) {
 	return CUDA_SUCCESS;
 }
 static CUresult i_cuStreamDestroy_v2(CUstream s) { (void)s; return CUDA_SUCCESS; }
+static long streams_made;
+static int capturing; /* fakecuda_capture: a blocking stream captures */
+static CUresult i_cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int priority) {
+	(void)flags, (void)priority;
+	if (s == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*s = (CUstream)(uintptr_t)(0x100000 + 0x100 * __atomic_fetch_add(&streams_made, 1, __ATOMIC_RELAXED));
+	return CUDA_SUCCESS;
+}
+static CUresult i_cuStreamCreate(CUstream *s, unsigned int flags) { return i_cuStreamCreateWithPriority(s, flags, 0); }
+static CUresult i_cuStreamIsCapturing(CUstream s, int *status) {
+	if (status == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*status = 0;
+	return s == (CUstream)0x1 && __atomic_load_n(&capturing, __ATOMIC_RELAXED) ? 906 : CUDA_SUCCESS;
+}
 static CUresult i_cuIpcGetMemHandle(void *h, CUdeviceptr p) {
 	if (h == NULL || which_region(p) != R_DEVICE)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -246,6 +275,7 @@ static CUresult i_cuEventCreate(CUevent *e, unsigned int flags) {
 	*e = (CUevent)(uintptr_t)(i + 1);
 	return CUDA_SUCCESS;
 }
+static long barriers; /* events recorded on the legacy stream */
 static CUresult i_cuEventRecord(CUevent e, CUstream s) {
 	pthread_mutex_lock(&events_mu);
 	int i = event_index(e);
@@ -253,7 +283,10 @@ static CUresult i_cuEventRecord(CUevent e, CUstream s) {
 		events[i].stream = s;
 		events[i].recorded = 1;
 		events[i].ready = 0;
-		events_recorded++;
+		if (s == (CUstream)0x1)
+			barriers++;
+		else
+			events_recorded++;
 	}
 	pthread_mutex_unlock(&events_mu);
 	return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
@@ -414,10 +447,15 @@ static CUresult i_cuGetProcAddress(const char *sym, void **fn, int version, cuui
 
 ENTRY_UNCOUNTED(cuInit, i_cuInit, (unsigned int f), (f))
 ENTRY_UNCOUNTED(cuCtxGetDevice, i_cuCtxGetDevice, (CUdevice *d), (d))
+ENTRY_UNCOUNTED(cuDeviceGetCount, i_cuDeviceGetCount, (int *n), (n))
 ENTRY_UNCOUNTED(cuCtxSetCurrent, i_cuCtxSetCurrent, (CUcontext c), (c))
 ENTRY_UNCOUNTED(cuCtxSynchronize, i_cuCtxSynchronize, (void), ())
 ENTRY_UNCOUNTED(cuStreamSynchronize, i_cuStreamSynchronize, (CUstream s), (s))
 ENTRY_UNCOUNTED(cuStreamDestroy_v2, i_cuStreamDestroy_v2, (CUstream s), (s))
+ENTRY_UNCOUNTED(cuStreamCreate, i_cuStreamCreate, (CUstream *s, unsigned int f), (s, f))
+ENTRY_UNCOUNTED(cuStreamCreateWithPriority, i_cuStreamCreateWithPriority, (CUstream *s, unsigned int f, int pr),
+		(s, f, pr))
+ENTRY_UNCOUNTED(cuStreamIsCapturing, i_cuStreamIsCapturing, (CUstream s, int *st), (s, st))
 ENTRY_UNCOUNTED(cuIpcGetMemHandle, i_cuIpcGetMemHandle, (void *h, CUdeviceptr p), (h, p))
 ENTRY_UNCOUNTED(cuEventCreate, i_cuEventCreate, (CUevent *e, unsigned int f), (e, f))
 ENTRY_UNCOUNTED(cuEventRecord, i_cuEventRecord, (CUevent e, CUstream s), (e, s))
@@ -472,6 +510,17 @@ void fakecuda_bind(void) {
 	}
 }
 
+long fakecuda_ctx_queries(void) { return __atomic_load_n(&ctx_queries, __ATOMIC_RELAXED); }
+
+long fakecuda_barriers(void) {
+	pthread_mutex_lock(&events_mu);
+	long n = barriers;
+	pthread_mutex_unlock(&events_mu);
+	return n;
+}
+
+void fakecuda_capture(int on) { __atomic_store_n(&capturing, on, __ATOMIC_RELAXED); }
+
 long fakecuda_syncs(void) { return __atomic_load_n(&syncs, __ATOMIC_RELAXED); }
 
 void fakecuda_calls(long *exported, long *via_proc_address) {
@@ -493,10 +542,14 @@ static const struct {
 } proc_table[] = {
 	{"cuInit", 2000, PROC(cuInit), NULL, NULL},
 	{"cuCtxGetDevice", 2000, PROC(cuCtxGetDevice), NULL, NULL},
+	{"cuDeviceGetCount", 2000, PROC(cuDeviceGetCount), NULL, NULL},
 	{"cuCtxSetCurrent", 4000, PROC(cuCtxSetCurrent), NULL, NULL},
 	{"cuCtxSynchronize", 2000, PROC(cuCtxSynchronize), NULL, NULL},
 	{"cuStreamSynchronize", 2000, PROC(cuStreamSynchronize), NULL, NULL},
 	{"cuStreamDestroy", 4000, PROC(cuStreamDestroy_v2), NULL, NULL},
+	{"cuStreamCreate", 2000, PROC(cuStreamCreate), NULL, NULL},
+	{"cuStreamCreateWithPriority", 5050, PROC(cuStreamCreateWithPriority), NULL, NULL},
+	{"cuStreamIsCapturing", 10000, PROC(cuStreamIsCapturing), NULL, NULL},
 	{"cuIpcGetMemHandle", 4010, PROC(cuIpcGetMemHandle), NULL, NULL},
 	{"cuEventCreate", 2000, PROC(cuEventCreate), NULL, NULL},
 	{"cuEventRecord", 2000, PROC(cuEventRecord), NULL, NULL},

@@ -67,6 +67,7 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags);
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags); /* cudaStreamNonBlocking = 1 */
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaIpcGetMemHandle(void *handle, void *p); /* handle: 64 bytes */
 cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, void *status);
@@ -76,6 +77,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigne
 /* Driver API (libcuda.so.1). */
 CUresult cuInit(unsigned int flags);
 CUresult cuCtxGetDevice(CUdevice *d);
+CUresult cuDeviceGetCount(int *n); /* FAKECUDA_DEVICES, default 4 */
 CUresult cuCtxSetCurrent(CUcontext ctx); /* fake: ctx = (CUcontext)(device + 1) */
 CUresult cuCtxSynchronize(void);
 /* Streams are any handle; work on them completes only when the program (or the shim) waits for it:
@@ -83,6 +85,11 @@ CUresult cuCtxSynchronize(void);
  * stream or cuEventSynchronize of it. */
 CUresult cuStreamSynchronize(CUstream s);
 CUresult cuStreamDestroy_v2(CUstream s);
+/* Handles 0x100000, 0x100100, ... of the fake's own making; the flags are kept by nobody. */
+CUresult cuStreamCreate(CUstream *s, unsigned int flags);
+CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int priority);
+/* On CU_STREAM_LEGACY (0x1) while fakecuda_capture(1) holds: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (906). */
+CUresult cuStreamIsCapturing(CUstream s, int *status);
 CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p); /* fake: writes p into the 64-byte handle */
 CUresult cuEventCreate(CUevent *e, unsigned int flags);
 CUresult cuEventRecord(CUevent e, CUstream s);
@@ -122,6 +129,13 @@ void fakecuda_bind(void);
 /* Fake only: events recorded, and waits for an event not yet ready (a stream made to wait with
  * cuStreamWaitEvent, the host with cuEventSynchronize), all threads. */
 void fakecuda_events(long *recorded, long *stream_waits, long *host_waits);
+/* Fake only: events recorded on the legacy stream (CU_STREAM_LEGACY, 0x1), which fakecuda_events does not
+ * count, all threads. */
+long fakecuda_barriers(void);
+/* Fake only: cuCtxGetDevice calls, all threads. */
+long fakecuda_ctx_queries(void);
+/* Fake only: whether a blocking stream captures a graph, as cuStreamIsCapturing(CU_STREAM_LEGACY) tells. */
+void fakecuda_capture(int on);
 
 typedef CUresult (*PFN_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, void *);
 typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *, void **, int, cuuint64_t);

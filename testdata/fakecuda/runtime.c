@@ -20,6 +20,7 @@ static struct {
 	CUresult (*ctxSetCurrent)(CUcontext);
 	CUresult (*ctxSynchronize)(void);
 	CUresult (*streamDestroy)(CUstream);
+	CUresult (*streamCreate)(CUstream *, unsigned int);
 	CUresult (*ipcGetMemHandle)(void *, CUdeviceptr);
 	CUresult (*memAlloc)(CUdeviceptr *, size_t);
 	CUresult (*memFree)(CUdeviceptr);
@@ -51,6 +52,7 @@ static void runtime_init(void) {
 	resolve("cuCtxSetCurrent", &drv.ctxSetCurrent);
 	resolve("cuCtxSynchronize", &drv.ctxSynchronize);
 	resolve("cuStreamDestroy", &drv.streamDestroy);
+	resolve("cuStreamCreate", &drv.streamCreate);
 	resolve("cuIpcGetMemHandle", &drv.ipcGetMemHandle);
 	resolve("cuMemAlloc", &drv.memAlloc);
 	resolve("cuMemFree", &drv.memFree);
@@ -64,7 +66,8 @@ static void runtime_init(void) {
 	resolve("cuMemFreeHost", &drv.memFreeHost);
 	drv.ok = drv.memAlloc && drv.memFree && drv.memAllocPitch && drv.memAllocManaged && drv.memAllocAsync &&
 		 drv.memFreeAsync && drv.memAllocFromPoolAsync && drv.memAllocHost && drv.memHostAlloc &&
-		 drv.memFreeHost && drv.ctxSetCurrent && drv.ctxSynchronize && drv.streamDestroy && drv.ipcGetMemHandle;
+		 drv.memFreeHost && drv.ctxSetCurrent && drv.ctxSynchronize && drv.streamDestroy && drv.ipcGetMemHandle &&
+		 drv.streamCreate;
 }
 
 #define INIT()                                                                                           \
@@ -167,6 +170,11 @@ cudaError_t cudaSetDevice(int device) {
 cudaError_t cudaDeviceSynchronize(void) {
 	INIT();
 	return drv.ctxSynchronize();
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+	INIT();
+	return drv.streamCreate((CUstream *)s, flags);
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {

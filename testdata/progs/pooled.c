@@ -1,8 +1,9 @@
 /* What `record --pool` changes for a program, on the fake driver: a block freed with cudaFree is not
  * reused before the device synchronizes; after cudaDeviceSynchronize it is; a second free of a block
- * returns an error; a class full of pending blocks makes the pool synchronize once rather than grow;
+ * returns an error; a class full of pending blocks makes the pool order the device once rather than
+ * grow (a barrier on the legacy stream: the program made no non-blocking stream);
  * a large block comes from the arena; exporting a pool block with cudaIpcGetMemHandle works (the shim
- * warns that the handle names the pool's region). Prints one line per fact (with the pool: no, yes, 1, 1, yes,
+ * warns that the handle names the pool's region). Prints one line per fact (with the pool: no, yes, 1, 0 and 1, yes,
  * and the driver's allocation calls the program caused), exits 0. 2,059 calls are recorded. */
 #include "fakecuda.h"
 
@@ -28,9 +29,10 @@ int main(void) {
 		cudaMalloc(&v[i], 500);
 	for (int i = 0; i < 1024; i++)
 		cudaFree(v[i]);
-	long s1 = fakecuda_syncs();
+	long s1 = fakecuda_syncs(), b1 = fakecuda_barriers();
 	cudaMalloc(&w, 500);
-	printf("syncs for a full class with frees pending: %ld\n", fakecuda_syncs() - s1);
+	printf("a full class with frees pending: syncs %ld, barriers %ld\n", fakecuda_syncs() - s1,
+	       fakecuda_barriers() - b1);
 	printf("reused a pending block: %s\n", w == v[1023] ? "yes" : "no");
 	CUdeviceptr big = 0;
 	cuMemAlloc_v2(&big, 200u << 20);

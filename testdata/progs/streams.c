@@ -6,7 +6,8 @@
  * a block handed out on the stream that freed it waits for nothing, and one handed out by cudaMalloc
  * makes the host wait. After cudaDeviceSynchronize nothing waits. Device 1: destroying the only
  * stream makes the pool synchronize once before its handle is used again. Device 2: the per-thread
- * default streams of two threads are two streams. Prints one line per fact (counts since the line
+ * default streams of two threads are two streams. The program makes a non-blocking stream first, so the
+ * pool's orderings are synchronizations of the device (barriers.c has the other case). Prints one line per fact (counts since the line
  * before: the last free of each part is counted in the next), exits 0. */
 #include "fakecuda.h"
 
@@ -38,6 +39,8 @@ static void *per_thread(void *arg) {
 int main(void) {
 	void *a, *b, *c, *d, *e, *f;
 	cudaSetDevice(0);
+	cudaStream_t apart; /* S1 and S2 run apart from the legacy stream: every ordering is a synchronization */
+	cudaStreamCreateWithFlags(&apart, 1 /* cudaStreamNonBlocking */);
 	changes("start");
 	cudaMallocAsync(&a, 4000, S1);
 	cudaFreeAsync(a, S1);

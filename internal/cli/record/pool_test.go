@@ -16,7 +16,7 @@ func TestRecordPool(t *testing.T) {
 	cfg := filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass.json")
 	code, stdout, stderr := runMain(t, "-q", "--pool", cfg, "-o", out, "--shim", env.Shim, "--", env.Prog("pooled"))
 	want := "reused before a sync: no\nreused after a sync: yes\nsecond free: 1\n" +
-		"syncs for a full class with frees pending: 1\nreused a pending block: yes\nexported a pool block: 0\n" +
+		"a full class with frees pending: syncs 0, barriers 1\nreused a pending block: yes\nexported a pool block: 0\n" +
 		"driver allocation calls: 1\n"
 	wantErr := "allocscope: the program exported a block of record --pool's pool with cudaIpcGetMemHandle; " +
 		"a process that opens the handle sees the pool's region, not the block: record this program without --pool\n" +
@@ -29,17 +29,18 @@ func TestRecordPool(t *testing.T) {
 	if len(events) != 2059 {
 		t.Errorf("trace holds %d events, want 2059", len(events))
 	}
-	// One reservation (the plan), no growth, nothing passed to CUDA, one synchronization of its own
-	// (the class full of pending blocks), one export.
+	// One reservation (the plan), no growth, nothing passed to CUDA, one ordering of its own (the
+	// class full of pending blocks: a barrier, as the program made no non-blocking stream), one export.
 	const plan = 512*1024 + 4096*256 + 65536*64 + 1048576*16 + 256<<20 // sizeclass.json's classes and arena
 	p := info.Pool
 	if p == nil {
 		t.Fatal("trace has no pool activity")
 	}
-	if p.Reservations != 1 || p.Fallbacks != 0 || p.PassedThrough != 0 || p.Syncs != 1 || p.SyncNs <= 0 ||
+	if p.Reservations != 1 || p.Fallbacks != 0 || p.PassedThrough != 0 || p.Syncs != 1 || p.Barriers != 1 ||
+		p.StreamsApart != 0 || p.SyncNs <= 0 ||
 		p.Events != 0 || p.StreamWaits != 0 || p.HostWaits != 0 || p.IPCExports != 1 ||
 		p.PeakReservedBytes != plan {
-		t.Errorf("pool activity %+v; want 1 reservation of %d bytes, 1 sync, 1 export, nothing else", *p, plan)
+		t.Errorf("pool activity %+v; want 1 reservation of %d bytes, 1 sync (a barrier), 1 export, nothing else", *p, plan)
 	}
 	paged := filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass-paged.json")
 	marker := tempPath(t, "ran")

@@ -66,11 +66,24 @@ func printPool(w io.Writer, p *trace.PoolActivity) {
 		return
 	}
 	fmt.Fprintf(w, "allocscope: pool: peak reserved %s in %s reservation(s), %s fallback(s), %s request(s) passed to CUDA, "+
-		"%s synchronization(s) of its own (%s)\n", units.FormatBytesStyle(p.PeakReservedBytes, units.TwoDecimals),
+		"%s synchronization(s) of its own%s (%s)\n", units.FormatBytesStyle(p.PeakReservedBytes, units.TwoDecimals),
 		units.FormatCount(p.Reservations), units.FormatCount(p.Fallbacks), units.FormatCount(p.PassedThrough),
-		units.FormatCount(p.Syncs), time.Duration(p.SyncNs).Round(time.Microsecond))
+		units.FormatCount(p.Syncs), barrierNote(p), time.Duration(p.SyncNs).Round(time.Microsecond))
 	if p.Events > 0 {
 		fmt.Fprintf(w, "allocscope: pool: %s event(s) at stream-ordered frees, %s stream wait(s), %s host wait(s)\n",
 			units.FormatCount(p.Events), units.FormatCount(p.StreamWaits), units.FormatCount(p.HostWaits))
 	}
+}
+
+// barrierNote says how many of the pool's synchronizations were barriers, and why the others were
+// not ("" when there were none).
+func barrierNote(p *trace.PoolActivity) string {
+	if p.Syncs == 0 {
+		return ""
+	}
+	note := fmt.Sprintf(", %s of them barriers on the legacy stream", units.FormatCount(p.Barriers))
+	if p.StreamsApart > 0 {
+		note += fmt.Sprintf(" (%s non-blocking stream(s) made)", units.FormatCount(p.StreamsApart))
+	}
+	return note
 }

@@ -1,0 +1,62 @@
+/* How `record --pool` orders the device before it reuses blocks freed with cudaFree, on the fake
+ * driver. While the program made no non-blocking stream, a barrier on the legacy stream (an event
+ * recorded on it) does, and the host does not wait; while a blocking stream captures a graph the
+ * pool neither synchronizes nor records a barrier (either would break the capture) but grows; a
+ * second stream that is blocking costs a barrier; once the program made a non-blocking stream every
+ * ordering is a device synchronization. Prints one line per fact (counts since the line before),
+ * exits 0. With sizeclass.json's pool: its 512-byte class has 1,024 slots; the first line's driver call
+ * is the pool's plan. */
+#include "fakecuda.h"
+
+#include <stdio.h>
+
+#define SLOTS 1024
+
+static void *v[SLOTS];
+
+/* changes prints the synchronizations, barriers and driver calls since its last call (what NULL only
+ * takes as the start). */
+static void changes(const char *what) {
+	static long s0, b0, a0;
+	long e, g;
+	fakecuda_calls(&e, &g);
+	long s = fakecuda_syncs(), b = fakecuda_barriers(), a = e + g;
+	if (what != NULL)
+		printf("%s: syncs %ld, barriers %ld, driver calls %ld\n", what, s - s0, b - b0, a - a0);
+	s0 = s, b0 = b, a0 = a;
+}
+
+/* fill_and_free allocates the class's slots from first on, then frees all of them: every slot pending. */
+static void fill_and_free(int first) {
+	for (int i = first; i < SLOTS; i++)
+		cudaMalloc(&v[i], 500);
+	for (int i = 0; i < SLOTS; i++)
+		cudaFree(v[i]);
+}
+
+int main(void) {
+	cudaSetDevice(0);
+	void *w, *x, *a, *b;
+	changes(NULL);
+	fill_and_free(0);
+	cudaMalloc(&w, 500);
+	changes("a full class with frees pending");
+	v[0] = w;
+	fill_and_free(1);
+	fakecuda_capture(1);
+	cudaMalloc(&x, 500);
+	changes("the same while a blocking stream captures");
+	fakecuda_capture(0);
+	cudaFree(x);
+	cudaStream_t blocking, apart;
+	cudaStreamCreateWithFlags(&blocking, 0);
+	cudaMallocAsync(&a, 4000, blocking);
+	changes("a second stream, blocking");
+	cudaStreamCreateWithFlags(&apart, 1 /* cudaStreamNonBlocking */);
+	cudaStreamDestroy(blocking);
+	cudaMallocAsync(&b, 4000, apart);
+	changes("a non-blocking stream made, a stream destroyed");
+	cudaFreeAsync(a, apart);
+	cudaFreeAsync(b, apart);
+	return 0;
+}
