@@ -110,6 +110,10 @@ struct cp_slab {
 
 struct cp_slot { struct cp_slab *sl; uint64_t slot; };
 
+/* An entry of the slab index: the slabs' address ranges side by side, so that finding the slab of an
+ * address reads a few cache lines of one array, not a page per slab. */
+struct cp_slab_ref { uint64_t base, end; struct cp_slab *sl; };
+
 struct cp_stream_lists { uint64_t stream; struct cp_vec free[CP_MAX_CLASSES]; };
 
 struct cp_class {
@@ -131,11 +135,15 @@ struct cp_node {
 struct cp_region { uint64_t addr, size; };
 
 struct cp_pool {
+	/* what every request reads first, together at the start */
+	int closed;
+	int no_grow;            /* growths fail with CP_WOULD_GROW (uncounted) */
+	struct cp_vec slabs;    /* struct cp_slab_ref, sorted by base */
+	struct cp_vec deferred; /* struct cp_deferred: blocks freed while the device may still use them */
+	struct cp_stats s, peak;
 	struct cp_config cfg;
 	struct cp_upstream up;
-	struct cp_stats s, peak;
 	struct cp_class classes[CP_MAX_CLASSES];
-	struct cp_vec slabs;   /* struct cp_slab *, sorted by base */
 	struct cp_vec regions; /* struct cp_region: the plan and the grown slabs */
 	struct cp_vec streams; /* struct cp_stream_lists, with per_stream */
 	/* the arena */
@@ -146,9 +154,6 @@ struct cp_pool {
 	size_t nlive;
 	int32_t recycled;
 	uint64_t arena_total, grow_min, allocs_seen;
-	int closed;
-	int no_grow; /* growths fail with CP_WOULD_GROW (uncounted) */
-	struct cp_vec deferred; /* struct cp_deferred: blocks freed while the device may still use them */
 };
 
 struct cp_deferred { uint64_t addr, stream; };
@@ -540,7 +545,7 @@ static int cp_class_for(struct cp_pool *p, uint64_t size) {
 	int lo = 0, hi = p->cfg.nclasses;
 	while (lo < hi) {
 		int mid = (lo + hi) / 2;
-		if (p->classes[mid].size < size)
+		if (p->cfg.class_size[mid] < size) /* the sizes side by side: a line holds eight */
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -558,11 +563,11 @@ static int cp_add_slab(struct cp_pool *p, int ci, uint64_t addr, uint64_t n) {
 		return -1;
 	sl->req.len = n;
 	size_t at = 0;
-	while (at < p->slabs.len && CP_AT(&p->slabs, struct cp_slab *, at)->base < addr)
+	while (at < p->slabs.len && CP_AT(&p->slabs, struct cp_slab_ref, at).base < addr)
 		at++;
-	struct cp_slab **s = (struct cp_slab **)p->slabs.data;
+	struct cp_slab_ref *s = (struct cp_slab_ref *)p->slabs.data;
 	memmove(s + at + 1, s + at, (p->slabs.len - at) * sizeof *s);
-	s[at] = sl;
+	s[at] = (struct cp_slab_ref){sl->base, sl->end, sl};
 	p->slabs.len++;
 	c->fresh = sl;
 	return 0;
@@ -572,15 +577,15 @@ static struct cp_slab *cp_slab_for(struct cp_pool *p, uint64_t addr) {
 	size_t lo = 0, hi = p->slabs.len;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		if (CP_AT(&p->slabs, struct cp_slab *, mid)->base <= addr)
+		if (CP_AT(&p->slabs, struct cp_slab_ref, mid).base <= addr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	if (lo == 0)
 		return NULL;
-	struct cp_slab *sl = CP_AT(&p->slabs, struct cp_slab *, lo - 1);
-	return addr < sl->end ? sl : NULL;
+	struct cp_slab_ref *r = &CP_AT(&p->slabs, struct cp_slab_ref, lo - 1);
+	return addr < r->end ? r->sl : NULL;
 }
 
 /* cp_stream_lists returns the per-stream free lists of stream, made when create is set. */
@@ -688,7 +693,7 @@ static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_ups
 	p->cfg = *cfg;
 	p->up = up;
 	p->recycled = CP_NIL;
-	p->slabs.elem = sizeof(struct cp_slab *);
+	p->slabs.elem = sizeof(struct cp_slab_ref);
 	p->regions.elem = sizeof(struct cp_region);
 	p->streams.elem = sizeof(struct cp_stream_lists);
 	p->nodes.elem = sizeof(struct cp_node);
@@ -910,7 +915,7 @@ static int cp_close(struct cp_pool *p) {
 			err = CP_ERR;
 	}
 	for (size_t i = 0; i < p->slabs.len; i++) {
-		struct cp_slab *sl = CP_AT(&p->slabs, struct cp_slab *, i);
+		struct cp_slab *sl = CP_AT(&p->slabs, struct cp_slab_ref, i).sl;
 		cp_vec_free(&sl->req);
 		munmap(sl, sizeof *sl);
 	}

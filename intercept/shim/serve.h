@@ -53,29 +53,33 @@ struct stream_ref { uint64_t key, handle, policy; int async; };
 #define CU_STREAM_NON_BLOCKING 0x1u
 #define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
 
+/* A device's pool; what every call reads comes first, beside the lock. */
 struct served {
 	pthread_mutex_t mu;
 	int state; /* 0: not made yet, 1: serving, 2: could not be made (calls go to CUDA) */
-	struct cp_pool pool;   /* its deferred blocks: freed by cudaFree, not reusable before a sync */
 	int multi;              /* more than one stream seen: stream-ordered frees record events */
 	int keyed;              /* one stream seen so far: only_key */
+	unsigned destroyed;     /* g_sv.destroyed when last looked at */
 	uint64_t only_key;
-	unsigned destroyed;     /* g_streams_destroyed when last looked at */
 	struct cp_vec inflight; /* struct inflight */
 	struct cp_vec events;   /* void *: spare events */
 	size_t prune_at;        /* inflight length at which completed entries are dropped */
 	void *barrier;          /* the event recorded on the legacy stream as a barrier; NULL: none yet */
-};
+	struct cp_pool pool;    /* its deferred blocks: freed by cudaFree, not reusable before a sync */
+} __attribute__((aligned(64)));
 
-static int g_serve;                 /* ALLOCSCOPE_POOL was set and parsed */
 static struct cp_config g_serve_cfg;
 static struct served g_served[SERVE_DEVICES];
 static TLS int t_serving;           /* this thread is inside a pool */
 static TLS uint64_t t_thread_serial; /* this thread's number, from 1, for its per-thread stream */
 static uint64_t g_thread_serials;
-static unsigned g_streams_destroyed; /* streams the program destroyed */
-static unsigned g_streams_apart;     /* non-blocking streams the program made: the legacy stream orders none of their work */
-static uint64_t g_pools;             /* bit d: device d's pool is serving (one cache line for a free to read) */
+/* What every served call reads, in one cache line. */
+static struct {
+	int on;             /* ALLOCSCOPE_POOL was set and parsed */
+	unsigned destroyed; /* streams the program destroyed */
+	unsigned apart;     /* non-blocking streams the program made: the legacy stream orders none of their work */
+	uint64_t pools;     /* bit d: device d's pool is serving */
+} g_sv __attribute__((aligned(64)));
 
 typedef CUresult (*real_alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*real_free_fn)(CUdeviceptr);
@@ -129,8 +133,8 @@ static void pool_note_peak(uint64_t v) {
 /* serve_barrier_holds reports whether an event on the legacy stream orders all the device's work:
  * no stream runs apart from it, and no other device has a pool whose blocks its work may use. */
 static int serve_barrier_holds(void) {
-	return __atomic_load_n(&g_streams_apart, __ATOMIC_ACQUIRE) == 0 &&
-	       __builtin_popcountll(__atomic_load_n(&g_pools, __ATOMIC_ACQUIRE)) <= 1;
+	return __atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) == 0 &&
+	       __builtin_popcountll(__atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE)) <= 1;
 }
 
 /* serve_barrier records s's barrier event on the legacy stream: 1 on success. */
@@ -210,7 +214,7 @@ static void serve_init(void) {
 	}
 	for (int d = 0; d < SERVE_DEVICES; d++)
 		pthread_mutex_init(&g_served[d].mu, NULL);
-	__atomic_store_n(&g_serve, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_sv.on, 1, __ATOMIC_RELEASE);
 }
 
 static int serve_reserve(void *ctx, uint64_t size, uint64_t *addr) {
@@ -277,7 +281,7 @@ static void serve_make(struct served *s, int d) {
 		return;
 	}
 	s->state = 1;
-	__atomic_or_fetch(&g_pools, 1ull << d, __ATOMIC_RELEASE);
+	__atomic_or_fetch(&g_sv.pools, 1ull << d, __ATOMIC_RELEASE);
 	pool_note_peak(s->pool.s.peak_reserved_bytes);
 }
 
@@ -308,7 +312,7 @@ static void serve_synced(struct served *s) {
  * second stream seen, or a stream destroyed, makes the pool synchronize the device once and track
  * stream-ordered frees with events from then on. */
 static void serve_note_stream(struct served *s, struct stream_ref st) {
-	unsigned destroyed = __atomic_load_n(&g_streams_destroyed, __ATOMIC_ACQUIRE);
+	unsigned destroyed = __atomic_load_n(&g_sv.destroyed, __ATOMIC_ACQUIRE);
 	if (s->multi) {
 		if (destroyed != s->destroyed) { /* a stream's free list may pass to a new stream of its handle */
 			s->destroyed = destroyed;
@@ -404,7 +408,7 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
  * when the call is to go to CUDA. A runtime call on a thread with no current context is served on
  * device 0, where the runtime puts such a thread, when device 0 has a pool already. */
 static int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_t *addr) {
-	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || size == 0)
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || size == 0)
 		return 0;
 	int d = t_serving ? -1 : current_device();
 	if (d < 0 && runtime && !t_serving && __atomic_load_n(&g_served[0].state, __ATOMIC_ACQUIRE) == 1)
@@ -452,11 +456,11 @@ static int serve_give_back(struct served *s, uint64_t addr, struct stream_ref st
 /* serve_free takes a free of addr on stream st: 0 when no pool handed it out (the call goes to CUDA),
  * else 1 with *result the call's result (0, or 1 = invalid value for a second free). */
 static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
-	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || t_serving || addr == 0)
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving || addr == 0)
 		return 0;
 	int taken = 0;
 	t_serving = 1;
-	for (uint64_t m = __atomic_load_n(&g_pools, __ATOMIC_ACQUIRE); m != 0 && !taken; m &= m - 1) {
+	for (uint64_t m = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE); m != 0 && !taken; m &= m - 1) {
 		struct served *s = &g_served[__builtin_ctzll(m)];
 		pthread_mutex_lock(&s->mu);
 		taken = serve_give_back(s, addr, st, result);
@@ -469,7 +473,7 @@ static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
 /* serve_synchronized makes the current device's pending blocks reusable after the program
  * synchronized it. */
 static void serve_synchronized(void) {
-	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || t_serving)
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving)
 		return;
 	int d = current_device();
 	if (d < 0 || d >= SERVE_DEVICES || __atomic_load_n(&g_served[d].state, __ATOMIC_ACQUIRE) != 1)
@@ -485,11 +489,11 @@ static void serve_synchronized(void) {
  * if a pool handed it out, another process that opens the handle maps the pool's whole region, not
  * the block. Counted, and said once. */
 static void serve_exported(uint64_t addr) {
-	if (!__atomic_load_n(&g_serve, __ATOMIC_ACQUIRE) || t_serving || addr == 0)
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving || addr == 0)
 		return;
 	int found = 0;
 	t_serving = 1;
-	for (uint64_t m = __atomic_load_n(&g_pools, __ATOMIC_ACQUIRE); m != 0 && !found; m &= m - 1) {
+	for (uint64_t m = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE); m != 0 && !found; m &= m - 1) {
 		struct served *s = &g_served[__builtin_ctzll(m)];
 		pthread_mutex_lock(&s->mu);
 		uint64_t size;
@@ -511,19 +515,19 @@ static void serve_exported(uint64_t addr) {
 
 /* serve_stream_destroyed notes that the program destroyed a stream: its handle may name a new stream
  * while the old one's work still runs. */
-static void serve_stream_destroyed(void) { __atomic_add_fetch(&g_streams_destroyed, 1, __ATOMIC_ACQ_REL); }
+static void serve_stream_destroyed(void) { __atomic_add_fetch(&g_sv.destroyed, 1, __ATOMIC_ACQ_REL); }
 
 /* serve_stream_created notes that the program makes a stream; apart: a non-blocking one. */
 static void serve_stream_created(int apart) {
 	if (!apart)
 		return;
-	__atomic_add_fetch(&g_streams_apart, 1, __ATOMIC_ACQ_REL);
+	__atomic_add_fetch(&g_sv.apart, 1, __ATOMIC_ACQ_REL);
 	POOL_COUNT(streams_apart, 1);
 }
 
 /* serve_forget drops the parent's pools in a forked child. */
 static void serve_forget(void) {
-	g_pools = 0;
+	g_sv.pools = 0;
 	for (int d = 0; d < SERVE_DEVICES; d++) {
 		struct served *s = &g_served[d];
 		s->state = 0;
