@@ -75,7 +75,7 @@ func TestComparePoolActivity(t *testing.T) {
 	before := Run{Name: "before.arrow", Layer: "device"}
 	after := Run{Name: "after.arrow", Layer: "device", Pool: &trace.PoolActivity{Syncs: 2, SyncNs: 1500000,
 		Reservations: 3, Fallbacks: 2, PassedThrough: 1, StreamWaits: 4, HostWaits: 5, PeakReservedBytes: 3 << 30,
-		IPCExports: 1}}
+		IPCExports: 1, Barriers: 1}}
 	var out strings.Builder
 	if err := WriteComparison(&out, before, after); err != nil {
 		t.Fatal(err)
@@ -85,6 +85,7 @@ pool: reservations             -                      3
 pool: fallbacks (growths)      -                      2
 pool: requests passed to CUDA  -                      1
 pool: its own synchronizations -                      2 (1.5ms)
+pool: of them barriers         -                      1
 pool: stream / host waits      -                      4 / 5
 pool: blocks exported by IPC   -                      1
 `
