@@ -64,17 +64,26 @@ func NewMeter(up Upstream, opts MeterOptions) (*Meter, Upstream) {
 // Counts returns the counts so far.
 func (me *Meter) Counts() UpstreamCounts { return me.counts }
 
-func (me *Meter) gained(size uint64) {
-	c := &me.counts
+// gained counts a successful Reserve or Map of size bytes: the one rule by which a Meter and every
+// policy's Stats (through tracked) count memory gained from an Upstream.
+func (c *UpstreamCounts) gained(size uint64) {
 	c.Reserves++
 	c.GainedBytes += size
 	c.ReservedBytes += size
 	c.PeakReservedBytes = max(c.PeakReservedBytes, c.ReservedBytes)
 }
 
-func (me *Meter) lost(size uint64) {
-	me.counts.Releases++
-	me.counts.ReservedBytes -= min(size, me.counts.ReservedBytes)
+// lost counts a successful Release or Unmap of size bytes.
+func (c *UpstreamCounts) lost(size uint64) {
+	c.Releases++
+	c.ReservedBytes -= min(size, c.ReservedBytes)
+}
+
+// remapped counts a successful Remap: a reserve and a release, the bytes held unchanged.
+func (c *UpstreamCounts) remapped() {
+	c.Reserves++
+	c.Releases++
+	c.Remaps++
 }
 
 func (me *Meter) charge(c Call, size uint64) {
@@ -102,7 +111,7 @@ func (u meterUpstream) Reserve(size uint64) (uint64, error) {
 	u.me.charge(CallReserve, size)
 	addr, err := u.me.up.Reserve(size)
 	if err == nil {
-		u.me.gained(size)
+		u.me.counts.gained(size)
 	}
 	return addr, err
 }
@@ -112,7 +121,7 @@ func (u meterUpstream) Release(addr, size uint64) error {
 	if err := u.me.up.Release(addr, size); err != nil {
 		return err
 	}
-	u.me.lost(size)
+	u.me.counts.lost(size)
 	return nil
 }
 
@@ -129,7 +138,7 @@ func (u meterMapper) Map(addr, size uint64) error {
 	if err := u.me.m.Map(addr, size); err != nil {
 		return err
 	}
-	u.me.gained(size)
+	u.me.counts.gained(size)
 	return nil
 }
 
@@ -138,7 +147,7 @@ func (u meterMapper) Unmap(addr, size uint64) error {
 	if err := u.me.m.Unmap(addr, size); err != nil {
 		return err
 	}
-	u.me.lost(size)
+	u.me.counts.lost(size)
 	return nil
 }
 
@@ -149,9 +158,6 @@ func (u meterRemapper) Remap(from, to, size uint64) error {
 	if err := u.me.r.Remap(from, to, size); err != nil {
 		return err
 	}
-	c := &u.me.counts
-	c.Reserves++
-	c.Releases++
-	c.Remaps++
+	u.me.counts.remapped()
 	return nil
 }

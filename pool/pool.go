@@ -9,8 +9,9 @@
 // the same Stats. All of them are safe for concurrent use.
 //
 // Package pool imports no allocscope package outside its own tree: the data structures its
-// policies share are its internal packages spans (address space as spans, best fit) and addrindex
-// (live blocks and regions by address).
+// policies share are its internal package spans (address space as spans, best fit) and the public
+// packages addrindex (live blocks and regions by address) and slots (values under small reused
+// indexes), public because allocscope's statistics pass and request stream use them too.
 package pool
 
 import "errors"

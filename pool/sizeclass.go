@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -132,20 +133,10 @@ func (p *sizeClassPool) addSlab(ci int, addr, n uint64) {
 	c := &p.classes[ci]
 	sl := &slab{base: addr, end: addr + n*c.size, size: c.size, class: ci, req: make([]uint64, n)}
 	i, _ := slices.BinarySearchFunc(p.slabs, addr, func(s *slab, a uint64) int {
-		return cmpUint(s.base, a)
+		return cmp.Compare(s.base, a)
 	})
 	p.slabs = slices.Insert(p.slabs, i, sl)
 	c.fresh = sl
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // classFor returns the index of the smallest class that holds size bytes, or -1 for the arena.

@@ -43,13 +43,16 @@ func (c *counters) notePeak() {
 	}
 }
 
-// tracked wraps an Upstream and counts every call into the allocator's counters. A non-zero limit
-// makes reservations that would take ReservedBytes above it fail like an out-of-memory Upstream
-// (a device of that capacity), counted as failed upstream calls.
+// tracked wraps an Upstream for a policy: it passes the calls on with their context added to
+// errors, counts the failed ones, and counts the successful ones as a Meter does (UpstreamCounts),
+// keeping the allocator's Stats equal to those counts. A non-zero limit makes reservations that
+// would take ReservedBytes above it fail like an out-of-memory Upstream (a device of that
+// capacity), counted as failed upstream calls.
 type tracked struct {
-	up    Upstream
-	c     *counters
-	limit uint64
+	up     Upstream
+	c      *counters
+	limit  uint64
+	counts UpstreamCounts
 }
 
 // errLimit is wrapped by reservations refused because of tracked.limit.
@@ -84,14 +87,20 @@ func (t *tracked) release(addr, size uint64) error {
 }
 
 func (t *tracked) gained(size uint64) {
-	t.c.s.UpstreamReserves++
-	t.c.s.ReservedBytes += size
-	t.c.s.PeakReservedBytes = max(t.c.s.PeakReservedBytes, t.c.s.ReservedBytes)
+	t.counts.gained(size)
+	t.toStats()
 }
 
 func (t *tracked) lost(size uint64) {
-	t.c.s.UpstreamReleases++
-	t.c.s.ReservedBytes -= size
+	t.counts.lost(size)
+	t.toStats()
+}
+
+// toStats copies the counts into the allocator's Stats.
+func (t *tracked) toStats() {
+	s := &t.c.s
+	s.UpstreamReserves, s.UpstreamReleases = t.counts.Reserves, t.counts.Releases
+	s.ReservedBytes, s.PeakReservedBytes = t.counts.ReservedBytes, t.counts.PeakReservedBytes
 }
 
 // mapPages backs [addr, addr+size) of reserved address space with memory through a Mapper.
@@ -123,8 +132,8 @@ func (t *tracked) remapPages(r Remapper, from, to, size uint64) error {
 	if err := r.Remap(from, to, size); err != nil {
 		return fmt.Errorf("remap %d bytes from %#x to %#x: %w", size, from, to, err)
 	}
-	t.c.s.UpstreamReserves++
-	t.c.s.UpstreamReleases++
+	t.counts.remapped()
+	t.toStats()
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/replay/backend/cuda"
 	"github.com/allocscope/allocscope/replay/backend/host"
@@ -17,19 +18,7 @@ import (
 // need an NVIDIA GPU and the CUDA driver. Build the test binary as docs/replay.md
 // says (go test -c -tags cuda with the CGO flags of `make replay-cuda`) and run it on the GPU host.
 
-func openCUDA0(t testing.TB) *cuda.Backend {
-	t.Helper()
-	b, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return b
-}
+func openCUDA0(t testing.TB) *cuda.Backend { return testcuda.OpenDevice0(t, cuda.Open) }
 
 func TestCUDASmallTraceAllModes(t *testing.T) {
 	b := openCUDA0(t)

@@ -6,7 +6,7 @@ import (
 	"io"
 	"math"
 
-	"github.com/allocscope/allocscope/internal/slab"
+	"github.com/allocscope/allocscope/pool/slots"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -60,8 +60,8 @@ type streamKey struct {
 // whose free was never recorded frees that block first (an inserted free op).
 type Extractor struct {
 	layer       Layer
-	live        map[addrKey]uint32        // address → slot
-	sizes       slab.Slab[uint64, uint32] // slot → requested size of the live block
+	live        map[addrKey]uint32          // address → slot
+	sizes       slots.Table[uint64, uint32] // slot → requested size of the live block
 	streams     map[streamKey]uint32
 	handles     []uint64 // stream index → recorded handle
 	devices     map[int32]struct{}

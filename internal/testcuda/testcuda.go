@@ -4,7 +4,9 @@
 // testdata/progs, the preloadable libraries of testdata/preload and the shim itself (from
 // intercept/shim/shim.c, with the flags intercept.BuildShim uses), all with the system C compiler
 // ($CC, else cc). It also runs those programs and compares the events they produce with expected
-// listings. It imports no allocscope package but trace, so intercept's own tests can use it.
+// listings. For the tests that run on a real GPU (build tag cuda) it opens the device
+// (OpenDevice0). It imports no allocscope package but trace, so intercept's own tests and the CUDA
+// backend's can use it.
 //
 // A test binary that uses it calls Cleanup from its TestMain after m.Run, which removes the build
 // directory.

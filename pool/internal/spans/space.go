@@ -1,5 +1,7 @@
 package spans
 
+import "github.com/allocscope/allocscope/pool/slots"
+
 // NodeState says what a node of a Space is.
 type NodeState uint8
 
@@ -27,9 +29,8 @@ type Node struct {
 // node always keeps the lowest part of what it is split into, and absorbs the neighbours merged
 // into it from above, so a segment's first node keeps its index for the segment's life.
 type Space struct {
-	nodes     []Node
+	nodes     slots.Table[Node, int32]
 	fit       fitHint // where the last BestFit found its node in the free tree
-	recycled  int32   // unused node slots, linked through Next
 	free      *Tree
 	unmapped  *Tree
 	freeBytes uint64
@@ -44,33 +45,28 @@ type fitHint struct {
 
 // NewSpace returns a space without segments.
 func NewSpace() *Space {
-	return &Space{recycled: NoNode, free: NewTree(BySize), unmapped: NewTree(ByAddr)}
+	return &Space{free: NewTree(BySize), unmapped: NewTree(ByAddr)}
 }
 
 // Node returns node id, valid until the next change of the space.
-func (sp *Space) Node(id int32) *Node { return &sp.nodes[id] }
+func (sp *Space) Node(id int32) *Node { return sp.nodes.At(id) }
 
 func (sp *Space) newNode(s Span, state NodeState) int32 {
-	id := sp.recycled
-	if id == NoNode {
-		sp.nodes = append(sp.nodes, Node{})
-		id = int32(len(sp.nodes) - 1)
-	} else {
-		sp.recycled = sp.nodes[id].Next
-	}
-	s.Node = id
-	sp.nodes[id] = Node{Span: s, Prev: NoNode, Next: NoNode, State: state}
+	id := sp.nodes.Put(Node{Span: s, Prev: NoNode, Next: NoNode, State: state})
+	sp.nodes.At(id).Node = id
 	return id
 }
 
+// recycle frees node id's slot for a later node. Until then it reads as a used node without
+// neighbours, so that no merge takes it.
 func (sp *Space) recycle(id int32) {
-	sp.nodes[id] = Node{Next: sp.recycled, State: NodeUsed}
-	sp.recycled = id
+	*sp.nodes.At(id) = Node{Prev: NoNode, Next: NoNode, State: NodeUsed}
+	sp.nodes.Release(id)
 }
 
 // attach puts a free or unmapped node into its tree.
 func (sp *Space) attach(id int32) {
-	n := &sp.nodes[id]
+	n := sp.nodes.At(id)
 	switch n.State {
 	case NodeFree:
 		sp.free.Insert(n.Span)
@@ -82,7 +78,7 @@ func (sp *Space) attach(id int32) {
 
 // detach takes a free or unmapped node out of its tree.
 func (sp *Space) detach(id int32) {
-	n := &sp.nodes[id]
+	n := sp.nodes.At(id)
 	switch n.State {
 	case NodeFree:
 		sp.free.Delete(n.Span)
@@ -106,7 +102,7 @@ func (sp *Space) AddSegmentTaken(addr, size, used uint64) int32 {
 	id := sp.newNode(Span{Addr: addr, Size: size, Seg: addr}, NodeUsed)
 	if used < size {
 		r := sp.splitDetached(id, used) // a used node: not attached yet
-		sp.nodes[r].State = NodeFree
+		sp.nodes.At(r).State = NodeFree
 		sp.attach(r)
 	}
 	return id
@@ -115,7 +111,7 @@ func (sp *Space) AddSegmentTaken(addr, size, used uint64) int32 {
 // DropSegment removes every node of the segment whose first node is head.
 func (sp *Space) DropSegment(head int32) {
 	for id := head; id != NoNode; {
-		next := sp.nodes[id].Next
+		next := sp.nodes.At(id).Next
 		sp.detach(id)
 		sp.recycle(id)
 		id = next
@@ -145,51 +141,51 @@ func (sp *Space) Split(id int32, size uint64) int32 {
 
 // splitDetached is Split for a node out of its tree; the new node is attached.
 func (sp *Space) splitDetached(id int32, size uint64) int32 {
-	n := sp.nodes[id]
+	n := *sp.nodes.At(id)
 	rest := n.Span
 	rest.Addr, rest.Size = n.Addr+size, n.Size-size
 	r := sp.newNode(rest, n.State)
-	sp.nodes[id].Size = size
-	sp.nodes[r].Prev, sp.nodes[r].Next = id, n.Next
+	sp.nodes.At(id).Size = size
+	sp.nodes.At(r).Prev, sp.nodes.At(r).Next = id, n.Next
 	if n.Next != NoNode {
-		sp.nodes[n.Next].Prev = r
+		sp.nodes.At(n.Next).Prev = r
 	}
-	sp.nodes[id].Next = r
+	sp.nodes.At(id).Next = r
 	sp.attach(r)
 	return r
 }
 
 // Take makes free node id a used block of size bytes, splitting the rest off as a free node.
 func (sp *Space) Take(id int32, size uint64) {
-	if sp.nodes[id].Size <= size {
+	if sp.nodes.At(id).Size <= size {
 		if sp.fit.id == id && sp.free.deleteHint(&sp.fit.at) {
-			sp.freeBytes -= sp.nodes[id].Size
+			sp.freeBytes -= sp.nodes.At(id).Size
 		} else {
 			sp.detach(id)
 		}
-		sp.nodes[id].State = NodeUsed
+		sp.nodes.At(id).State = NodeUsed
 		return
 	}
 	// The rest takes the whole node's place in the free tree, usually without moving in it.
-	n := sp.nodes[id]
+	n := *sp.nodes.At(id)
 	rest := n.Span
 	rest.Addr, rest.Size = n.Addr+size, n.Size-size
 	r := sp.newNode(rest, NodeFree)
-	sp.nodes[id].Size = size
-	sp.nodes[r].Prev, sp.nodes[r].Next = id, n.Next
+	sp.nodes.At(id).Size = size
+	sp.nodes.At(r).Prev, sp.nodes.At(r).Next = id, n.Next
 	if n.Next != NoNode {
-		sp.nodes[n.Next].Prev = r
+		sp.nodes.At(n.Next).Prev = r
 	}
-	sp.nodes[id].Next = r
-	sp.nodes[id].State = NodeUsed
-	sp.free.rekeyHint(&sp.fit.at, sp.fit.id == id, n.Span, sp.nodes[r].Span)
+	sp.nodes.At(id).Next = r
+	sp.nodes.At(id).State = NodeUsed
+	sp.free.rekeyHint(&sp.fit.at, sp.fit.id == id, n.Span, sp.nodes.At(r).Span)
 	sp.freeBytes -= size
 }
 
 // Release makes used node id free for the given owner, merges it with free neighbours of the
 // same owner and returns the node that holds it now.
 func (sp *Space) Release(id int32, tagged bool, stream uint64) int32 {
-	n := &sp.nodes[id]
+	n := sp.nodes.At(id)
 	n.State, n.Tagged, n.Stream = NodeFree, tagged, stream
 	return sp.settle(id)
 }
@@ -197,7 +193,7 @@ func (sp *Space) Release(id int32, tagged bool, stream uint64) int32 {
 // SetOwner gives free node id to another owner, merging it with that owner's free neighbours.
 func (sp *Space) SetOwner(id int32, tagged bool, stream uint64) int32 {
 	sp.detach(id)
-	n := &sp.nodes[id]
+	n := sp.nodes.At(id)
 	n.Tagged, n.Stream = tagged, stream
 	return sp.settle(id)
 }
@@ -206,7 +202,7 @@ func (sp *Space) SetOwner(id int32, tagged bool, stream uint64) int32 {
 // in the same state and owner, and returns the node that holds it now.
 func (sp *Space) SetState(id int32, state NodeState) int32 {
 	sp.detach(id)
-	sp.nodes[id].State = state
+	sp.nodes.At(id).State = state
 	return sp.settle(id)
 }
 
@@ -214,13 +210,13 @@ func (sp *Space) SetState(id int32, state NodeState) int32 {
 // owner, puts the result in its tree and returns the node that holds it (the lowest one). A
 // neighbour's tree entry is re-keyed to the merged span, usually without moving in its tree.
 func (sp *Space) settle(id int32) int32 {
-	p, nx := sp.nodes[id].Prev, sp.nodes[id].Next
+	p, nx := sp.nodes.At(id).Prev, sp.nodes.At(id).Next
 	mergePrev := p != NoNode && sp.mergeable(p, id)
 	mergeNext := nx != NoNode && sp.mergeable(nx, id)
 	var old Span
 	switch {
 	case mergePrev:
-		old = sp.nodes[p].Span
+		old = sp.nodes.At(p).Span
 		sp.absorbNext(p)
 		if mergeNext {
 			sp.detach(nx)
@@ -228,13 +224,13 @@ func (sp *Space) settle(id int32) int32 {
 		}
 		id = p
 	case mergeNext:
-		old = sp.nodes[nx].Span
+		old = sp.nodes.At(nx).Span
 		sp.absorbNext(id)
 	default:
 		sp.attach(id)
 		return id
 	}
-	n := &sp.nodes[id]
+	n := sp.nodes.At(id)
 	switch n.State {
 	case NodeFree:
 		sp.free.rekey(old, n.Span)
@@ -246,18 +242,18 @@ func (sp *Space) settle(id int32) int32 {
 }
 
 func (sp *Space) mergeable(a, b int32) bool {
-	x, y := &sp.nodes[a], &sp.nodes[b]
+	x, y := sp.nodes.At(a), sp.nodes.At(b)
 	return x.State == y.State && x.State != NodeUsed && x.Tagged == y.Tagged && x.Stream == y.Stream
 }
 
 // absorbNext appends node id's next node to it; both are detached.
 func (sp *Space) absorbNext(id int32) {
-	n := &sp.nodes[id]
+	n := sp.nodes.At(id)
 	nx := n.Next
-	n.Size += sp.nodes[nx].Size
-	n.Next = sp.nodes[nx].Next
+	n.Size += sp.nodes.At(nx).Size
+	n.Next = sp.nodes.At(nx).Next
 	if n.Next != NoNode {
-		sp.nodes[n.Next].Prev = id
+		sp.nodes.At(n.Next).Prev = id
 	}
 	sp.recycle(nx)
 }
@@ -291,7 +287,7 @@ func (sp *Space) FreeSpans() []Span {
 // TakeHigh makes the top size bytes of free node id a used block and returns the block's node;
 // the rest stays free in node id.
 func (sp *Space) TakeHigh(id int32, size uint64) int32 {
-	n := sp.nodes[id]
+	n := *sp.nodes.At(id)
 	if n.Size <= size {
 		sp.Take(id, size)
 		return id
@@ -299,13 +295,13 @@ func (sp *Space) TakeHigh(id int32, size uint64) int32 {
 	top := n.Span
 	top.Addr, top.Size = n.End()-size, size
 	r := sp.newNode(top, NodeUsed)
-	sp.nodes[r].Prev, sp.nodes[r].Next = id, n.Next
+	sp.nodes.At(r).Prev, sp.nodes.At(r).Next = id, n.Next
 	if n.Next != NoNode {
-		sp.nodes[n.Next].Prev = r
+		sp.nodes.At(n.Next).Prev = r
 	}
-	sp.nodes[id].Next = r
-	sp.nodes[id].Size = n.Size - size
-	sp.free.rekeyHint(&sp.fit.at, sp.fit.id == id, n.Span, sp.nodes[id].Span)
+	sp.nodes.At(id).Next = r
+	sp.nodes.At(id).Size = n.Size - size
+	sp.free.rekeyHint(&sp.fit.at, sp.fit.id == id, n.Span, sp.nodes.At(id).Span)
 	sp.freeBytes -= size
 	return r
 }

@@ -1,26 +1,28 @@
 package spans
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/allocscope/allocscope/pool/slots"
+)
 
 // Tree is an ordered set of spans: O(log n) insert, delete, lower bound and neighbour walks
 // in the worst case. Spans are ordered by owner (untagged first, then tagged by stream), then
 // size (bySize), then address. Each owner has its own B+tree, so that a key is two words: (size,
-// address) by size, (address, 0) by address. All owners' nodes share one slice, linked by index;
+// address) by size, (address, 0) by address. All owners' nodes share one table, linked by index;
 // leaves hold sorted keys and are chained per owner for walks to a neighbour; the spans live in
 // items, the leaves hold their indexes.
 type Tree struct {
-	bySize    bool
-	nodes     []bnode
-	freeNodes []int32
-	items     []Span
-	freeItems []int32
-	owners    []treeOwner        // in first-seen order (owner 0 is untagged stream 0)
-	sorted    []int32            // owner indexes by (tagged, stream)
-	byOwner   map[ownerKey]int32 // owner → index, for all but the cached one
-	lastKey   ownerKey           // the tagged owner found last
-	lastIdx   int32
-	count     int
-	mods      uint64 // changes so far: a hint taken before stays valid while it holds
+	bySize  bool
+	nodes   slots.Table[bnode, int32]
+	items   slots.Table[Span, int32]
+	owners  []treeOwner        // in first-seen order (owner 0 is untagged stream 0)
+	sorted  []int32            // owner indexes by (tagged, stream)
+	byOwner map[ownerKey]int32 // owner → index, for all but the cached one
+	lastKey ownerKey           // the tagged owner found last
+	lastIdx int32
+	count   int
+	mods    uint64 // changes so far: a hint taken before stays valid while it holds
 }
 
 // bkey is a span's place within its owner's tree.
@@ -114,26 +116,7 @@ func (t *Tree) owner(tagged bool, stream uint64, create bool) int32 {
 }
 
 func (t *Tree) newNode(leaf bool) int32 {
-	nd := bnode{leaf: leaf, prev: treeNil, next: treeNil}
-	if k := len(t.freeNodes); k > 0 {
-		i := t.freeNodes[k-1]
-		t.freeNodes = t.freeNodes[:k-1]
-		t.nodes[i] = nd
-		return i
-	}
-	t.nodes = append(t.nodes, nd)
-	return int32(len(t.nodes) - 1)
-}
-
-func (t *Tree) newItem(s Span) int32 {
-	if k := len(t.freeItems); k > 0 {
-		i := t.freeItems[k-1]
-		t.freeItems = t.freeItems[:k-1]
-		t.items[i] = s
-		return i
-	}
-	t.items = append(t.items, s)
-	return int32(len(t.items) - 1)
+	return t.nodes.Put(bnode{leaf: leaf, prev: treeNil, next: treeNil})
 }
 
 // treePath is the way down from an owner's root to a leaf: the inner nodes passed and which
@@ -147,7 +130,7 @@ type treePath struct {
 // childFor returns the child of inner node n whose range holds k: the number of separators ≤ k.
 // Keys being sorted, those with a lower hi come first, then those with k's hi.
 func (t *Tree) childFor(n int32, k bkey) int32 {
-	nd := &t.nodes[n]
+	nd := t.nodes.At(n)
 	i := int32(1)
 	for i < nd.n && nd.keys[i].hi < k.hi {
 		i++
@@ -160,7 +143,7 @@ func (t *Tree) childFor(n int32, k bkey) int32 {
 
 // leafPos returns the number of keys of leaf n below k (strict: not above k).
 func (t *Tree) leafPos(n int32, k bkey, strict bool) int32 {
-	nd := &t.nodes[n]
+	nd := t.nodes.At(n)
 	i := int32(0)
 	for i < nd.n && nd.keys[i].hi < k.hi {
 		i++
@@ -181,11 +164,11 @@ func (t *Tree) leafPos(n int32, k bkey, strict bool) int32 {
 func (t *Tree) descend(o int32, k bkey, path *treePath) int32 {
 	path.depth = 0
 	n := t.owners[o].root
-	for !t.nodes[n].leaf {
+	for !t.nodes.At(n).leaf {
 		i := t.childFor(n, k)
 		path.nodes[path.depth], path.idx[path.depth] = n, i
 		path.depth++
-		n = t.nodes[n].vals[i]
+		n = t.nodes.At(n).vals[i]
 	}
 	return n
 }
@@ -200,22 +183,22 @@ func (t *Tree) seek(o int32, k bkey, strict bool, path *treePath) cursor {
 	}
 	leaf := t.descend(o, k, path)
 	c := cursor{leaf, t.leafPos(leaf, k, strict)}
-	if nd := &t.nodes[leaf]; c.pos == nd.n && nd.next != treeNil {
+	if nd := t.nodes.At(leaf); c.pos == nd.n && nd.next != treeNil {
 		c = cursor{nd.next, 0}
 		path.depth = -1 // the path leads to the leaf before
 	}
 	return c
 }
 
-func (t *Tree) valid(c cursor) bool { return c.leaf != treeNil && c.pos < t.nodes[c.leaf].n }
+func (t *Tree) valid(c cursor) bool { return c.leaf != treeNil && c.pos < t.nodes.At(c.leaf).n }
 
-func (t *Tree) at(c cursor) *Span { return &t.items[t.nodes[c.leaf].vals[c.pos]] }
+func (t *Tree) at(c cursor) *Span { return t.items.At(t.nodes.At(c.leaf).vals[c.pos]) }
 
 func (t *Tree) next(c cursor) cursor {
-	if c.pos+1 < t.nodes[c.leaf].n {
+	if c.pos+1 < t.nodes.At(c.leaf).n {
 		return cursor{c.leaf, c.pos + 1}
 	}
-	if nx := t.nodes[c.leaf].next; nx != treeNil {
+	if nx := t.nodes.At(c.leaf).next; nx != treeNil {
 		return cursor{nx, 0}
 	}
 	return cursor{c.leaf, c.pos + 1}
@@ -229,33 +212,35 @@ func (t *Tree) prev(c cursor) cursor {
 	if c.pos > 0 {
 		return cursor{c.leaf, c.pos - 1}
 	}
-	if p := t.nodes[c.leaf].prev; p != treeNil {
-		return cursor{p, t.nodes[p].n - 1}
+	if p := t.nodes.At(c.leaf).prev; p != treeNil {
+		return cursor{p, t.nodes.At(p).n - 1}
 	}
 	return cursor{treeNil, 0}
 }
 
 // first and last return owner o's first and last positions (leaf treeNil when it is empty).
-func (t *Tree) first(o int32) cursor {
-	n := t.owners[o].root
-	if n == treeNil {
-		return cursor{treeNil, 0}
-	}
-	for !t.nodes[n].leaf {
-		n = t.nodes[n].vals[0]
-	}
-	return cursor{n, 0}
-}
+func (t *Tree) first(o int32) cursor { return t.edge(o, false) }
 
-func (t *Tree) last(o int32) cursor {
+func (t *Tree) last(o int32) cursor { return t.edge(o, true) }
+
+// edge walks down owner o's tree along its first children to its first position, or with last
+// along its last children to its last one.
+func (t *Tree) edge(o int32, last bool) cursor {
 	n := t.owners[o].root
 	if n == treeNil {
 		return cursor{treeNil, 0}
 	}
-	for !t.nodes[n].leaf {
-		n = t.nodes[n].vals[t.nodes[n].n-1]
+	for {
+		nd := t.nodes.At(n)
+		i := int32(0)
+		if last {
+			i = nd.n - 1
+		}
+		if nd.leaf {
+			return cursor{n, i}
+		}
+		n = nd.vals[i]
 	}
-	return cursor{n, t.nodes[n].n - 1}
 }
 
 // Insert adds s, which must not be in the tree.
@@ -263,12 +248,12 @@ func (t *Tree) Insert(s Span) {
 	o := t.owner(s.Tagged, s.Stream, true)
 	t.mods++
 	t.count++
-	item := t.newItem(s)
+	item := t.items.Put(s)
 	k := t.key(&s)
 	ow := &t.owners[o]
 	if ow.root == treeNil {
 		leaf := t.newNode(true)
-		t.nodes[leaf].keys[0], t.nodes[leaf].vals[0], t.nodes[leaf].n = k, item, 1
+		t.nodes.At(leaf).keys[0], t.nodes.At(leaf).vals[0], t.nodes.At(leaf).n = k, item, 1
 		ow.root, ow.height = leaf, 1
 		return
 	}
@@ -279,7 +264,7 @@ func (t *Tree) Insert(s Span) {
 
 // insertAt puts (k, v) at position pos of leaf, reached by path, splitting full nodes upwards.
 func (t *Tree) insertAt(o int32, path *treePath, leaf, pos int32, k bkey, v int32) {
-	nd := &t.nodes[leaf]
+	nd := t.nodes.At(leaf)
 	if nd.n < bOrder {
 		copy(nd.keys[pos+1:nd.n+1], nd.keys[pos:nd.n])
 		copy(nd.vals[pos+1:nd.n+1], nd.vals[pos:nd.n])
@@ -288,10 +273,10 @@ func (t *Tree) insertAt(o int32, path *treePath, leaf, pos int32, k bkey, v int3
 		return
 	}
 	right := t.split(leaf, pos, k, v)
-	sep := t.nodes[right].keys[0]
+	sep := t.nodes.At(right).keys[0]
 	for d := path.depth - 1; d >= 0; d-- {
 		p, i := path.nodes[d], path.idx[d]+1
-		if pn := &t.nodes[p]; pn.n < bOrder {
+		if pn := t.nodes.At(p); pn.n < bOrder {
 			copy(pn.keys[i+1:pn.n+1], pn.keys[i:pn.n])
 			copy(pn.vals[i+1:pn.n+1], pn.vals[i:pn.n])
 			pn.keys[i], pn.vals[i] = sep, right
@@ -299,10 +284,10 @@ func (t *Tree) insertAt(o int32, path *treePath, leaf, pos int32, k bkey, v int3
 			return
 		}
 		right = t.split(p, i, sep, right)
-		sep = t.nodes[right].keys[0]
+		sep = t.nodes.At(right).keys[0]
 	}
 	root := t.newNode(false)
-	rn := &t.nodes[root]
+	rn := t.nodes.At(root)
 	rn.vals[0], rn.vals[1], rn.keys[1], rn.n = t.owners[o].root, right, sep, 2
 	t.owners[o].root = root
 	t.owners[o].height++
@@ -314,15 +299,15 @@ func (t *Tree) insertAt(o int32, path *treePath, leaf, pos int32, k bkey, v int3
 func (t *Tree) split(n, pos int32, k bkey, v int32) int32 {
 	var keys [bOrder + 1]bkey
 	var vals [bOrder + 1]int32
-	nd := &t.nodes[n]
+	nd := t.nodes.At(n)
 	copy(keys[:pos], nd.keys[:pos])
 	copy(vals[:pos], nd.vals[:pos])
 	keys[pos], vals[pos] = k, v
 	copy(keys[pos+1:], nd.keys[pos:])
 	copy(vals[pos+1:], nd.vals[pos:])
 	right := t.newNode(nd.leaf)
-	nd = &t.nodes[n]
-	rn := &t.nodes[right]
+	nd = t.nodes.At(n)
+	rn := t.nodes.At(right)
 	const h = (bOrder + 1) / 2
 	copy(nd.keys[:h], keys[:h])
 	copy(nd.vals[:h], vals[:h])
@@ -333,7 +318,7 @@ func (t *Tree) split(n, pos int32, k bkey, v int32) int32 {
 	if nd.leaf {
 		rn.prev, rn.next = n, nd.next
 		if nd.next != treeNil {
-			t.nodes[nd.next].prev = right
+			t.nodes.At(nd.next).prev = right
 		}
 		nd.next = right
 	}
@@ -347,7 +332,7 @@ func (t *Tree) find(o int32, k bkey, path *treePath) cursor {
 	}
 	leaf := t.descend(o, k, path)
 	pos := t.leafPos(leaf, k, false)
-	if pos == t.nodes[leaf].n || t.nodes[leaf].keys[pos] != k {
+	if pos == t.nodes.At(leaf).n || t.nodes.At(leaf).keys[pos] != k {
 		return cursor{treeNil, 0}
 	}
 	return cursor{leaf, pos}
@@ -370,24 +355,24 @@ func (t *Tree) Delete(s Span) bool {
 func (t *Tree) deleteAt(o int32, path *treePath, c cursor) {
 	t.mods++
 	t.count--
-	nd := &t.nodes[c.leaf]
-	t.freeItems = append(t.freeItems, nd.vals[c.pos])
+	nd := t.nodes.At(c.leaf)
+	t.items.Release(nd.vals[c.pos])
 	copy(nd.keys[c.pos:nd.n-1], nd.keys[c.pos+1:nd.n])
 	copy(nd.vals[c.pos:nd.n-1], nd.vals[c.pos+1:nd.n])
 	nd.n--
 	n := c.leaf
-	for d := path.depth - 1; d >= 0 && t.nodes[n].n < bMinFill; d-- {
+	for d := path.depth - 1; d >= 0 && t.nodes.At(n).n < bMinFill; d-- {
 		if !t.refill(path.nodes[d], path.idx[d]) {
 			return
 		}
 		n = path.nodes[d]
 	}
 	ow := &t.owners[o]
-	if root := &t.nodes[ow.root]; root.n == 0 {
-		t.freeNodes = append(t.freeNodes, ow.root)
+	if root := t.nodes.At(ow.root); root.n == 0 {
+		t.nodes.Release(ow.root)
 		ow.root, ow.height = treeNil, 0
 	} else if !root.leaf && root.n == 1 {
-		t.freeNodes = append(t.freeNodes, ow.root)
+		t.nodes.Release(ow.root)
 		ow.root = root.vals[0]
 		ow.height--
 	}
@@ -396,12 +381,12 @@ func (t *Tree) deleteAt(o int32, path *treePath, c cursor) {
 // refill brings child i of inner node p back to bMinFill entries, from a sibling that can spare
 // one or by merging with it. It reports whether p lost a child.
 func (t *Tree) refill(p, i int32) bool {
-	pn := &t.nodes[p]
+	pn := t.nodes.At(p)
 	l, r, sep := i-1, i, i // the siblings l and r and the separator between them
 	if i == 0 {
 		l, r, sep = 0, 1, 1
 	}
-	ln, rn := &t.nodes[pn.vals[l]], &t.nodes[pn.vals[r]]
+	ln, rn := t.nodes.At(pn.vals[l]), t.nodes.At(pn.vals[r])
 	switch {
 	case ln.n+rn.n <= bOrder:
 		t.merge(p, sep)
@@ -416,14 +401,14 @@ func (t *Tree) refill(p, i int32) bool {
 
 // merge appends child sep of p to child sep-1 and removes it from p.
 func (t *Tree) merge(p, sep int32) {
-	pn := &t.nodes[p]
+	pn := t.nodes.At(p)
 	li, ri := pn.vals[sep-1], pn.vals[sep]
-	ln, rn := &t.nodes[li], &t.nodes[ri]
+	ln, rn := t.nodes.At(li), t.nodes.At(ri)
 	if ln.leaf {
 		copy(ln.keys[ln.n:], rn.keys[:rn.n])
 		ln.next = rn.next
 		if rn.next != treeNil {
-			t.nodes[rn.next].prev = li
+			t.nodes.At(rn.next).prev = li
 		}
 	} else {
 		ln.keys[ln.n] = pn.keys[sep]
@@ -431,7 +416,7 @@ func (t *Tree) merge(p, sep int32) {
 	}
 	copy(ln.vals[ln.n:], rn.vals[:rn.n])
 	ln.n += rn.n
-	t.freeNodes = append(t.freeNodes, ri)
+	t.nodes.Release(ri)
 	copy(pn.keys[sep:pn.n-1], pn.keys[sep+1:pn.n])
 	copy(pn.vals[sep:pn.n-1], pn.vals[sep+1:pn.n])
 	pn.n--
@@ -472,11 +457,11 @@ func (t *Tree) rotateLeft(pn, ln, rn *bnode, sep int32) {
 // fits reports whether key k may take the place of the entry at c: it lies strictly between
 // the entries before and after it.
 func (t *Tree) fits(c cursor, k bkey) bool {
-	if p := t.prev(c); p.leaf != treeNil && !t.nodes[p.leaf].keys[p.pos].less(k) {
+	if p := t.prev(c); p.leaf != treeNil && !t.nodes.At(p.leaf).keys[p.pos].less(k) {
 		return false
 	}
 	nx := t.next(c)
-	return !t.valid(nx) || k.less(t.nodes[nx.leaf].keys[nx.pos])
+	return !t.valid(nx) || k.less(t.nodes.At(nx.leaf).keys[nx.pos])
 }
 
 // replace puts s (key k, same owner) at c, reached by path, where fits allows it. The separators
@@ -484,21 +469,21 @@ func (t *Tree) fits(c cursor, k bkey) bool {
 // key moves the one on its right up to the next leaf's first key (a delete may have left it lower).
 func (t *Tree) replace(path *treePath, c cursor, k bkey, s *Span) {
 	t.mods++
-	nd := &t.nodes[c.leaf]
+	nd := t.nodes.At(c.leaf)
 	nd.keys[c.pos] = k
-	t.items[nd.vals[c.pos]] = *s
+	*t.items.At(nd.vals[c.pos]) = *s
 	if c.pos == 0 {
 		for d := path.depth - 1; d >= 0; d-- {
 			if i := path.idx[d]; i > 0 {
-				t.nodes[path.nodes[d]].keys[i] = k
+				t.nodes.At(path.nodes[d]).keys[i] = k
 				break
 			}
 		}
 	}
 	if c.pos == nd.n-1 && nd.next != treeNil {
 		for d := path.depth - 1; d >= 0; d-- {
-			if p, i := path.nodes[d], path.idx[d]; i+1 < t.nodes[p].n {
-				t.nodes[p].keys[i+1] = t.nodes[nd.next].keys[0]
+			if p, i := path.nodes[d], path.idx[d]; i+1 < t.nodes.At(p).n {
+				t.nodes.At(p).keys[i+1] = t.nodes.At(nd.next).keys[0]
 				break
 			}
 		}
@@ -544,7 +529,7 @@ func (t *Tree) lowerBoundHint(key *Span, h *treeHint) (*Span, bool) {
 		return nil, false
 	}
 	if h.path.depth < 0 { // it is the next leaf's first key: find the way to it
-		t.descend(o, t.nodes[c.leaf].keys[0], &h.path)
+		t.descend(o, t.nodes.At(c.leaf).keys[0], &h.path)
 	}
 	h.at, h.owner, h.mods = c, o, t.mods
 	return t.at(c), true

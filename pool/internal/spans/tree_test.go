@@ -1,6 +1,7 @@
 package spans
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -17,22 +18,12 @@ func spanCmp(bySize bool) func(a, b Span) int {
 			}
 			return 1
 		case a.Stream != b.Stream:
-			return cmpU64(a.Stream, b.Stream)
+			return cmp.Compare(a.Stream, b.Stream)
 		case bySize && a.Size != b.Size:
-			return cmpU64(a.Size, b.Size)
+			return cmp.Compare(a.Size, b.Size)
 		}
-		return cmpU64(a.Addr, b.Addr)
+		return cmp.Compare(a.Addr, b.Addr)
 	}
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // treeModel drives a Tree and a sorted slice of the same spans side by side.
@@ -124,11 +115,11 @@ func (m *treeModel) checkShape() {
 		var leaves []int32
 		m.checkNode(ow.root, ow.height, true, nil, nil, &leaves)
 		for i, l := range leaves {
-			if want := neighbour(leaves, i-1); tr.nodes[l].prev != want {
-				m.t.Fatalf("owner %d leaf %d: prev %d, want %d", o, l, tr.nodes[l].prev, want)
+			if want := neighbour(leaves, i-1); tr.nodes.At(l).prev != want {
+				m.t.Fatalf("owner %d leaf %d: prev %d, want %d", o, l, tr.nodes.At(l).prev, want)
 			}
-			if want := neighbour(leaves, i+1); tr.nodes[l].next != want {
-				m.t.Fatalf("owner %d leaf %d: next %d, want %d", o, l, tr.nodes[l].next, want)
+			if want := neighbour(leaves, i+1); tr.nodes.At(l).next != want {
+				m.t.Fatalf("owner %d leaf %d: next %d, want %d", o, l, tr.nodes.At(l).next, want)
 			}
 		}
 	}
@@ -144,7 +135,7 @@ func neighbour(leaves []int32, i int) int32 {
 // checkNode checks the subtree at n, level levels high, whose keys must lie in [lo, hi).
 func (m *treeModel) checkNode(n, level int32, root bool, lo, hi *bkey, leaves *[]int32) {
 	m.t.Helper()
-	nd := &m.tree.nodes[n]
+	nd := m.tree.nodes.At(n)
 	if nd.leaf != (level == 1) || nd.n > bOrder || (!root && nd.n < bMinFill) || nd.n == 0 || (!nd.leaf && nd.n < 2) {
 		m.t.Fatalf("node %d: leaf %v at level %d with %d entries", n, nd.leaf, level, nd.n)
 	}
@@ -231,7 +222,7 @@ func TestSpanTreeHints(t *testing.T) {
 	}
 	m.tree.rekeyHint(&h, true, *s, Span{Size: 31, Addr: 4}) // between (30, 93) and (40, 14): in place
 	m.ref[40] = Span{Size: 31, Addr: 4}
-	if m.tree.items[m.tree.nodes[h.at.leaf].vals[h.at.pos]] != m.ref[40] {
+	if *m.tree.items.At(m.tree.nodes.At(h.at.leaf).vals[h.at.pos]) != m.ref[40] {
 		t.Fatal("rekeyHint did not replace (40, 4) in place by (31, 4)")
 	}
 	if m.tree.deleteHint(&h) {

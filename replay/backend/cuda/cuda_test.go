@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -14,19 +15,7 @@ import (
 // says (go test -c -tags cuda with the CGO flags of `make replay-cuda`) and run it on the GPU host.
 // The engine's tests on the GPU are replay/cuda_test.go.
 
-func openCUDA0(t testing.TB) *Backend {
-	t.Helper()
-	b, err := Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return b
-}
+func openCUDA0(t testing.TB) *Backend { return testcuda.OpenDevice0(t, Open) }
 
 func TestCUDABackendCalls(t *testing.T) {
 	b := openCUDA0(t)

@@ -1,10 +1,10 @@
-package slab
+package slots
 
 import "testing"
 
 // Indexes come back last released first, and new ones follow the highest handed out.
 func TestReuseOrder(t *testing.T) {
-	var s Slab[string, uint32]
+	var s Table[string, uint32]
 	a, b, c := s.Put("a"), s.Put("b"), s.Put("c")
 	s.Release(a)
 	s.Release(c)

@@ -64,3 +64,21 @@ type liveBlock struct {
 
 // simBase is where package pool's simulated Upstream starts handing out addresses.
 const simBase = 1 << 32
+
+// TestZeroIndexPutReplaces checks that the zero Index is empty and usable, and that Put on an
+// address already there replaces its value and returns the old one.
+func TestZeroIndexPutReplaces(t *testing.T) {
+	var x Index[int]
+	if x.Get(simBase) != nil || x.Len() != 0 {
+		t.Fatal("zero index not empty")
+	}
+	if _, ok := x.Take(simBase); ok {
+		t.Fatal("take from the zero index succeeded")
+	}
+	if old, replaced := x.Put(simBase, 1); replaced {
+		t.Fatalf("first put replaced %d", old)
+	}
+	if old, replaced := x.Put(simBase, 2); !replaced || old != 1 || x.Len() != 1 || *x.Get(simBase) != 2 {
+		t.Fatalf("second put: old %d, replaced %v, len %d, value %d; want 1, true, 1, 2", old, replaced, x.Len(), *x.Get(simBase))
+	}
+}

@@ -1,6 +1,7 @@
-// Package addrindex maps addresses to values with an open-addressing hash table, the index of
+// Package addrindex maps addresses to values with an open-addressing hash table: the index of
 // live blocks and regions on the alloc/free paths of package pool's policies and simulated
-// Upstream, where a Go map's generic hashing and probing cost a third of a free.
+// Upstream, where a Go map's generic hashing and probing cost a third of a free, and of the live
+// blocks of allocscope's statistics pass (one index per process and device).
 package addrindex
 
 import (
@@ -9,7 +10,8 @@ import (
 )
 
 // Index maps addresses (of live blocks, of regions) to values: an open-addressing hash table
-// with linear probing and backward-shift deletion (no tombstones), kept at most half full.
+// with linear probing and backward-shift deletion (no tombstones), kept at most half full. The
+// zero value is an empty index.
 type Index[V any] struct {
 	slots []slot[V]
 	mask  uint64
@@ -24,10 +26,10 @@ type slot[V any] struct {
 	used bool
 }
 
-// minSlots is the table size of a new index.
+// minSlots is the table size of an index's first entry.
 const minSlots = 64
 
-// New returns an empty index.
+// New returns an empty index, with room for its first entries.
 func New[V any]() *Index[V] {
 	x := &Index[V]{}
 	x.resize(minSlots)
@@ -53,25 +55,40 @@ func (x *Index[V]) home(addr uint64) uint64 { return (addr * 0x9e3779b97f4a7c15)
 // Len returns the number of addresses in the index.
 func (x *Index[V]) Len() int { return x.count }
 
-// Put records v at addr, which must not be in the index.
-func (x *Index[V]) Put(addr uint64, v V) {
+// probe returns the slot holding addr (found) or else the free slot that ends addr's probe run.
+// The index must have slots.
+func (x *Index[V]) probe(addr uint64) (i uint64, found bool) {
+	for i = x.home(addr); x.slots[i].used; i = (i + 1) & x.mask {
+		if x.slots[i].addr == addr {
+			return i, true
+		}
+	}
+	return i, false
+}
+
+// Put records v at addr and returns the value it replaces, if addr was in the index.
+func (x *Index[V]) Put(addr uint64, v V) (old V, replaced bool) {
 	if 2*(x.count+1) > len(x.slots) {
-		x.resize(2 * len(x.slots))
+		x.resize(max(minSlots, 2*len(x.slots)))
 	}
-	i := x.home(addr)
-	for x.slots[i].used {
-		i = (i + 1) & x.mask
+	i, found := x.probe(addr)
+	s := &x.slots[i]
+	if found {
+		old, s.val = s.val, v
+		return old, true
 	}
-	x.slots[i] = slot[V]{addr: addr, val: v, used: true}
+	*s = slot[V]{addr: addr, val: v, used: true}
 	x.count++
+	return old, false
 }
 
 // find returns the slot of addr, or -1.
 func (x *Index[V]) find(addr uint64) int {
-	for i := x.home(addr); x.slots[i].used; i = (i + 1) & x.mask {
-		if x.slots[i].addr == addr {
-			return int(i)
-		}
+	if x.count == 0 {
+		return -1
+	}
+	if i, found := x.probe(addr); found {
+		return int(i)
 	}
 	return -1
 }
