@@ -2,12 +2,18 @@ package analysis
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/analysis/internal/render"
+	"github.com/allocscope/allocscope/analysis/internal/whatif"
+	"github.com/allocscope/allocscope/internal/requests"
+	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -34,10 +40,19 @@ func explainOOM(snap *trace.Snapshot, failed model.Anomaly, name func(uint64) st
 	ev := failed.Events[i]
 	free, _ := strconv.ParseUint(ev.Address, 0, 64) // the importer puts device_free there
 	r := &model.OOMReport{Seq: ev.Seq, Device: ev.Device, RequestedBytes: ev.Size, DeviceFreeBytes: free}
+	describeSegments(r, snap.Segments, name)
+	r.CapacityBytes = r.ReservedBytes + free
+	return r
+}
+
+// describeSegments fills in r what the segments on r's device hold: reserved, allocated and
+// cached-but-free bytes, the largest free block of each stream, and the most fragmented segments
+// (the most free bytes among blocks in use) with the blocks that pin them.
+func describeSegments(r *model.OOMReport, segs []trace.SnapshotSegment, name func(uint64) string) {
 	largest := map[uint64]uint64{}
 	var frag []model.FragmentedSegment
-	for _, s := range snap.Segments {
-		if s.Device != ev.Device {
+	for _, s := range segs {
+		if s.Device != r.Device {
 			continue
 		}
 		r.ReservedBytes += s.TotalSize
@@ -49,13 +64,11 @@ func explainOOM(snap *trace.Snapshot, failed model.Anomaly, name func(uint64) st
 		}
 	}
 	r.CachedFreeBytes = r.ReservedBytes - min(r.AllocatedBytes, r.ReservedBytes)
-	r.CapacityBytes = r.ReservedBytes + free
 	for _, st := range slices.Sorted(maps.Keys(largest)) {
 		r.LargestFree = append(r.LargestFree, model.StreamFree{Stream: st, Bytes: largest[st]})
 	}
 	slices.SortStableFunc(frag, func(a, b model.FragmentedSegment) int { return cmp.Compare(b.FreeBytes, a.FreeBytes) })
 	r.Fragmented = frag[:min(oomSegmentsShown, len(frag))]
-	return r
 }
 
 // fragmentation describes one segment: its free bytes, its largest free block, and the blocks in
@@ -81,4 +94,142 @@ func fragmentation(s trace.SnapshotSegment, name func(uint64) string) model.Frag
 		f.PinnedBy = append(f.PinnedBy, model.PinningBlock{SizeBytes: b.Size, Callsite: site})
 	}
 	return f
+}
+
+// explainModelOOM explains the first request the PyTorch model fails within the capacity: with
+// PyTorch's defaults when their simulation (the what-if policy "pytorch") failed requests, then
+// with the search's best setting as Fits when that fits; else with the search's closest setting
+// when none fits, if it fails requests there. It replays the trace once more, that setting's
+// model alone, and reads the model's segments at the failure. nil without a capacity, without
+// such a failure, or when the setting is not PyTorch's caching allocator (backend:cudaMallocAsync).
+func explainModelOOM(open opener, layer requests.Layer, ts *model.TorchSearch, outs []whatif.Outcome,
+	capacity uint64, name func(pid uint32, id uint64) string) (*model.OOMReport, error) {
+	if capacity == 0 {
+		return nil, nil
+	}
+	if ts == nil {
+		ts = &model.TorchSearch{} // the search did not run
+	}
+	var conf string
+	var fits *model.TorchSetting
+	switch i := slices.IndexFunc(outs, func(o whatif.Outcome) bool { return o.Policy.Name == "pytorch" }); {
+	case i >= 0 && outs[i].Stats.Failures > 0:
+		if ts.Fits {
+			best := ts.Best[0]
+			fits = &best
+		}
+	case !ts.Fits && len(ts.Best) > 0:
+		conf = ts.Best[0].Conf
+	default:
+		return nil, nil
+	}
+	t, err := pool.ParseAllocConf(conf)
+	if err != nil {
+		return nil, nil // not the caching allocator: no segments to show
+	}
+	t.CapacityBytes = capacity
+	probe, err := newOOMProbe(t, layer, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := open.pass(nil, probe.run); err != nil {
+		return nil, fmt.Errorf("replay %s for its out-of-memory: %w", render.ConfOrDefaults(conf), err)
+	}
+	r := probe.report
+	if r != nil {
+		r.Simulated = &model.SimulatedOOM{Conf: conf, Failures: probe.alloc.Stats().Failures}
+		r.Fits = fits
+	}
+	return r, probe.alloc.Close()
+}
+
+// oomProbe replays a trace's requests through one PyTorch model, keeping who allocated each live
+// block, and explains the model's state at its first failure.
+type oomProbe struct {
+	alloc    pool.Allocator
+	feed     *requests.Feeder
+	x        *requests.Extractor
+	capacity uint64
+	sites    map[uint64]liveSite // live block's address → its allocation
+	name     func(pid uint32, id uint64) string
+	report   *model.OOMReport // at the first failure
+}
+
+// liveSite is the process and callsite of a live block's allocation.
+type liveSite struct {
+	pid uint32
+	id  uint64
+}
+
+func newOOMProbe(t pool.PyTorchConfig, layer requests.Layer, name func(uint32, uint64) string) (*oomProbe, error) {
+	up := pool.NewSimUpstream(t.CapacityBytes, pool.DefaultAlignment, pool.SingleGoroutine())
+	a, err := pool.New(pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyPyTorch, PyTorch: &t}, up,
+		pool.SingleGoroutine())
+	if err != nil {
+		return nil, fmt.Errorf("out-of-memory model: %w", err)
+	}
+	return &oomProbe{alloc: a, feed: requests.NewFeeder(a), x: requests.NewExtractor(layer),
+		capacity: t.CapacityBytes, sites: map[uint64]liveSite{}, name: name}, nil
+}
+
+// run replays src, an event at a time, to its end (the model counts every failure).
+func (p *oomProbe) run(src Source) error {
+	var ops []requests.Op
+	for {
+		b, err := src.Next()
+		for i := range b {
+			ops = p.x.Append(b[i:i+1], ops[:0])
+			p.serve(&b[i], ops)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// serve feeds the ops of event e to the model, an op at a time.
+func (p *oomProbe) serve(e *trace.Event, ops []requests.Op) {
+	handles := p.x.Handles()
+	for i, o := range ops {
+		if o.IsFree() {
+			delete(p.sites, p.feed.Live(o.Slot))
+		}
+		p.feed.Feed(ops[i:i+1], handles)
+		if !o.IsAlloc() {
+			continue
+		}
+		if addr := p.feed.Live(o.Slot); addr != 0 {
+			p.sites[addr] = liveSite{pid: e.PID, id: e.Callsite}
+		} else if p.report == nil {
+			p.report = p.explain(e, o.Size)
+		}
+	}
+}
+
+// explain describes the model's segments as the request of e for size bytes fails.
+func (p *oomProbe) explain(e *trace.Event, size uint64) *model.OOMReport {
+	segs, _ := pool.PyTorchSegments(p.alloc)
+	snap := make([]trace.SnapshotSegment, len(segs))
+	for i, s := range segs {
+		snap[i] = trace.SnapshotSegment{Device: e.Device, Address: s.Address, TotalSize: s.Size, Stream: s.Stream,
+			Large: !s.Small, Expandable: s.Expandable, Blocks: len(s.Blocks)}
+		for _, b := range s.Blocks {
+			sb := trace.SnapshotBlock{Address: b.Address, Size: b.Size, RequestedSize: b.Requested, State: "inactive"}
+			if b.Live {
+				sb.State = "active_allocated"
+				snap[i].AllocatedSize += b.Size
+				if p.sites[b.Address].id != 0 {
+					sb.Callsite = b.Address // named through the live block's site, below
+				}
+			}
+			snap[i].BlockList = append(snap[i].BlockList, sb)
+		}
+	}
+	r := &model.OOMReport{Seq: e.Seq, Device: e.Device, RequestedBytes: size, CapacityBytes: p.capacity}
+	describeSegments(r, snap, func(addr uint64) string { s := p.sites[addr]; return p.name(s.pid, s.id) })
+	r.DeviceFreeBytes = p.capacity - min(r.ReservedBytes, p.capacity)
+	return r
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"github.com/allocscope/allocscope/internal/requests"
 	"math"
-	"strings"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/analysis/internal/render"
@@ -235,22 +234,7 @@ func maxSplitMB(st *stats.Result) uint64 {
 // tuned model then reserved 442 MiB against 62 MiB with the defaults.
 const minMaxSplitMB = 32
 
-// allocConf writes a PyTorchConfig as a PYTORCH_CUDA_ALLOC_CONF value.
-func allocConf(t pool.PyTorchConfig) string {
-	var parts []string
-	if t.MaxSplitSizeMB > 0 {
-		parts = append(parts, fmt.Sprintf("max_split_size_mb:%d", t.MaxSplitSizeMB))
-	}
-	if t.RoundupPower2Divisions > 1 {
-		parts = append(parts, fmt.Sprintf("roundup_power2_divisions:%d", t.RoundupPower2Divisions))
-	}
-	if t.ExpandableSegments {
-		parts = append(parts, "expandable_segments:True")
-	}
-	if len(parts) == 0 {
-		return "(defaults)"
-	}
-	return strings.Join(parts, ",")
-}
+// allocConf writes a PyTorchConfig as a PYTORCH_CUDA_ALLOC_CONF value, "(defaults)" for none.
+func allocConf(t pool.PyTorchConfig) string { return render.ConfOrDefaults(t.AllocConf()) }
 
 func alignUp(v, a uint64) uint64 { return (v + a - 1) / a * a }

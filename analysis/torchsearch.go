@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/analysis/internal/render"
 	"github.com/allocscope/allocscope/analysis/internal/stats"
 	"github.com/allocscope/allocscope/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/pool"
@@ -19,6 +20,15 @@ var (
 	splitLadder = []uint64{32, 64, 128, 256, 512, 1024, 2048, 4096}
 	// roundupLadder is the roundup_power2_divisions values tried (0: unset).
 	roundupLadder = []uint64{0, 2, 4, 8, 16}
+	// roundupRangeLadder is the per-size-range forms of roundup_power2_divisions tried: fewer
+	// divisions for small requests, more for large ones. Each gives its last size the divisions
+	// of its `>`, so that every PyTorch 2.x parser reads it the same (see pool.RoundupRange).
+	roundupRangeLadder = [][]pool.RoundupRange{
+		{{SizeMB: 256, Divisions: 4}, {SizeMB: 512, Divisions: 8}, {Divisions: 8}},                             // [256:4,512:8,>:8]
+		{{SizeMB: 64, Divisions: 2}, {SizeMB: 128, Divisions: 4}, {SizeMB: 256, Divisions: 8}, {Divisions: 8}}, // [64:2,128:4,256:8,>:8]
+	}
+	// gcLadder is the garbage_collection_threshold values tried when the capacity is known.
+	gcLadder = []float64{0.6, 0.8, 0.95}
 )
 
 const (
@@ -30,10 +40,48 @@ const (
 )
 
 // torchCandidates lists the settings the search simulates: expandable_segments off and on, each
-// with max_split_size_mb unset or on its ladder, each with roundup_power2_divisions unset or on its
-// ladder; and backend:cudaMallocAsync, modelled as CUDA's stream-ordered pool keeping all its memory.
-// All run on unbounded memory (see model.TorchSearch).
-func torchCandidates(st *stats.Result) []whatif.Policy {
+// with max_split_size_mb unset or on its ladder, each with roundup_power2_divisions unset, on its
+// ladder or in one of its range forms; and backend:cudaMallocAsync, modelled as CUDA's
+// stream-ordered pool keeping all its memory. These run on unbounded memory (see
+// model.TorchSearch). With a capacity, garbage_collection_threshold on its ladder, each with
+// max_split_size_mb unset or on its ladder, runs within the capacity (it acts only there), with
+// expandable_segments off (with them no segment is ever wholly free to collect).
+func torchCandidates(st *stats.Result, capacity uint64) []whatif.Policy {
+	var out []whatif.Policy
+	add := func(t pool.PyTorchConfig) {
+		bounded := t.GarbageCollectionThreshold > 0
+		if bounded {
+			t.CapacityBytes = capacity
+		}
+		c := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyPyTorch, PyTorch: &t}
+		out = append(out, whatif.Policy{Name: "search", Settings: t.AllocConf(), Config: c, Unbounded: !bounded})
+	}
+	splits := splitValues(st)
+	for _, expandable := range []bool{false, true} {
+		for _, split := range splits {
+			for _, div := range roundupLadder {
+				add(pool.PyTorchConfig{ExpandableSegments: expandable, MaxSplitSizeMB: split, RoundupPower2Divisions: div})
+			}
+			for _, ranges := range roundupRangeLadder {
+				add(pool.PyTorchConfig{ExpandableSegments: expandable, MaxSplitSizeMB: split, RoundupPower2Ranges: ranges})
+			}
+		}
+	}
+	for _, split := range splits {
+		for _, gc := range gcLadder {
+			if capacity > 0 { // without one, garbage collection never acts
+				add(pool.PyTorchConfig{MaxSplitSizeMB: split, GarbageCollectionThreshold: gc})
+			}
+		}
+	}
+	async := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyStreamOrdered,
+		StreamOrdered: &pool.StreamOrderedConfig{ReleaseThresholdBytes: neverRelease}}
+	return append(out, whatif.Policy{Name: "search", Settings: asyncBackendConf, Config: async, Unbounded: true})
+}
+
+// splitValues is the max_split_size_mb values the search tries: unset (0), and those of the
+// ladder below twice the largest request.
+func splitValues(st *stats.Result) []uint64 {
 	var largest uint64
 	if n := len(st.Sizes); n > 0 {
 		largest = st.Sizes[n-1].Size
@@ -44,32 +92,13 @@ func torchCandidates(st *stats.Result) []whatif.Policy {
 			splits = append(splits, mb)
 		}
 	}
-	var out []whatif.Policy
-	for _, expandable := range []bool{false, true} {
-		for _, split := range splits {
-			for _, div := range roundupLadder {
-				t := pool.PyTorchConfig{ExpandableSegments: expandable, MaxSplitSizeMB: split, RoundupPower2Divisions: div}
-				c := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyPyTorch, PyTorch: &t}
-				out = append(out, whatif.Policy{Name: "search", Settings: torchConf(t), Config: c, Unbounded: true})
-			}
-		}
-	}
-	async := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyStreamOrdered,
-		StreamOrdered: &pool.StreamOrderedConfig{ReleaseThresholdBytes: neverRelease}}
-	return append(out, whatif.Policy{Name: "search", Settings: asyncBackendConf, Config: async, Unbounded: true})
-}
-
-// torchConf is the PYTORCH_CUDA_ALLOC_CONF value of t ("" for the defaults).
-func torchConf(t pool.PyTorchConfig) string {
-	if s := allocConf(t); s != "(defaults)" {
-		return s
-	}
-	return ""
+	return splits
 }
 
 // torchSearch ranks the search's outcomes: first the settings that fit the capacity (every
-// setting, without one), then the fewest failed requests, the lowest peak reserved, the fewest
-// cudaMalloc calls, the fewest options set. The defaults are among the candidates, so the best is never worse than them.
+// setting, without one), then the fewest failed requests, the fewest retries, the lowest peak
+// reserved, the fewest cudaMalloc calls, the fewest options set. The defaults are among the
+// candidates, so the best is never worse than them.
 func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
 	all := make([]model.TorchSetting, 0, len(outs))
 	var defaults model.TorchSetting
@@ -84,7 +113,7 @@ func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
 		all = append(all, s)
 	}
 	fits := func(s model.TorchSetting) bool {
-		return s.Failures == 0 && (capacity == 0 || s.PeakReservedBytes <= capacity)
+		return s.Failures == 0 && s.Retries == 0 && (capacity == 0 || s.PeakReservedBytes <= capacity)
 	}
 	slices.SortStableFunc(all, func(a, b model.TorchSetting) int {
 		if fa, fb := fits(a), fits(b); fa != fb {
@@ -93,7 +122,8 @@ func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
 			}
 			return 1
 		}
-		return cmp.Or(cmp.Compare(a.Failures, b.Failures), cmp.Compare(a.PeakReservedBytes, b.PeakReservedBytes), cmp.Compare(a.Segments, b.Segments),
+		return cmp.Or(cmp.Compare(a.Failures, b.Failures), cmp.Compare(a.Retries, b.Retries),
+			cmp.Compare(a.PeakReservedBytes, b.PeakReservedBytes), cmp.Compare(a.Segments, b.Segments),
 			cmp.Compare(a.Settings, b.Settings), strings.Compare(a.Conf, b.Conf))
 	})
 	for i := range all {
@@ -124,11 +154,9 @@ func bestWithin(outs []whatif.Outcome, capacity uint64) *model.TorchSetting {
 
 // torchSetting is what one candidate did.
 func torchSetting(o whatif.Outcome) model.TorchSetting {
-	s := model.TorchSetting{Conf: o.Policy.Settings, PeakReservedBytes: o.Stats.PeakReservedBytes,
-		Segments: o.Stats.UpstreamReserves, Releases: o.Stats.UpstreamReleases, Failures: o.Stats.Failures}
-	if s.Conf != "" {
-		s.Settings = strings.Count(s.Conf, ",") + 1
-	}
+	s := model.TorchSetting{Conf: o.Policy.Settings, Settings: len(pool.SplitAllocConf(o.Policy.Settings)),
+		PeakReservedBytes: o.Stats.PeakReservedBytes, Segments: o.Stats.UpstreamReserves,
+		Releases: o.Stats.UpstreamReleases, Failures: o.Stats.Failures, Retries: o.Stats.UpstreamFailures}
 	if o.Err != nil {
 		s.Error = o.Err.Error()
 	}
@@ -142,12 +170,5 @@ func searchSummary(ts *model.TorchSearch) string {
 	}
 	best := ts.Best[0]
 	return fmt.Sprintf("no PYTORCH_CUDA_ALLOC_CONF setting fits in %d bytes: the closest, %q, needs %d bytes, %d more",
-		ts.CapacityBytes, confOrDefaults(best.Conf), best.PeakReservedBytes, ts.MissBytes)
-}
-
-func confOrDefaults(conf string) string {
-	if conf == "" {
-		return "(defaults)"
-	}
-	return conf
+		ts.CapacityBytes, render.ConfOrDefaults(best.Conf), best.PeakReservedBytes, ts.MissBytes)
 }

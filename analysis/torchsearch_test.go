@@ -1,8 +1,12 @@
 package analysis
 
 import (
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/allocscope/allocscope/analysis/internal/stats"
 	"github.com/allocscope/allocscope/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -40,5 +44,63 @@ func TestTorchSearchRanking(t *testing.T) {
 	}
 	if s := bestWithin(outs, 75<<20); s != nil {
 		t.Errorf("best within 75 MiB = %+v, want none (the 70 MiB one fails requests)", s)
+	}
+}
+
+// The candidates: with a largest request of 40 MiB, max_split_size_mb unset, 32 or 64; each with
+// roundup_power2_divisions unset, 2, 4, 8, 16 or in two range forms; expandable_segments off and
+// on; backend:cudaMallocAsync: 43, all on unbounded memory. With a capacity, 9 more:
+// garbage_collection_threshold 0.6, 0.8, 0.95 with each max_split_size_mb, run within it. Every
+// value reads back as the config simulated.
+func TestTorchCandidates(t *testing.T) {
+	st := &stats.Result{Sizes: []stats.SizeTally{{Size: 1 << 20, Count: 3}, {Size: 40 << 20, Count: 1}}}
+	if got := torchCandidates(st, 0); len(got) != 43 || slices.ContainsFunc(got, func(p whatif.Policy) bool {
+		return !p.Unbounded || strings.Contains(p.Settings, "garbage")
+	}) {
+		t.Errorf("without a capacity: %d candidates", len(got))
+	}
+	got := torchCandidates(st, 1<<30)
+	confs := map[string]bool{}
+	for _, p := range got {
+		confs[p.Settings] = true
+		if p.Settings == asyncBackendConf {
+			continue
+		}
+		back, err := pool.ParseAllocConf(p.Settings)
+		gc := p.Config.PyTorch.GarbageCollectionThreshold > 0
+		back.CapacityBytes = p.Config.PyTorch.CapacityBytes
+		if err != nil || !reflect.DeepEqual(back, *p.Config.PyTorch) || p.Unbounded == gc || gc && back.CapacityBytes != 1<<30 {
+			t.Errorf("%q: reads back as %+v (%v), simulated %+v, unbounded %v", p.Settings, back, err, *p.Config.PyTorch, p.Unbounded)
+		}
+	}
+	for _, want := range []string{"", "roundup_power2_divisions:[256:4,512:8,>:8]",
+		"max_split_size_mb:64,roundup_power2_divisions:[64:2,128:4,256:8,>:8],expandable_segments:True",
+		"garbage_collection_threshold:0.6", "max_split_size_mb:32,garbage_collection_threshold:0.95"} {
+		if !confs[want] {
+			t.Errorf("no candidate %q", want)
+		}
+	}
+	if len(got) != 52 || len(confs) != 52 {
+		t.Errorf("within 1 GiB: %d candidates, %d distinct", len(got), len(confs))
+	}
+}
+
+// A setting run within the capacity that had to free cached memory and retry a cudaMalloc does not
+// fit, and ranks after those that need no retry, whatever its peak; a range form counts as one option.
+func TestTorchSearchRetries(t *testing.T) {
+	outs := []whatif.Outcome{
+		{Policy: whatif.Policy{Settings: ""}, Stats: pool.Stats{PeakReservedBytes: 120 << 20}},
+		{Policy: whatif.Policy{Settings: "garbage_collection_threshold:0.8"},
+			Stats: pool.Stats{PeakReservedBytes: 100 << 20, UpstreamFailures: 2}},
+		{Policy: whatif.Policy{Settings: "roundup_power2_divisions:[256:4,512:8,>:8],expandable_segments:True"},
+			Stats: pool.Stats{PeakReservedBytes: 110 << 20}},
+	}
+	ts := torchSearch(outs, 100<<20)
+	if ts.Fits || ts.MissBytes != 10<<20 || ts.Best[0].Settings != 2 || ts.Best[2].Conf != "garbage_collection_threshold:0.8" ||
+		ts.Best[2].Retries != 2 {
+		t.Errorf("search %+v", ts)
+	}
+	if ts := torchSearch(outs, 0); !ts.Fits || ts.Best[0].Conf != outs[2].Policy.Settings {
+		t.Errorf("unbounded: %+v", ts)
 	}
 }

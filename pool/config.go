@@ -119,6 +119,14 @@ type PyTorchConfig struct {
 	// RoundupPower2Divisions is roundup_power2_divisions: requests are rounded up to one of this
 	// many steps between powers of two (0 or 1 = off; otherwise a power of two).
 	RoundupPower2Divisions uint64 `json:"roundup_power2_divisions"`
+	// RoundupPower2Ranges is roundup_power2_divisions's per-size-range form, [256:1,512:2,>:8]
+	// (see RoundupRange), in place of RoundupPower2Divisions.
+	RoundupPower2Ranges []RoundupRange `json:"roundup_power2_ranges,omitempty"`
+	// GarbageCollectionThreshold is garbage_collection_threshold (0 = off, else in (0, 1)): when a
+	// segment is needed while more than this share of CapacityBytes is reserved, the cached
+	// segments unused the longest are released first. It acts only with a capacity, as PyTorch's
+	// only with a per-process memory fraction.
+	GarbageCollectionThreshold float64 `json:"garbage_collection_threshold,omitempty"`
 	// ExpandableSegments is expandable_segments:True: one growing segment per stream and pool,
 	// mapped in 2 MiB (small) / 20 MiB (large) pages; needs an Upstream that is a Mapper.
 	ExpandableSegments bool `json:"expandable_segments"`
@@ -299,10 +307,10 @@ func (p *PyTorchConfig) validate() error {
 	if p.MaxSplitSizeMB > math.MaxUint64>>21 {
 		return fmt.Errorf("max_split_size_mb: %d is too large", p.MaxSplitSizeMB)
 	}
-	if d := p.RoundupPower2Divisions; d > 1 && (bits.OnesCount64(d) != 1 || d > 1<<20) {
-		return fmt.Errorf("roundup_power2_divisions: %d is not a power of two up to %d", d, 1<<20)
+	if d := p.RoundupPower2Divisions; d > 1 && !validDivisions(d) {
+		return fmt.Errorf("roundup_power2_divisions: %d is not a power of two up to %d", d, maxDivisions)
 	}
-	return nil
+	return p.validateRangesAndGC()
 }
 
 // LoadConfig reads and validates a pool.json file. Its errors name the file and the position:

@@ -1,12 +1,14 @@
 package pool
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 
-	"github.com/allocscope/allocscope/pool/internal/addrindex"
+	"github.com/allocscope/allocscope/pool/addrindex"
 	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
@@ -24,14 +26,17 @@ const (
 // torchPool is PolicyPyTorch, a model of PyTorch's CUDA caching allocator. Its rules:
 //
 //   - A request is rounded up to 512 B (roundup_power2_divisions: to the next of N equal steps
-//     between two powers of two, for requests above 512·N B). Rounded sizes up to 1 MiB use the
-//     small pool, larger ones the large pool.
+//     between two powers of two, for requests above 512·N B, N by the request's size range with
+//     the range form, see RoundupRange). Rounded sizes up to 1 MiB use the small pool, larger
+//     ones the large pool.
 //   - Best fit within the pool among the free blocks of the request's stream: the smallest block
 //     that fits, lowest address among equals. With max_split_size set, a request below it never
 //     takes a block at or above it, and a request at or above it takes a block only if the block
 //     is less than 20 MiB larger.
-//   - No fit: a new segment (cudaMalloc): 2 MiB for the small pool, 20 MiB for requests below
-//     10 MiB, else the request rounded up to 2 MiB.
+//   - No fit: with garbage_collection_threshold F and a capacity, when more than F × capacity is
+//     reserved, cached segments are released first (collectGarbage); then a new segment
+//     (cudaMalloc): 2 MiB for the small pool, 20 MiB for requests below 10 MiB, else the request
+//     rounded up to 2 MiB.
 //   - The block is cut at the low end when the rest is worth keeping: small pool (or expandable
 //     segments) when the rest is at least 512 B; large pool when the request is below
 //     max_split_size and the rest is above 1 MiB. The rest stays free on the same stream.
@@ -52,9 +57,19 @@ type torchPool struct {
 	segments   map[uint64]*torchSegment
 	blocks     *addrindex.Index[block]
 	maxSplit   uint64 // math.MaxUint64 when unlimited
-	divisions  uint64
+	divisions  [roundupBuckets]uint64
 	expandable bool
 	vaSize     uint64 // address space of one expandable segment
+	gc         torchGC
+}
+
+// torchGC is the state of garbage_collection_threshold (PyTorch's garbage_collect_cached_blocks).
+// A segment's age is the large pool's get_free_block calls since it became wholly free (PyTorch's
+// gc_count: get_free_blocks_call_count minus gc_count_base).
+type torchGC struct {
+	limit uint64            // reserved bytes above which cached segments are collected; 0 = off
+	calls uint64            // get_free_block calls on the large pool
+	idle  map[uint64]uint64 // wholly free large segment (address) → calls when it became so
 }
 
 type torchSegment struct {
@@ -81,7 +96,7 @@ func newPyTorch(cfg Config, up Upstream, o options) (*torchPool, error) {
 		segments:   make(map[uint64]*torchSegment),
 		blocks:     addrindex.New[block](),
 		maxSplit:   math.MaxUint64,
-		divisions:  pc.RoundupPower2Divisions,
+		divisions:  pc.divisionTable(),
 		expandable: pc.ExpandableSegments,
 	}
 	p.init(up, o)
@@ -91,6 +106,9 @@ func newPyTorch(cfg Config, up Upstream, o options) (*torchPool, error) {
 	}
 	for i := range p.pools {
 		p.pools[i] = spans.NewSpace()
+	}
+	if g := pc.GarbageCollectionThreshold; g > 0 && pc.CapacityBytes > 0 {
+		p.gc = torchGC{limit: uint64(g * float64(pc.CapacityBytes)), idle: map[uint64]uint64{}}
 	}
 	if p.expandable {
 		m, ok := up.(Mapper)
@@ -111,7 +129,7 @@ func (p *torchPool) roundSize(size uint64) uint64 {
 	if size < torchMinBlock {
 		return torchMinBlock
 	}
-	if d := p.divisions; d > 1 && size > torchMinBlock*d {
+	if d := p.divisions[roundupBucket(size)]; d > 1 && size > torchMinBlock*d {
 		return roundupPower2Division(size, d)
 	}
 	return roundUp(size, torchMinBlock)
@@ -170,6 +188,7 @@ func (p *torchPool) Alloc(size, stream uint64) (uint64, error) {
 	}
 	sp := p.pools[poolIndex(small)]
 	n := sp.Node(id)
+	delete(p.gc.idle, n.Seg)
 	keep := n.Size
 	if p.shouldSplit(n.Size, rs, small) {
 		keep = rs
@@ -193,6 +212,9 @@ func (p *torchPool) shouldSplit(blockSize, rs uint64, small bool) bool {
 // getFreeBlock is PyTorch's get_free_block: best fit on the stream, with the oversize rules.
 // It returns a free node, still in its tree.
 func (p *torchPool) getFreeBlock(small bool, stream, rs uint64) (int32, bool) {
+	if !small {
+		p.gc.calls++
+	}
 	sp := p.pools[poolIndex(small)]
 	var cand spans.Span
 	found := false
@@ -228,9 +250,12 @@ func (p *torchPool) expandableSize(sp *spans.Space, s spans.Span) uint64 {
 	return s.Size
 }
 
-// allocWithRetry is the cudaMalloc part of PyTorch's malloc with its two retries. It returns
-// a free node, still in its tree.
+// allocWithRetry is the cudaMalloc part of PyTorch's malloc: garbage collection, then the
+// cudaMalloc with its two retries. It returns a free node, still in its tree.
 func (p *torchPool) allocWithRetry(small bool, stream, rs uint64) (int32, bool, error) {
+	if err := p.collectGarbage(); err != nil {
+		return spans.NoNode, false, err
+	}
 	id, ok, err := p.allocBlock(small, stream, rs)
 	if ok || err != nil {
 		return id, ok, err
@@ -315,10 +340,58 @@ func (p *torchPool) releaseWhole(sp *spans.Space, id int32) (bool, error) {
 	n := *sp.Node(id)
 	sp.DropSegment(id)
 	delete(p.segments, n.Seg)
+	delete(p.gc.idle, n.Seg)
 	if err := p.up.release(n.Addr, n.Size); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// collectGarbage is PyTorch's garbage_collect_cached_blocks, run before a segment is allocated:
+// when more than gc.limit bytes are reserved, it releases wholly free large segments, those at
+// least as old as the average of the rest in each round, until the bytes released reach what is
+// reserved above the limit (a round does not stop at the target) or none is left. Segments of
+// expandable segments are never whole (their unmapped rest follows them) and stay.
+func (p *torchPool) collectGarbage() error {
+	reserved := p.c.s.ReservedBytes
+	if p.gc.limit == 0 || reserved <= p.gc.limit || len(p.gc.idle) == 0 {
+		return nil
+	}
+	sp := p.pools[0]
+	type aged struct {
+		span spans.Span
+		age  uint64
+	}
+	cands := make([]aged, 0, len(p.gc.idle))
+	var total uint64
+	for seg, since := range p.gc.idle {
+		cands = append(cands, aged{span: sp.Node(p.segments[seg].head).Span, age: p.gc.calls - since})
+		total += p.gc.calls - since
+	}
+	// PyTorch walks its free blocks by stream, size and address; the order only decides the
+	// order of the releases.
+	slices.SortFunc(cands, func(a, b aged) int {
+		return cmp.Or(cmp.Compare(a.span.Stream, b.span.Stream), cmp.Compare(a.span.Size, b.span.Size),
+			cmp.Compare(a.span.Addr, b.span.Addr))
+	})
+	target, reclaimed := reserved-p.gc.limit, uint64(0)
+	for reclaimed < target && len(cands) > 0 {
+		avg := float64(total) / float64(len(cands))
+		kept := cands[:0]
+		for _, c := range cands {
+			if float64(c.age) < avg {
+				kept = append(kept, c)
+				continue
+			}
+			if _, err := p.releaseWhole(sp, c.span.Node); err != nil {
+				return err
+			}
+			reclaimed += c.span.Size
+			total -= c.age
+		}
+		cands = kept // the oldest is always at least the average: every round releases one
+	}
+	return nil
 }
 
 // releaseCached is PyTorch's release_cached_blocks: every cached segment that is entirely free
@@ -345,16 +418,30 @@ func (p *torchPool) releaseCached() error {
 func (p *torchPool) Free(addr, stream uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return errClosed("free")
+	b, err := p.takeLive(p.blocks, addr)
+	if err != nil {
+		return err
 	}
-	b, ok := p.blocks.Take(addr)
-	if !ok {
-		return errUnknown(addr)
+	sp := p.pools[poolIndex(b.small)]
+	id := sp.Release(b.node, true, b.stream)
+	if p.gc.idle != nil && !b.small && isWholeSegment(sp, id) && !p.segments[b.seg].expandable {
+		p.gc.idle[b.seg] = p.gc.calls
 	}
-	p.pools[poolIndex(b.small)].Release(b.node, true, b.stream)
 	p.c.freed(b.req, b.size)
 	return nil
+}
+
+// takeLive is the start of a Free, under the lock: an error on a closed allocator or an address
+// that is not a live block of blocks, else the block, taken out of blocks.
+func (b *base) takeLive(blocks *addrindex.Index[block], addr uint64) (block, error) {
+	if b.closed {
+		return block{}, errClosed("free")
+	}
+	blk, ok := blocks.Take(addr)
+	if !ok {
+		return block{}, errUnknown(addr)
+	}
+	return blk, nil
 }
 
 // Close returns every segment (and every mapped page) to the Upstream.
@@ -371,4 +458,53 @@ func (p *torchPool) Close() error {
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// TorchSegment is a segment of a PolicyPyTorch allocator as torch.cuda.memory_snapshot() lists
+// it: one cudaMalloc, or one mapped run of an expandable segment.
+type TorchSegment struct {
+	Address, Size, Stream uint64
+	Small, Expandable     bool
+	Blocks                []TorchBlock // in address order
+}
+
+// TorchBlock is a block of a TorchSegment.
+type TorchBlock struct {
+	Address, Size uint64
+	Live          bool   // in use
+	Requested     uint64 // the bytes a live block's request asked for
+}
+
+// PyTorchSegments returns the segments of a PolicyPyTorch allocator, by address; ok is false for
+// an allocator of another policy.
+func PyTorchSegments(a Allocator) (segs []TorchSegment, ok bool) {
+	p, ok := a.(*torchPool)
+	if !ok {
+		return nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, addr := range sortedKeys(p.segments) {
+		seg := p.segments[addr]
+		sp := p.pools[poolIndex(seg.small)]
+		run := -1 // the index in segs of the mapped run being listed
+		for id := seg.head; id != spans.NoNode; id = sp.Node(id).Next {
+			n := sp.Node(id)
+			if n.State == spans.NodeUnmapped {
+				run = -1
+				continue
+			}
+			if run < 0 {
+				segs = append(segs, TorchSegment{Address: n.Addr, Stream: seg.stream, Small: seg.small, Expandable: seg.expandable})
+				run = len(segs) - 1
+			}
+			b := TorchBlock{Address: n.Addr, Size: n.Size, Live: n.State == spans.NodeUsed}
+			if b.Live {
+				b.Requested = p.blocks.Get(n.Addr).req
+			}
+			segs[run].Size += n.Size
+			segs[run].Blocks = append(segs[run].Blocks, b)
+		}
+	}
+	return segs, true
 }

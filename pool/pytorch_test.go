@@ -1,6 +1,9 @@
 package pool
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 func torchConfig(pc PyTorchConfig) Config {
 	return Config{Version: 1, Policy: PolicyPyTorch, PyTorch: &pc}
@@ -160,4 +163,95 @@ func TestPyTorchExpandableNeedsMapper(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want %q", err, want)
 	}
+}
+
+// garbage_collection_threshold:0.5 within 100 MiB: before a segment is allocated with more than
+// 50 MiB reserved, the wholly free large segments at least as old as their average age (in
+// large-pool searches since they became free) are released, round after round, until what is
+// reserved above 50 MiB is released; a round does not stop at the target.
+func TestPyTorchGarbageCollection(t *testing.T) {
+	const b = SimBase
+	run := func(gc float64, capacity, d uint64, steps ...step) Stats {
+		t.Helper()
+		up := NewSimUpstream(0, 2*mib)
+		cfg := torchConfig(PyTorchConfig{GarbageCollectionThreshold: gc, CapacityBytes: capacity})
+		a := runSteps(t, cfg, up, append([]step{
+			alloc(12*mib, 0, b),        // A; large-pool searches: 1
+			alloc(14*mib, 0, b+12*mib), // B; 2
+			alloc(16*mib, 0, b+26*mib), // C; 3
+			free(b, 0),                 // A wholly free at 3
+			alloc(d, 0, b+42*mib),      // D; 4: 42 MiB reserved, not above 50: no collection
+			free(b+12*mib, 0),          // B and C wholly free at 4
+			free(b+26*mib, 0),
+		}, steps...))
+		s := a.Stats()
+		closeEmpty(t, a, up)
+		return s
+	}
+	// D 18 MiB: 60 MiB reserved, 10 above the limit. Ages A 2, B 1, C 1 (average 4/3): A alone
+	// goes (12 MiB, enough); B is found again by the next search.
+	s := run(0.5, 100*mib, 18*mib, alloc(20*mib, 0, b+60*mib), alloc(14*mib, 0, b+12*mib))
+	if s.ReservedBytes != 68*mib || s.UpstreamReleases != 1 || s.UpstreamReserves != 5 {
+		t.Errorf("one round: %+v", s)
+	}
+	// D 30 MiB: 72 MiB reserved, 22 above. A (12 MiB) is not enough; the next round's average is
+	// 1: B and C go, 42 MiB in all.
+	if s := run(0.5, 100*mib, 30*mib, alloc(20*mib, 0, b+72*mib)); s.ReservedBytes != 50*mib || s.UpstreamReleases != 3 {
+		t.Errorf("two rounds: %+v", s)
+	}
+	// Off, or without a capacity (PyTorch: without a per-process memory fraction): nothing released.
+	for _, c := range [][2]float64{{0, 100 * mib}, {0.5, 0}} {
+		if s := run(c[0], uint64(c[1]), 18*mib, alloc(20*mib, 0, b+60*mib)); s.ReservedBytes != 80*mib || s.UpstreamReleases != 0 {
+			t.Errorf("threshold %g, capacity %g: %+v", c[0], c[1], s)
+		}
+	}
+}
+
+// The range form of roundup_power2_divisions rounds each request with its size bucket's divisions.
+func TestPyTorchRoundupRanges(t *testing.T) {
+	const b = SimBase
+	up := NewSimUpstream(0, 2*mib)
+	// below 4 MiB: 4 divisions; from 4 MiB on: 16
+	cfg := torchConfig(PyTorchConfig{RoundupPower2Ranges: []RoundupRange{{2, 4}, {0, 16}}})
+	a := runSteps(t, cfg, up, []step{
+		alloc(1153434, 0, b),                   // 1.1 MiB, bucket 0, step 256 KiB: 1.25 MiB
+		alloc(3*mib+1, 0, b+1310720),           // bucket 1, step 512 KiB: 3.5 MiB
+		alloc(5*mib+1, 0, b+1310720+3584*1024), // bucket 2, step 256 KiB: 5.25 MiB
+	})
+	if s := a.Stats(); s.BlockBytes != 1310720+3584*1024+5376*1024 || s.ReservedBytes != 20*mib {
+		t.Fatalf("Stats = %+v", s)
+	}
+	closeEmpty(t, a, up)
+}
+
+// PyTorchSegments lists the segments and their blocks as a snapshot would; an expandable segment
+// is listed by its mapped runs.
+func TestPyTorchSegmentsListing(t *testing.T) {
+	const b = SimBase
+	up := NewSimUpstream(0, 2*mib)
+	a := runSteps(t, torchConfig(PyTorchConfig{}), up, []step{
+		alloc(1000, 0, b), alloc(5*mib, 7, b+2*mib), alloc(3*mib, 7, b+7*mib), free(b+2*mib, 7),
+	})
+	segs, ok := PyTorchSegments(a)
+	want := []TorchSegment{
+		{Address: b, Size: 2 * mib, Small: true, Blocks: []TorchBlock{{Address: b, Size: 1024, Live: true, Requested: 1000},
+			{Address: b + 1024, Size: 2*mib - 1024}}},
+		{Address: b + 2*mib, Size: 20 * mib, Stream: 7, Blocks: []TorchBlock{{Address: b + 2*mib, Size: 5 * mib},
+			{Address: b + 7*mib, Size: 3 * mib, Live: true, Requested: 3 * mib}, {Address: b + 10*mib, Size: 12 * mib}}},
+	}
+	if !ok || !reflect.DeepEqual(segs, want) {
+		t.Errorf("segments %+v, want %+v", segs, want)
+	}
+	if _, ok := PyTorchSegments(newRaw(Config{}, up, options{})); ok {
+		t.Error("a raw allocator lists PyTorch segments")
+	}
+	closeEmpty(t, a, up)
+
+	up = NewSimUpstream(0, 2*mib)
+	a = runSteps(t, torchConfig(PyTorchConfig{ExpandableSegments: true}), up, []step{alloc(5*mib, 0, b)})
+	segs, _ = PyTorchSegments(a)
+	if len(segs) != 1 || segs[0].Size != 20*mib || !segs[0].Expandable || len(segs[0].Blocks) != 2 {
+		t.Errorf("expandable: %+v", segs)
+	}
+	closeEmpty(t, a, up)
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/allocscope/allocscope/pool/internal/addrindex"
+	"github.com/allocscope/allocscope/pool/addrindex"
 	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
@@ -127,12 +127,9 @@ func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
 func (p *streamOrderedPool) Free(addr, stream uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return errClosed("free")
-	}
-	b, ok := p.blocks.Take(addr)
-	if !ok {
-		return errUnknown(addr)
+	b, err := p.takeLive(p.blocks, addr)
+	if err != nil {
+		return err
 	}
 	r := p.regions.Get(b.seg)
 	if r.live--; r.live == 0 && !r.listed {

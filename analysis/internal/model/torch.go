@@ -2,9 +2,9 @@ package model
 
 // TorchSearch is the search of PYTORCH_CUDA_ALLOC_CONF settings: every setting simulated with
 // PyTorch's caching allocator (pool.PolicyPyTorch) or, for backend:cudaMallocAsync, CUDA's
-// stream-ordered pool, on unbounded memory, and ranked. A setting fits a capacity when its peak
-// reserved bytes stay within it: then no request fails and none makes PyTorch free its cache and
-// retry.
+// stream-ordered pool, on unbounded memory (those with garbage_collection_threshold within the
+// capacity, where it acts), and ranked. A setting fits a capacity when its peak reserved bytes
+// stay within it and no request fails nor makes PyTorch free its cache and retry.
 type TorchSearch struct {
 	CapacityBytes uint64         `json:"capacity_bytes"` // the device capacity the settings ran under (0 = unbounded)
 	Simulated     int            `json:"simulated"`      // settings simulated
@@ -24,14 +24,16 @@ type TorchSetting struct {
 	Segments          uint64 `json:"segments"`            // cudaMalloc calls (segments or pages mapped)
 	Releases          uint64 `json:"releases"`            // cudaFree calls (segments or pages given back)
 	Failures          uint64 `json:"failures"`            // requests that failed
+	Retries           uint64 `json:"retries,omitempty"`   // failed cudaMalloc calls, each a free-cache-and-retry (bounded runs)
 	SavedBytes        int64  `json:"saved_bytes"`         // defaults' peak reserved minus this one's
 	Error             string `json:"error,omitempty"`     // the setting could not be simulated
 }
 
 // OOMReport explains an out-of-memory of a PyTorch snapshot from the snapshot's segments, which
-// PyTorch dumps at the OOM when the program takes the snapshot there: what was reserved, in use
-// and cached, where the free memory was, the most fragmented segments and the blocks that pin
-// them, and the setting of the search that would have fit.
+// PyTorch dumps at the OOM when the program takes the snapshot there, or the first request the
+// PyTorch model failed within the capacity (Simulated) from the model's segments at that moment:
+// what was reserved, in use and cached, where the free memory was, the most fragmented segments
+// and the blocks that pin them, and the setting of the search that would have fit.
 type OOMReport struct {
 	Seq             uint64 `json:"seq"`               // the oom event
 	Device          int32  `json:"device"`            // its device
@@ -45,9 +47,17 @@ type OOMReport struct {
 	LargestFree     []StreamFree        `json:"largest_free"`      // the largest free block of each stream
 	Fragmented      []FragmentedSegment `json:"fragmented"`        // the segments with the most free bytes among blocks in use
 	// Fits is the best setting of the search whose peak reserved plus the failed request stay
-	// within CapacityBytes (a sufficient condition: the peak may come at another moment); nil when
-	// none does.
+	// within CapacityBytes (a sufficient condition: the peak may come at another moment); for a
+	// simulated out-of-memory, the best setting when it fits the capacity. nil when none does.
 	Fits *TorchSetting `json:"fits,omitempty"`
+	// Simulated is set when the out-of-memory is the model's, not the snapshot's.
+	Simulated *SimulatedOOM `json:"simulated,omitempty"`
+}
+
+// SimulatedOOM is the setting whose model failed requests within the capacity.
+type SimulatedOOM struct {
+	Conf     string `json:"conf"`     // its PYTORCH_CUDA_ALLOC_CONF value ("" for the defaults)
+	Failures uint64 `json:"failures"` // the requests it failed; the report is on the first
 }
 
 // StreamFree is the largest free block of one stream's segments.

@@ -316,17 +316,23 @@ func (t *textWriter) torchSearch(ts *model.TorchSearch) {
 		rows = append(rows[:len(rows):len(rows)], ts.Defaults)
 	}
 	for i, s := range rows {
-		conf := s.Conf
-		if conf == "" {
-			conf = "(defaults)"
-		}
+		conf := ConfOrDefaults(s.Conf)
 		label := fmt.Sprintf("%d.", i+1)
 		if i == len(ts.Best) {
 			label = "  "
 		}
 		t.printf("  %s %s\n", label, conf)
-		t.printf("     peak reserved %s (%s), %s cudaMalloc, %s cudaFree, %s failed\n", Bytes(s.PeakReservedBytes),
-			vsDefaults(s.SavedBytes), Count(s.Segments), Count(s.Releases), Count(s.Failures))
+		retries := ""
+		if s.Retries > 0 {
+			retries = fmt.Sprintf(", %s retried", Count(s.Retries))
+		}
+		t.printf("     peak reserved %s (%s), %s cudaMalloc, %s cudaFree, %s failed%s\n", Bytes(s.PeakReservedBytes),
+			vsDefaults(s.SavedBytes), Count(s.Segments), Count(s.Releases), Count(s.Failures), retries)
+	}
+	if strings.Contains(ts.Best[0].Conf, "garbage_collection_threshold") {
+		// PyTorch collects only when the process has a memory fraction (allowed_memory_maximum).
+		t.printf("  garbage_collection_threshold acts only with torch.cuda.set_per_process_memory_fraction(f),\n"+
+			"  f = %d bytes / the device's total memory\n", ts.CapacityBytes)
 	}
 }
 
@@ -334,7 +340,13 @@ func (t *textWriter) oom(r *model.OOMReport) {
 	if r == nil {
 		return
 	}
-	t.printf("\nOUT OF MEMORY (seq %d, device %d, from the snapshot's segments)\n", r.Seq, r.Device)
+	if m := r.Simulated; m != nil {
+		t.printf("\nOUT OF MEMORY (seq %d, device %d, in the model within %s)\n", r.Seq, r.Device, Bytes(r.CapacityBytes))
+		t.printf("  PYTORCH_CUDA_ALLOC_CONF=%s fails %s request(s); the first:\n", ConfOrDefaults(m.Conf),
+			Count(m.Failures))
+	} else {
+		t.printf("\nOUT OF MEMORY (seq %d, device %d, from the snapshot's segments)\n", r.Seq, r.Device)
+	}
 	t.printf("  asked for %s with %s free on the device; PyTorch could have held %s\n", Bytes(r.RequestedBytes),
 		Bytes(r.DeviceFreeBytes), Bytes(r.CapacityBytes))
 	t.printf("  reserved %s: %s allocated, %s cached but free\n", Bytes(r.ReservedBytes), Bytes(r.AllocatedBytes),
@@ -350,15 +362,19 @@ func (t *textWriter) oom(r *model.OOMReport) {
 		}
 	}
 	if r.Fits != nil {
-		conf := r.Fits.Conf
-		if conf == "" {
-			conf = "(defaults)"
-		}
-		t.printf("  would have fit: PYTORCH_CUDA_ALLOC_CONF=%s (peak reserved %s in the model)\n", conf,
-			Bytes(r.Fits.PeakReservedBytes))
+		t.printf("  would have fit: PYTORCH_CUDA_ALLOC_CONF=%s (peak reserved %s in the model)\n",
+			ConfOrDefaults(r.Fits.Conf), Bytes(r.Fits.PeakReservedBytes))
 	} else {
 		t.printf("  no setting of the search fits in %s\n", Bytes(r.CapacityBytes))
 	}
+}
+
+// ConfOrDefaults is a PYTORCH_CUDA_ALLOC_CONF value as the reports show it: "(defaults)" for "".
+func ConfOrDefaults(conf string) string {
+	if conf == "" {
+		return "(defaults)"
+	}
+	return conf
 }
 
 // vsDefaults says how a setting's peak reserved compares with the defaults'.
