@@ -54,6 +54,9 @@ type Options struct {
 	// are 1): memory that lets `record --pool` hold blocks freed by cudaFree until a synchronization
 	// with fewer synchronizations of its own (pool.Prediction.RecordPool predicts them).
 	PoolHeadroom float64
+	// Detail keeps, for WriteHTML's timeline, live bytes at several resolutions with the event
+	// behind each point (at most 65,536 points per input; not in the JSON report).
+	Detail bool
 	// Progress, when set, is called as events are processed: stage is "statistics", "sizing",
 	// "arena" or "simulation" followed by a space and the input's base name
 	// ("combined" for all inputs together), events the number processed in the stage so far, total

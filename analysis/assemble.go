@@ -13,7 +13,7 @@ import (
 func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.Outcome) *model.TraceReport {
 	tr := &model.TraceReport{Name: name, Events: st.Events, RequestLayer: string(st.RequestLayer),
 		Requests: st.Requests, Upstream: st.Upstream, Groups: st.Groups, Anomalies: st.Anomalies,
-		TopCallsites: st.TopCallsites, PeakCallsites: st.PeakCallsites}
+		TopCallsites: st.TopCallsites, PeakCallsites: st.PeakCallsites, Detail: st.Detail}
 	tr.SizeClasses = sizeClassPlan(st, rec)
 	for _, o := range outs {
 		tr.Simulations = append(tr.Simulations, simulation(o, st))

@@ -3,6 +3,7 @@ package analysis
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -127,24 +128,36 @@ func TestFrameworkFidelityAndConfig(t *testing.T) {
 	}
 }
 
-var outsideRef = regexp.MustCompile(`(?i)https?:|src=|@import|url\(`)
+// outsideRef matches what would make a page load something from elsewhere.
+var outsideRef = regexp.MustCompile(`(?i)https?:|src=|href=|@import|url\(|<link|fetch\(|XMLHttpRequest|import\(`)
 
+// uplotBanner is the vendored uPlot's first line, a comment that names its home.
+const uplotBanner = "/*! https://github.com/leeoniya/uPlot (v1.6.32) */"
+
+// TestHTMLSelfContained checks that the page loads nothing from elsewhere (but for the comment
+// that credits uPlot, it names no address at all) and has its sections; without
+// Options.Detail the timeline is the report's downsampled one, without events. The browser tests of
+// analysis/internal/render load it in Chromium.
 func TestHTMLSelfContained(t *testing.T) {
-	r, err := Analyze([]Input{fakeInput("handmade", handmade())}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	page := string(output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteHTML(b, r) }))
-	if m := outsideRef.FindString(page); m != "" {
-		t.Errorf("page refers outside itself: %q", m)
-	}
-	if n := strings.Count(page, "<svg"); n != 4 {
-		t.Errorf("%d SVG charts, want 4", n)
-	}
-	for _, title := range []string{"Live bytes over time", "Request sizes (log2 buckets)",
-		"Allocation lifetime CDF", "Simulated policies: peak reserved vs peak live", "peak 3 MiB"} {
-		if !strings.Contains(page, title) {
-			t.Errorf("page lacks %q", title)
+	for _, detail := range []bool{false, true} {
+		r, err := Analyze([]Input{fakeInput("handmade", handmade())}, Options{Detail: detail})
+		if err != nil {
+			t.Fatal(err)
+		}
+		page := string(output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteHTML(b, r) }))
+		if n := strings.Count(page, uplotBanner); n != 1 {
+			t.Errorf("uPlot's banner %d times, want once", n)
+		}
+		if m := outsideRef.FindString(strings.Replace(page, uplotBanner, "", 1)); m != "" {
+			t.Errorf("page refers outside itself: %q", m)
+		}
+		for _, want := range []string{`<section class="stream" id="stream-0">`, "Live bytes over time",
+			"Memory at each policy's peak of reserved bytes", "What-if simulation", "Request sizes (log2 buckets)",
+			"Allocation lifetimes", "peak live 3 MiB", "<summary>Text report</summary>",
+			fmt.Sprintf(`"events":%v`, detail), "Permission is hereby granted, free of charge"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("page (detail %v) lacks %q", detail, want)
+			}
 		}
 	}
 }

@@ -57,6 +57,9 @@ type callsiteNamer interface {
 // collect is the statistics pass.
 func collect(src Source, opts Options) (*stats.Collector, error) {
 	c := stats.NewCollector(sizeclass.Thresholds)
+	if opts.Detail {
+		c.KeepDetail()
+	}
 	if n, ok := src.(callsiteNamer); ok {
 		c.NameCallsites(func(pid uint32, id uint64) (string, bool) {
 			cs, ok := n.Callsite(pid, id)
@@ -121,6 +124,11 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	outs, err := simulate(open, stream, rec, st, opts)
 	if err != nil {
 		return nil, nil, err
+	}
+	if rec.oom == nil { // the model's out-of-memory within --capacity, when the snapshot has none
+		if rec.oom, err = explainModelOOM(open, stream, rec.torch, outs, opts.Capacity, c.CallsiteName); err != nil {
+			return nil, nil, err
+		}
 	}
 	for _, o := range outs {
 		if o.Err != nil {
@@ -196,7 +204,7 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 	}
 	search := len(policies)
 	if opts.PyTorchSearch || stream == requests.Framework || st.Requests.Allocs+st.Requests.Frees <= maxSearchRequests {
-		policies = append(policies, torchCandidates(st)...)
+		policies = append(policies, torchCandidates(st, opts.Capacity)...)
 	}
 	outs, err := runPass(open, stream, policies, st, opts, progress(opts, "simulation "+opts.input))
 	if err != nil {

@@ -12,5 +12,7 @@ func WriteText(w io.Writer, r *Report) error { return render.Text(w, r) }
 // WriteJSON writes the report as JSON; the field names are stable.
 func WriteJSON(w io.Writer, r *Report) error { return render.JSON(w, r) }
 
-// WriteHTML writes one self-contained HTML page with the report and its SVG charts.
+// WriteHTML writes one self-contained interactive HTML page with the report's charts and tables
+// and the terminal report. Its timeline has the request behind each point when the analysis ran
+// with Options.Detail.
 func WriteHTML(w io.Writer, r *Report) error { return render.HTML(w, r) }

@@ -37,6 +37,7 @@ type TraceReport struct {
 	TorchSearch   *TorchSearch    `json:"pytorch_search,omitempty"` // the PYTORCH_CUDA_ALLOC_CONF search
 	OOM           *OOMReport      `json:"oom,omitempty"`            // a PyTorch snapshot's out-of-memory, explained
 	Config        *pool.Config    `json:"config"`
+	Detail        *Detail         `json:"-"` // the HTML report's timeline, when asked for
 }
 
 // TraceInfo is the metadata a trace file carries.
@@ -227,4 +228,39 @@ type Fidelity struct {
 	ModelBytes    uint64  `json:"model_bytes"`
 	CountMatch    float64 `json:"count_match_percent"`
 	BytesMatch    float64 `json:"bytes_match_percent"`
+}
+
+// Detail is the live-bytes timeline of the HTML report at several resolutions, each point with the
+// event behind it. It is kept only when the analysis is asked for it (analysis.Options.Detail) and
+// is not part of the JSON report.
+type Detail struct {
+	// Events are the allocations and frees behind the points of the finest level, in order.
+	Events []DetailEvent
+	// Levels are the resolutions, finest first: level 0 splits the requests into buckets of
+	// Levels[0].BucketEvents events, each level after it merges pairs of its buckets. A bucket
+	// keeps the events at which live bytes were lowest and highest in it, in time order.
+	Levels []DetailLevel
+}
+
+// DetailLevel is one resolution of a Detail.
+type DetailLevel struct {
+	BucketEvents uint64  // requests per bucket
+	Points       []int32 // indexes into Detail.Events, ascending
+}
+
+// DetailEvent is an allocation or free of the requests and the live bytes right after it.
+type DetailEvent struct {
+	Request   uint64 // its place among the requests, from 1: level l's bucket k holds requests k·w+1 … (k+1)·w
+	Seq       uint64
+	TimeNs    int64
+	LiveBytes uint64
+	Free      bool
+	SizeBytes uint64
+	PID       uint32
+	Device    int32
+	Stream    uint64
+	Callsite  string // the allocation's callsite ("" when unknown), for a free too
+	// LifetimeNs is how long the block lived: from its allocation to its free (-1 when it was
+	// still live at the end of the trace).
+	LifetimeNs int64
 }

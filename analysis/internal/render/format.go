@@ -1,5 +1,5 @@
 // Package render writes analysis reports: a terminal report that fits 100 columns, JSON, and a
-// self-contained HTML page with SVG charts.
+// self-contained interactive HTML page whose charts the vendored uPlot draws.
 package render
 
 import (

@@ -1,88 +1,215 @@
 package render
 
 import (
+	"bytes"
+	"embed"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
 	"strings"
 
-	"gonum.org/v1/plot"
-
 	"github.com/allocscope/allocscope/analysis/internal/model"
 )
 
-// HTML writes one self-contained page (no outside resources): for each analyzed stream, its
-// terminal report and four inline SVG charts.
+// assets are the page's template, its script and style, and the vendored uPlot (see
+// assets/uplot/README.md).
+//
+//go:embed assets/page.html assets/report.js assets/report.css assets/uplot/uPlot.iife.min.js assets/uplot/uPlot.min.css
+//go:embed assets/uplot/LICENSE
+var assets embed.FS
+
+// HTML writes one self-contained interactive page (no outside resources, no network fetches): for
+// each analyzed stream a zoomable live-bytes timeline with the event behind each point, the memory
+// of every simulated policy at its peak, the size histogram and classes, the what-if table and the
+// callsites; then the terminal report.
 func HTML(w io.Writer, r *model.Report) error {
 	var text strings.Builder
 	if err := Text(&text, r); err != nil {
 		return err
 	}
-	page := htmlPage{Title: "allocscope analyze: " + strings.Join(r.Inputs, ", "), Text: text.String()}
-	for _, tr := range append([]*model.TraceReport{r.Combined}, r.PerFile...) {
-		sec, err := section(tr)
+	page := htmlPage{Title: "allocscope analyze: " + strings.Join(r.Inputs, ", "), Text: text.String(),
+		Warnings: r.Warnings}
+	for i, tr := range append([]*model.TraceReport{r.Combined}, r.PerFile...) {
+		sec, err := section(i, tr)
 		if err != nil {
 			return err
 		}
 		page.Sections = append(page.Sections, sec)
 	}
-	return pageTemplate.Execute(w, page)
+	var err error
+	if page.Assets, err = loadAssets(); err != nil {
+		return err
+	}
+	if err := pageTemplate.Execute(w, page); err != nil {
+		return fmt.Errorf("write html report: %w", err)
+	}
+	return nil
+}
+
+// pageAssets are the embedded script and style, written into the page.
+type pageAssets struct {
+	UPlotJS, ReportJS   template.JS
+	UPlotCSS, ReportCSS template.CSS
+}
+
+// loadAssets reads the embedded script and style; uPlot's license goes into the page with it.
+func loadAssets() (pageAssets, error) {
+	var files [5]string
+	for i, name := range []string{"uplot/uPlot.iife.min.js", "report.js", "uplot/uPlot.min.css", "report.css",
+		"uplot/LICENSE"} {
+		b, err := assets.ReadFile("assets/" + name)
+		if err != nil {
+			return pageAssets{}, fmt.Errorf("html asset %s: %w", name, err)
+		}
+		files[i] = string(b)
+	}
+	// The files are ours or the vendored library's, not the trace's.
+	return pageAssets{UPlotJS: template.JS("/*\n" + files[4] + "*/\n" + files[0]), // #nosec G203
+		ReportJS: template.JS(files[1]), UPlotCSS: template.CSS(files[2]), ReportCSS: template.CSS(files[3])}, nil // #nosec G203
 }
 
 type htmlPage struct {
 	Title    string
 	Text     string
+	Warnings []string
 	Sections []htmlSection
+	Assets   pageAssets
 }
 
+// htmlSection is one analyzed stream: its summary, tables and the JSON its charts draw.
 type htmlSection struct {
-	Name   string
-	Charts []template.HTML
+	Index      int
+	Name       string
+	Summary    []string
+	Data       template.JS
+	Policies   []policyRow
+	Classes    *classTable
+	Callsites  []callsiteTable
+	Fragmented []segmentRow
 }
 
-func section(tr *model.TraceReport) (htmlSection, error) {
-	sec := htmlSection{Name: tr.Name}
-	builders := []func() (*plot.Plot, error){
-		func() (*plot.Plot, error) { return timelineChart(tr.Requests) },
-		func() (*plot.Plot, error) { return histogramChart(tr.Requests) },
-		func() (*plot.Plot, error) { return lifetimeChart(tr.Requests) },
-		func() (*plot.Plot, error) { return policyChart(tr) },
+func section(i int, tr *model.TraceReport) (htmlSection, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf) // escapes <, > and &: the JSON cannot end its script element
+	if err := enc.Encode(charts(tr)); err != nil {
+		return htmlSection{}, fmt.Errorf("chart data of %s: %w", tr.Name, err)
 	}
-	for _, build := range builders {
-		p, err := build()
-		if err != nil {
-			return sec, fmt.Errorf("chart for %s: %w", tr.Name, err)
+	sec := htmlSection{Index: i, Name: tr.Name, Summary: summary(tr),
+		Data:     template.JS(buf.String()), // #nosec G203 -- JSON with <, >, & escaped
+		Policies: policies(tr), Classes: classes(tr.SizeClasses), Fragmented: fragmented(tr.OOM)}
+	for _, c := range []struct {
+		title string
+		rows  []model.CallsiteTally
+	}{{"held the most at the peak of live bytes", tr.PeakCallsites}, {"allocated the most bytes", tr.TopCallsites}} {
+		if len(c.rows) > 0 {
+			sec.Callsites = append(sec.Callsites, callsiteTable{Title: c.title, Rows: c.rows})
 		}
-		s, err := svg(p)
-		if err != nil {
-			return sec, err
-		}
-		// The SVG comes from our own renderer, not from the trace.
-		sec.Charts = append(sec.Charts, template.HTML(s)) // #nosec G203
 	}
 	return sec, nil
 }
 
-var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{{.Title}}</title>
-<style>
-body { font-family: sans-serif; margin: 1.5em; color: #222; }
-h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.5em; }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(640px, 1fr)); gap: 1em; }
-.chart svg { width: 100%; height: auto; border: 1px solid #ddd; }
-pre { font-size: 12px; background: #f6f6f6; padding: 1em; overflow-x: auto; }
-</style>
-</head>
-<body>
-<h1>{{.Title}}</h1>
-{{range .Sections}}<h2>{{.Name}}</h2>
-<div class="charts">{{range .Charts}}<div class="chart">{{.}}</div>
-{{end}}</div>
-{{end}}<h2>Report</h2>
-<pre>{{.Text}}</pre>
-</body>
-</html>
-`))
+// summary is the stream's headline figures.
+func summary(tr *model.TraceReport) []string {
+	s := tr.Requests
+	out := []string{
+		fmt.Sprintf("%s events; %s requests (%s layer): %s allocations, %s frees", Count(tr.Events),
+			Count(s.Allocs+s.Frees), tr.RequestLayer, Count(s.Allocs), Count(s.Frees)),
+		fmt.Sprintf("peak live %s in %s blocks at %s (seq %d); live at the end %s", Bytes(s.PeakLiveBytes),
+			Count(s.PeakLiveBlocks), Duration(float64(s.PeakTimeNs-s.FirstTimeNs)), s.PeakSeq, Bytes(s.EndLiveBytes)),
+	}
+	if tr.Config != nil {
+		out = append(out, fmt.Sprintf("recommended pool: %s, %s reserved", settingsLine(tr.Config),
+			Bytes(tr.Config.PlanBytes())))
+	}
+	return out
+}
+
+// policyRow is one simulated policy in the what-if table and the memory map at its peak.
+type policyRow struct {
+	model.Simulation
+	Calls              uint64
+	Requested          uint64  // bytes requested at peak reserved
+	Width              float64 // the bar's width, % of the largest peak reserved
+	Req, Int, Ext      float64 // the bar's parts, % of the bar
+	Recommended, Torch bool
+}
+
+func policies(tr *model.TraceReport) []policyRow {
+	var top uint64
+	for _, s := range tr.Simulations {
+		top = max(top, s.PeakReservedBytes)
+	}
+	var rows []policyRow
+	for i, s := range tr.Simulations {
+		r := policyRow{Simulation: s, Calls: s.UpstreamReserves + s.UpstreamReleases, Recommended: i == 0,
+			Torch: s.Policy == "pytorch" && s.Settings == "(defaults)"}
+		frag := s.InternalFragBytes + s.ExternalFragBytes
+		if s.PeakReservedBytes > 0 && top > 0 && frag <= s.PeakReservedBytes {
+			r.Requested = s.PeakReservedBytes - frag
+			res := float64(s.PeakReservedBytes)
+			r.Width = 100 * res / float64(top)
+			r.Req, r.Int, r.Ext = 100*float64(r.Requested)/res, 100*float64(s.InternalFragBytes)/res,
+				100*float64(s.ExternalFragBytes)/res
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// classTable is the size-class plan.
+type classTable struct {
+	Line string
+	Rows []model.ClassPlan
+}
+
+func classes(p *model.SizeClassPlan) *classTable {
+	if p == nil {
+		return nil
+	}
+	line := fmt.Sprintf("%d classes up to %s (%s), larger requests from an arena of %s; pool %s for %s live at most",
+		p.K, Bytes(p.LargeThreshold), p.KRule, Bytes(p.ArenaBytes), Bytes(p.PoolBytes), Bytes(p.PeakLiveBytes))
+	return &classTable{Line: line, Rows: p.Classes}
+}
+
+// callsiteTable is one list of callsites.
+type callsiteTable struct {
+	Title string
+	Rows  []model.CallsiteTally
+}
+
+// segmentRow is a fragmented segment of a PyTorch out-of-memory, as a bar: its blocks in use and
+// its free bytes, the largest free block apart.
+type segmentRow struct {
+	model.FragmentedSegment
+	Used, Largest, OtherFree float64 // % of the segment
+	Pins                     string
+}
+
+func fragmented(o *model.OOMReport) []segmentRow {
+	if o == nil {
+		return nil
+	}
+	var rows []segmentRow
+	for _, s := range o.Fragmented {
+		if s.SizeBytes == 0 || s.FreeBytes > s.SizeBytes || s.LargestFree > s.FreeBytes {
+			continue
+		}
+		size := float64(s.SizeBytes)
+		r := segmentRow{FragmentedSegment: s, Used: 100 * float64(s.SizeBytes-s.FreeBytes) / size,
+			Largest: 100 * float64(s.LargestFree) / size, OtherFree: 100 * float64(s.FreeBytes-s.LargestFree) / size}
+		var pins []string
+		for _, p := range s.PinnedBy {
+			pins = append(pins, Bytes(p.SizeBytes)+" by "+p.Callsite)
+		}
+		r.Pins = strings.Join(pins, "; ")
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+var pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMap{
+	"bytes": Bytes, "count": Count, "signed": SignedDuration,
+	"pct":   func(f float64) template.CSS { return template.CSS(fmt.Sprintf("%.3f%%", f)) }, // #nosec G203
+	"ratio": func(f float64) string { return fmt.Sprintf("%.3f", f) },
+}).ParseFS(assets, "assets/page.html"))

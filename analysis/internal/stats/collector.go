@@ -48,6 +48,14 @@ func (c *Collector) NameCallsites(names func(pid uint32, id uint64) (string, boo
 	c.fns.callsites = names
 }
 
+// KeepDetail makes the collector keep the HTML report's timeline (Result.Detail): live bytes at
+// several resolutions with the event behind each point. It costs the statistics pass time and
+// a few MiB.
+func (c *Collector) KeepDetail() {
+	c.native.detail = &detailTimeline{keep: c.native.keep}
+	c.framework.detail = &detailTimeline{keep: c.framework.keep}
+}
+
 // CallsiteName names a callsite of process pid as the reports do: the name NameCallsites gives
 // it, else its address.
 func (c *Collector) CallsiteName(pid uint32, id uint64) string { return c.fns.callsite(pid, id) }
@@ -130,6 +138,7 @@ type Result struct {
 	// TopCallsites are the callsites that allocated the most bytes; PeakCallsites those that held
 	// the most at the peak of live bytes.
 	TopCallsites, PeakCallsites []model.CallsiteTally
+	Detail                      *model.Detail // the HTML report's timeline, when kept (KeepDetail)
 }
 
 // Finish ends the stage and returns its result; top is the number of exact sizes to list.
@@ -148,6 +157,9 @@ func (c *Collector) Finish(top int) *Result {
 	r.TopCallsites, r.PeakCallsites = req.sites.result(c.fns.callsite)
 	for _, p := range req.timeline.Points() {
 		r.Requests.Timeline = append(r.Requests.Timeline, model.Point{X: p[0], Y: p[1]})
+	}
+	if req.detail != nil {
+		r.Detail = req.detail.finish(c.fns.callsite)
 	}
 	for _, p := range req.overall.lifetime.CDF(200) {
 		r.Requests.LifetimeCDF = append(r.Requests.LifetimeCDF, model.Point{X: p[0], Y: p[1]})

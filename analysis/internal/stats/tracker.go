@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
-	"github.com/allocscope/allocscope/internal/slab"
+	"github.com/allocscope/allocscope/pool/slots"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -38,6 +38,7 @@ type liveBlock struct {
 	sizeIdx  int32
 	site     int32 // index in the tracker's siteTable
 	fn       uint16
+	kept     bool // the detail timeline keeps this allocation: its free gives the lifetime
 }
 
 type groupKey struct {
@@ -67,9 +68,9 @@ func (a *anomaly) result() model.Anomaly {
 // tracker follows the blocks of one layer (framework requests, or native calls).
 type tracker struct {
 	fns          *interner
-	live         Table[int32]                // block key → index in blocks
-	blocks       slab.Slab[liveBlock, int32] // live blocks, by index, so the table's slots stay small
-	freed        []Key                       // direct-mapped by hash
+	live         Table[int32]                  // block key → index in blocks
+	blocks       slots.Table[liveBlock, int32] // live blocks, by index, so the table's slots stay small
+	freed        []Key                         // direct-mapped by hash
 	overall      *tally
 	groups       []*tally
 	groupIdx     map[groupKey]int32
@@ -78,6 +79,7 @@ type tracker struct {
 	sizes        *sizeTable
 	sites        *siteTable
 	timeline     Timeline
+	detail       *detailTimeline // the HTML report's timeline, when kept
 	leaks        anomaly
 	doubleFrees  anomaly
 	unknownFrees anomaly
@@ -192,6 +194,9 @@ func (t *tracker) alloc(e *trace.Event, g *tally) int32 {
 		t.sites.snapshot()
 	}
 	t.timeline.Add(e.TimeNs, t.overall.live)
+	if t.detail != nil {
+		t.detail.alloc(e, t.overall.live)
+	}
 	return int32(fn)
 }
 
@@ -230,6 +235,18 @@ func (t *tracker) free(e *trace.Event) {
 	g.free(e, &b)
 	t.overall.free(e, &b)
 	t.timeline.Add(e.TimeNs, t.overall.live)
+	if t.detail != nil {
+		t.detail.free(e, &b, t.overall.live)
+	}
+}
+
+// keep marks the live block of an allocation the detail timeline keeps, so that its free tells it.
+func (t *tracker) keep(k Key, seq uint64) {
+	if bi, ok := t.live.Get(k); ok {
+		if b := t.blocks.At(bi); b.seq == seq {
+			b.kept = true
+		}
+	}
 }
 
 // release drops a block whose free was never seen.

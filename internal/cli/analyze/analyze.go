@@ -123,7 +123,8 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 	}
 	bar := newProgress(stderr, !opt.quiet && (opt.progress || command.IsTerminal(stderr)))
 	rep, err := analysis.Analyze(inputs, analysis.Options{Capacity: opt.capacity, Top: opt.top, K: opt.k,
-		Arena: arena, PoolHeadroom: opt.headroom, PyTorchSearch: opt.torchConf, Progress: bar.update})
+		Arena: arena, PoolHeadroom: opt.headroom, PyTorchSearch: opt.torchConf, Detail: opt.html != "",
+		Progress: bar.update})
 	bar.finish()
 	if err != nil {
 		return err
