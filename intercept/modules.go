@@ -11,13 +11,28 @@ import (
 )
 
 // Modules returns the executable mappings the recorded processes saved beside their logs
-// (<pid>-<start>.maps, as /proc/PID/maps lines), for naming callsites. A process that saved none
-// (killed before its shim wrote them) has none; malformed lines are skipped.
+// (<pid>-<start>.maps, as /proc/PID/maps lines, one copy per save: at start, before a dlclose, at
+// exit), each mapping once, with the build ID of its file as it is now, for naming callsites. A
+// process that saved none (killed before its shim wrote them) has none; malformed lines are skipped.
 func (l *Logs) Modules() []trace.Module {
 	var mods []trace.Module
 	for _, lf := range l.files {
 		path := strings.TrimSuffix(lf.f.Name(), ".alog") + ".maps"
 		mods = append(mods, readMaps(path, lf.log.header.PID)...)
+	}
+	return withBuildIDs(mods)
+}
+
+// withBuildIDs fills in each module's build ID, reading each file once.
+func withBuildIDs(mods []trace.Module) []trace.Module {
+	ids := map[string]string{}
+	for i := range mods {
+		id, ok := ids[mods[i].Path]
+		if !ok {
+			id = trace.BuildID(mods[i].Path)
+			ids[mods[i].Path] = id
+		}
+		mods[i].BuildID = id
 	}
 	return mods
 }
@@ -36,6 +51,7 @@ func readMaps(path string, pid uint32) []trace.Module {
 // ends the reading.
 func parseMaps(r io.Reader, pid uint32) []trace.Module {
 	var mods []trace.Module
+	seen := map[trace.Module]bool{}
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -49,8 +65,11 @@ func parseMaps(r io.Reader, pid uint32) []trace.Module {
 		if !ok || err1 != nil || err2 != nil || err3 != nil || end <= start {
 			continue
 		}
-		mods = append(mods, trace.Module{PID: pid, Start: start, End: end, Offset: off,
-			Path: strings.Join(fields[5:], " ")})
+		m := trace.Module{PID: pid, Start: start, End: end, Offset: off, Path: strings.Join(fields[5:], " ")}
+		if !seen[m] { // the saves repeat what is still mapped
+			seen[m] = true
+			mods = append(mods, m)
+		}
 	}
 	return mods
 }

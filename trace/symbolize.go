@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"debug/dwarf"
 	"debug/elf"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +25,67 @@ type Module struct {
 	End    uint64 `json:"end"`
 	Offset uint64 `json:"offset"` // file offset of Start
 	Path   string `json:"path"`
+	// BuildID is the file's GNU build ID (hex) when it was recorded; analyze names nothing in a
+	// file found at Path with another one (rebuilt since).
+	BuildID string `json:"build_id,omitempty"`
+}
+
+// BuildID returns the GNU build ID (hex) of the ELF file at path: "" when the file cannot be read
+// or has none.
+func BuildID(path string) string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	return elfBuildID(f)
+}
+
+// elfBuildID reads the NT_GNU_BUILD_ID note of f.
+func elfBuildID(f *elf.File) string {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_NOTE {
+			continue
+		}
+		data, err := io.ReadAll(io.LimitReader(p.Open(), 1<<16))
+		if err != nil {
+			continue
+		}
+		if id := gnuBuildIDNote(data, f.ByteOrder, p.Align); id != "" {
+			return id
+		}
+	}
+	return ""
+}
+
+// gnuBuildIDNote finds the "GNU" note of type 3 (NT_GNU_BUILD_ID) among the notes in data.
+func gnuBuildIDNote(data []byte, order binary.ByteOrder, align uint64) string {
+	a := uint64(4) // notes are padded to 4 bytes, or to 8 in a segment aligned to 8
+	if align == 8 {
+		a = 8
+	}
+	pad := func(n uint64) uint64 {
+		if n > 1<<32 {
+			return 1 << 62 // past any data: the caller stops
+		}
+		return (n + a - 1) &^ (a - 1)
+	}
+	for len(data) >= 12 {
+		nameSize, descSize, typ := uint64(order.Uint32(data)), uint64(order.Uint32(data[4:])), order.Uint32(data[8:])
+		nameEnd := 12 + pad(nameSize)
+		descEnd := nameEnd + pad(descSize)
+		if nameEnd > uint64(len(data)) || nameEnd+descSize > uint64(len(data)) {
+			return ""
+		}
+		if typ == 3 && nameSize == 4 && len(data) >= 16 && string(data[12:15]) == "GNU" {
+			return hex.EncodeToString(data[nameEnd : nameEnd+descSize])
+		}
+		if descEnd >= uint64(len(data)) {
+			return ""
+		}
+		data = data[descEnd:]
+	}
+	return ""
 }
 
 // symbolizer names return addresses with the recorded modules and their ELF files, reading each
@@ -35,9 +99,10 @@ type symbolizer struct {
 
 // elfInfo is what naming needs of one ELF file.
 type elfInfo struct {
-	loads []elf.ProgHeader // PT_LOAD headers
-	syms  []elf.Symbol     // functions, by address
-	dw    *dwarf.Data      // nil without debug information
+	buildID string
+	loads   []elf.ProgHeader // PT_LOAD headers
+	syms    []elf.Symbol     // functions, by address
+	dw      *dwarf.Data      // nil without debug information
 }
 
 func newSymbolizer(mods []Module) *symbolizer {
@@ -80,6 +145,10 @@ func (s *symbolizer) inModule(m Module, off uint64) *Callsite {
 	if f == nil {
 		return nil
 	}
+	if m.BuildID != "" && f.buildID != m.BuildID { // rebuilt since the recording: its names would lie
+		return &Callsite{Label: fmt.Sprintf("%s+%#x (rebuilt since)", filepath.Base(m.Path), off),
+			Frames: []Frame{{File: filepath.Base(m.Path)}}}
+	}
 	pc, ok := f.vaddr(off)
 	if !ok {
 		return nil
@@ -108,7 +177,7 @@ func readELF(path string) *elfInfo {
 		return nil
 	}
 	defer f.Close()
-	info := &elfInfo{}
+	info := &elfInfo{buildID: elfBuildID(f)}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			info.loads = append(info.loads, p.ProgHeader)

@@ -125,6 +125,22 @@ typedef void *(*dlsym_fn)(void *, const char *);
 /* The dlsym after the shim (resolve.h). */
 HIDDEN dlsym_fn get_real_dlsym(void);
 
+/* shim_dlclose is the real dlclose, for the shim's own handles: the exported dlclose (shim.c)
+ * first saves the process's mappings when something was loaded since they were last saved. */
+static int shim_dlclose(void *h) {
+	typedef int (*dlclose_fn)(void *);
+	static dlclose_fn real;
+	dlclose_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+	if (f == NULL) {
+		dlsym_fn rd = get_real_dlsym();
+		f = rd != NULL ? (dlclose_fn)rd(RTLD_NEXT, "dlclose") : NULL;
+		if (f == NULL)
+			return -1;
+		__atomic_store_n(&real, f, __ATOMIC_RELEASE);
+	}
+	return f(h);
+}
+
 static inline int64_t now_ns(clockid_t clk) {
 	struct timespec ts;
 	clock_gettime(clk, &ts);

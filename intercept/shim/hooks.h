@@ -114,7 +114,7 @@ static int one_device(void) {
 	dlsym_fn rd = get_real_dlsym();
 	cuDeviceGetCount_fn count = h != NULL && rd != NULL ? (cuDeviceGetCount_fn)rd(h, "cuDeviceGetCount") : NULL;
 	if (h != NULL)
-		dlclose(h);
+		shim_dlclose(h);
 	int n = 0;
 	if (count == NULL || count(&n) != 0)
 		return 0;
@@ -136,7 +136,7 @@ static int current_device(void) {
 			return -1;
 		dlsym_fn rd = get_real_dlsym();
 		f = rd ? (cuCtxGetDevice_fn)rd(h, "cuCtxGetDevice") : NULL;
-		dlclose(h);
+		shim_dlclose(h);
 		if (f == NULL)
 			return -1;
 		__atomic_store_n(&g_ctx_get_device, f, __ATOMIC_RELEASE);

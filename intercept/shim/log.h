@@ -242,22 +242,36 @@ static void log_open(void) {
 	__atomic_store_n(&g_log_state, LOG_READY, __ATOMIC_RELEASE);
 }
 
-/* log_save_maps writes the executable mappings of files (lines of /proc/self/maps with "x" and a
- * path) next to the log as <pid>-<start>.maps, for analyze to name callsites: at start, and again
- * at exit with what the process loaded since. Written to a temporary name and renamed, so a
- * reader never sees half of one. Needs no heap. */
+/* objects_added is how many objects the dynamic loader has ever added to the process. */
+static int objects_added_visit(struct dl_phdr_info *info, size_t size, void *data) {
+	if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+		*(unsigned long long *)data = info->dlpi_adds;
+	return 1;
+}
+static unsigned long long objects_added(void) {
+	unsigned long long n = 0;
+	dl_iterate_phdr(objects_added_visit, &n);
+	return n;
+}
+
+static unsigned long long g_maps_saved_adds; /* objects_added() at the last save */
+
+/* log_save_maps appends the executable mappings of files (lines of /proc/self/maps with "x" and a
+ * path) to <pid>-<start>.maps next to the log, for analyze to name callsites: at start, before a
+ * dlclose when the loader added objects since the last save (the library may be unloaded), and at
+ * exit. The reader merges the copies; a line cut short by a kill is skipped. Needs no heap. */
 static void log_save_maps(void) {
 	if (__atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) != LOG_READY)
 		return;
-	char path[sizeof g_log_path + 8], tmp[sizeof g_log_path + 16];
+	char path[sizeof g_log_path + 8];
 	size_t n = strlen(g_log_path);
 	if (n < 5 || n + 8 > sizeof path)
 		return;
 	memcpy(path, g_log_path, n - 5); /* without ".alog" */
 	memcpy(path + n - 5, ".maps", 6);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	__atomic_store_n(&g_maps_saved_adds, objects_added(), __ATOMIC_RELAXED);
 	int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-	int out = in < 0 ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int out = in < 0 ? -1 : open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	char buf[8192], line[PATH_MAX + 256];
 	size_t len = 0;
 	ssize_t got;
@@ -277,10 +291,14 @@ static void log_save_maps(void) {
 	}
 	if (in >= 0)
 		close(in);
-	if (out >= 0 && close(out) == 0 && ok)
-		rename(tmp, path);
-	else if (out >= 0)
-		unlink(tmp);
+	if (out >= 0)
+		close(out);
+}
+
+/* log_maps_changed reports whether the loader added objects since the mappings were last saved. */
+static int log_maps_changed(void) {
+	return __atomic_load_n(&g_log_state, __ATOMIC_ACQUIRE) == LOG_READY &&
+	       objects_added() != __atomic_load_n(&g_maps_saved_adds, __ATOMIC_RELAXED);
 }
 
 /* log_forget drops the parent's log in a forked child (its mappings would write into the parent's

@@ -145,7 +145,7 @@ static int elsewhere_visit(struct dl_phdr_info *info, size_t size, void *data) {
 	if (h == NULL)
 		return 0;
 	void *p = s->rd(h, s->name);
-	dlclose(h);
+	shim_dlclose(h);
 	if (p != NULL && !is_wrapper(p)) {
 		s->found = p;
 		return 1;
@@ -178,7 +178,7 @@ static void *real_in_object(const void *addr, const char *name) {
 	if (h == NULL)
 		return NULL;
 	void *p = rd(h, name);
-	dlclose(h);
+	shim_dlclose(h);
 	return p != NULL && !is_wrapper(p) ? p : NULL;
 }
 

@@ -252,7 +252,7 @@ static int serve_resolve(void) {
 	g_real_event.synchronize = (real_event_fn)rd(h, "cuEventSynchronize");
 	g_real_event.wait = (real_stream_wait_fn)rd(h, "cuStreamWaitEvent");
 	g_real_event.is_capturing = (real_is_capturing_fn)rd(h, "cuStreamIsCapturing");
-	dlclose(h);
+	shim_dlclose(h);
 	if (g_real_alloc == NULL || g_real_free == NULL || sync == NULL || g_real_event.create == NULL ||
 	    g_real_event.record == NULL || g_real_event.query == NULL || g_real_event.synchronize == NULL ||
 	    g_real_event.wait == NULL)

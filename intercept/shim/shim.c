@@ -76,6 +76,17 @@ static void shim_init(void) {
 
 __attribute__((constructor)) static void shim_constructor(void) { shim_init(); }
 
+/* dlclose: a library about to be unloaded takes its mappings along, so they are saved first when
+ * anything was loaded since the last save (callsites inside it stay nameable). */
+EXPORT int dlclose(void *h) {
+	if (__atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE) && log_maps_changed()) {
+		int e = errno;
+		log_save_maps();
+		errno = e;
+	}
+	return shim_dlclose(h);
+}
+
 /* At exit the mappings are saved again, with the libraries loaded since the start. */
 __attribute__((destructor)) static void shim_destructor(void) {
 	int e = errno;

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -226,5 +227,107 @@ func TestRecordNamesCallsites(t *testing.T) {
 	}
 	if want := []string{"leak_small (leaky.c:8)", "leak_large (leaky.c:14)"}; !slices.Equal(leaks, want) {
 		t.Errorf("analyze's leaks from %q, want %q", leaks, want)
+	}
+}
+
+// A library loaded with dlopen and unloaded with dlclose before the program exits
+// (testdata/progs/plugin.c) is still named: the shim saves the mappings at the dlclose. Every module
+// carries its file's build ID.
+func TestRecordNamesCallsitesOfUnloadedLibraries(t *testing.T) {
+	env := testcuda.Build(t)
+	out := tempPath(t, "plugin.arrow")
+	lib := env.Preload("plugin")
+	if code, _, stderr := runMain(t, "-q", "-o", out, "--shim", env.Shim, "--", env.Prog("plugin"), lib); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	r, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var names []string
+	for {
+		batch, err := r.Next()
+		for _, e := range batch {
+			if e.Function == "cudaMalloc" {
+				c, _ := r.Callsite(e.PID, e.Callsite)
+				names = append(names, c.Label)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if len(names) != 1 || !strings.HasPrefix(names[0], "plugin_alloc+0x") || !strings.HasSuffix(names[0], " (libplugin.so)") {
+		t.Errorf("callsites %q, want plugin_alloc+0x… (libplugin.so)", names)
+	}
+	for _, m := range r.Info().Modules {
+		if want := trace.BuildID(m.Path); m.BuildID != want || (m.Path == lib && want == "") {
+			t.Errorf("module %s: build ID %q, want %q (and one for the plugin)", m.Path, m.BuildID, want)
+		}
+	}
+}
+
+// A module whose file has another build ID than the recorded one (rebuilt since) is not named by
+// its symbols, which would lie: the callsite says so.
+func TestRecordCallsitesOfRebuiltFiles(t *testing.T) {
+	env := testcuda.Build(t)
+	out := tempPath(t, "leaky.arrow")
+	if code, _, stderr := runMain(t, "-q", "-o", out, "--shim", env.Shim, "--", env.Prog("leaky")); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	r, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := r.Info()
+	events := readAll(t, r)
+	r.Close()
+	for i := range info.Modules {
+		if info.Modules[i].Path == env.Prog("leaky") {
+			info.Modules[i].BuildID = "00"
+		}
+	}
+	again := tempPath(t, "rebuilt.arrow")
+	w, err := trace.Create(again, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		if err := w.Write(&events[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := trace.Open(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	for _, e := range events {
+		if e.Function == "cudaMalloc" {
+			if c, _ := r2.Callsite(e.PID, e.Callsite); !strings.HasPrefix(c.Label, "leaky+0x") ||
+				!strings.HasSuffix(c.Label, " (rebuilt since)") {
+				t.Errorf("callsite %+v, want leaky+0x… (rebuilt since)", c)
+			}
+		}
+	}
+}
+
+// readAll reads every event of r.
+func readAll(t *testing.T, r *trace.Reader) []trace.Event {
+	t.Helper()
+	var events []trace.Event
+	for {
+		batch, err := r.Next()
+		events = append(events, batch...)
+		if err == io.EOF {
+			return events
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
