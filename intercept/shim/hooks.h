@@ -110,13 +110,22 @@ static int one_device(void) {
 	int known = __atomic_load_n(&g_one_device, __ATOMIC_ACQUIRE);
 	if (known != 0)
 		return known == 1;
-	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-	dlsym_fn rd = get_real_dlsym();
-	cuDeviceGetCount_fn count = h != NULL && rd != NULL ? (cuDeviceGetCount_fn)rd(h, "cuDeviceGetCount") : NULL;
-	if (h != NULL)
-		shim_dlclose(h);
+	static cuDeviceGetCount_fn count;
+	cuDeviceGetCount_fn f = __atomic_load_n(&count, __ATOMIC_ACQUIRE);
+	if (f == NULL) {
+		void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		dlsym_fn rd = get_real_dlsym();
+		f = h != NULL && rd != NULL ? (cuDeviceGetCount_fn)rd(h, "cuDeviceGetCount") : NULL;
+		if (h != NULL)
+			shim_dlclose(h);
+		if (f == NULL) { /* a driver without it: the device is asked at every call */
+			__atomic_store_n(&g_one_device, -1, __ATOMIC_RELEASE);
+			return 0;
+		}
+		__atomic_store_n(&count, f, __ATOMIC_RELEASE);
+	}
 	int n = 0;
-	if (count == NULL || count(&n) != 0)
+	if (f(&n) != 0)
 		return 0;
 	__atomic_store_n(&g_one_device, n == 1 ? 1 : -1, __ATOMIC_RELEASE);
 	return n == 1;
