@@ -196,22 +196,7 @@ func TestRecordNamesCallsites(t *testing.T) {
 	if len(r.Info().Modules) == 0 {
 		t.Fatal("the trace has no modules")
 	}
-	var names []string
-	for {
-		batch, err := r.Next()
-		for _, e := range batch {
-			if e.Function == "cudaMalloc" {
-				c, ok := r.Callsite(e.PID, e.Callsite)
-				if !ok {
-					t.Fatalf("callsite %#x of pid %d not named", e.Callsite, e.PID)
-				}
-				names = append(names, c.Label)
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
+	names := mallocCallsites(t, r)
 	want := []string{"leak_small (leaky.c:8)", "leak_large (leaky.c:14)"}
 	if !slices.Equal(names, want) {
 		t.Errorf("callsites %q, want %q", names, want)
@@ -245,19 +230,7 @@ func TestRecordNamesCallsitesOfUnloadedLibraries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var names []string
-	for {
-		batch, err := r.Next()
-		for _, e := range batch {
-			if e.Function == "cudaMalloc" {
-				c, _ := r.Callsite(e.PID, e.Callsite)
-				names = append(names, c.Label)
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
+	names := mallocCallsites(t, r)
 	if len(names) != 1 || !strings.HasPrefix(names[0], "plugin_alloc+0x") || !strings.HasSuffix(names[0], " (libplugin.so)") {
 		t.Errorf("callsites %q, want plugin_alloc+0x… (libplugin.so)", names)
 	}
@@ -330,4 +303,18 @@ func readAll(t *testing.T, r *trace.Reader) []trace.Event {
 			t.Fatal(err)
 		}
 	}
+}
+
+// mallocCallsites returns the callsite labels of the cudaMalloc events of r, in order ("" for one
+// not named).
+func mallocCallsites(t *testing.T, r *trace.Reader) []string {
+	t.Helper()
+	var names []string
+	for _, e := range readAll(t, r) {
+		if e.Function == "cudaMalloc" {
+			c, _ := r.Callsite(e.PID, e.Callsite)
+			names = append(names, c.Label)
+		}
+	}
+	return names
 }
