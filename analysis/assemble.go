@@ -9,14 +9,21 @@ import (
 	"github.com/allocscope/allocscope/pool"
 )
 
-// assemble builds the report of one stream from the stages' results.
-func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.Outcome) *model.TraceReport {
+// assemble builds the report of one stream from the stages' results; callsite names the callsites
+// of the memory maps' blocks.
+func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.Outcome,
+	callsite func(pid uint32, id uint64) string) *model.TraceReport {
 	tr := &model.TraceReport{Name: name, Events: st.Events, RequestLayer: string(st.RequestLayer),
 		Requests: st.Requests, Upstream: st.Upstream, Groups: st.Groups, Anomalies: st.Anomalies,
 		TopCallsites: st.TopCallsites, PeakCallsites: st.PeakCallsites, Detail: st.Detail}
 	tr.SizeClasses = sizeClassPlan(st, rec)
-	for _, o := range outs {
-		tr.Simulations = append(tr.Simulations, simulation(o, st))
+	for i, o := range outs {
+		s := simulation(o, st)
+		// The recommended pool and PyTorch's defaults; not the arena variant that was not chosen.
+		if o.Map != nil && o.Err == nil && (i == 0 || o.Policy.Name == "pytorch") {
+			s.PeakMap = peakMap(o.Map, callsite)
+		}
+		tr.Simulations = append(tr.Simulations, s)
 	}
 	tr.Fidelity = fidelity(st, outs)
 	tr.TorchSearch = rec.torch

@@ -152,7 +152,8 @@ func TestHTMLSelfContained(t *testing.T) {
 			t.Errorf("page refers outside itself: %q", m)
 		}
 		for _, want := range []string{`<section class="stream" id="stream-0">`, "Live bytes over time",
-			"Memory at each policy's peak of reserved bytes", "What-if simulation", "Request sizes (log2 buckets)",
+			"Memory at each policy's peak of reserved bytes", "Memory map at the peak", `<div class="pmap" data-map="1">`,
+			"What-if simulation", "Request sizes (log2 buckets)",
 			"Allocation lifetimes", "peak live 3 MiB", "<summary>Text report</summary>",
 			fmt.Sprintf(`"events":%v`, detail), "Permission is hereby granted, free of charge"} {
 			if !strings.Contains(page, want) {

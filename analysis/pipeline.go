@@ -135,7 +135,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 			warns = append(warns, fmt.Sprintf("%s: %v", name, o.Err))
 		}
 	}
-	tr := assemble(name, st, rec, outs)
+	tr := assemble(name, st, rec, outs, c.CallsiteName)
 	tr.Info = info
 	return tr, warns, nil
 }
@@ -249,9 +249,10 @@ func runPass(open opener, stream requests.Layer, policies []whatif.Policy, st *s
 	return outs, err
 }
 
-// recordPoolPolicy is p as record --pool runs it inside the program: synchronous frees deferred.
+// recordPoolPolicy is p as record --pool runs it inside the program: synchronous frees deferred
+// (and no memory map).
 func recordPoolPolicy(p whatif.Policy) whatif.Policy {
-	p.Name, p.Deferred = "record-pool", true
+	p.Name, p.Deferred, p.Map = "record-pool", true, false
 	return p
 }
 

@@ -81,8 +81,9 @@ func orderedStreams(st *stats.Result) int {
 	return len(streams)
 }
 
+// policy is the recommended pool as the simulation runs it, with its memory map at its peak.
 func (r *recommendation) policy() whatif.Policy {
-	return whatif.Policy{Name: "recommended", Settings: r.settings(), Config: r.config}
+	return whatif.Policy{Name: "recommended", Settings: r.settings(), Config: r.config, Map: true}
 }
 
 func (r *recommendation) settings() string { return settingsOf(r.config.SizeClass) }
@@ -143,7 +144,7 @@ func (r *recommendation) pagedPolicy() (whatif.Policy, bool) {
 		BudgetBytes: (ceiling - classes) / sizeclass.PageBytes * sizeclass.PageBytes}
 	cfg := r.config
 	cfg.SizeClass = &sc
-	return whatif.Policy{Name: pagedName, Settings: settingsOf(&sc), Config: cfg}, true
+	return whatif.Policy{Name: pagedName, Settings: settingsOf(&sc), Config: cfg, Map: true}, true
 }
 
 // choosePaged makes the paged variant (outs[at]) the recommendation when it stayed within its
@@ -180,7 +181,7 @@ func whatIfPolicies(rec *recommendation, st *stats.Result, capacity uint64) []wh
 		c := cfg(pool.PolicyPyTorch)
 		t.CapacityBytes = capacity
 		c.PyTorch = &t
-		return whatif.Policy{Name: name, Settings: allocConf(t), Config: c}
+		return whatif.Policy{Name: name, Settings: allocConf(t), Config: c, Map: name == "pytorch"}
 	}
 	bestfit := cfg(pool.PolicyBestFit)
 	// RMM's pool: one best-fit coalescing arena for every request, first region the recommended

@@ -96,6 +96,7 @@ type arena struct {
 	sp        *spans.Space
 	blocks    *addrindex.Index[liveBlock] // live blocks: address → node and requested bytes
 	owned     map[uint64]uint64           // regions it reserved itself: base → size
+	segs      map[uint64]arenaSpace       // all its space, by base: the segments of sp
 	align     uint64
 	total     uint64 // bytes of all its space
 	growMin   uint64
@@ -115,6 +116,7 @@ func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit F
 		sp:        spans.NewSpace(),
 		blocks:    addrindex.New[liveBlock](),
 		owned:     make(map[uint64]uint64),
+		segs:      make(map[uint64]arenaSpace),
 		align:     align,
 		growMin:   roundUp(growMin, align),
 		maximum:   maximum,
@@ -122,9 +124,16 @@ func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit F
 	}
 }
 
-// addSpace gives the arena [addr, addr+size), a planned part of a region someone else owns.
+// arenaSpace is a segment of an arena's space: its size and its first node.
+type arenaSpace struct {
+	size uint64
+	head int32
+}
+
+// addSpace gives the arena [addr, addr+size): a planned part of a region someone else owns, its
+// paged address space, or a region it reserved.
 func (a *arena) addSpace(addr, size uint64) {
-	a.sp.AddSegment(addr, size, false, 0, spans.NodeFree)
+	a.segs[addr] = arenaSpace{size: size, head: a.sp.AddSegment(addr, size, false, 0, spans.NodeFree)}
 	a.total += size
 }
 

@@ -140,6 +140,7 @@ func (c *checker) check() {
 		c.t.Fatalf("upstream calls %d/%d, upstream saw %d+%d+%d/%d+%d+%d", s.UpstreamReserves, s.UpstreamReleases,
 			u.Reserves, u.Maps, u.Remaps, u.Releases, u.Unmaps, u.Remaps)
 	}
+	checkLayout(c.t, c.a)
 	p := c.a.PeakStats()
 	if p.ReservedBytes != s.PeakReservedBytes || p.LiveBytes > s.PeakLiveBytes {
 		c.t.Fatalf("PeakStats reserved %d live %d, Stats peak reserved %d live %d", p.ReservedBytes, p.LiveBytes, s.PeakReservedBytes, s.PeakLiveBytes)

@@ -475,36 +475,21 @@ type TorchBlock struct {
 	Requested     uint64 // the bytes a live block's request asked for
 }
 
-// PyTorchSegments returns the segments of a PolicyPyTorch allocator, by address; ok is false for
-// an allocator of another policy.
+// PyTorchSegments returns the segments of a PolicyPyTorch allocator, by address (its Layout as
+// torch.cuda.memory_snapshot() lists it); ok is false for an allocator of another policy.
 func PyTorchSegments(a Allocator) (segs []TorchSegment, ok bool) {
 	p, ok := a.(*torchPool)
 	if !ok {
 		return nil, false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, addr := range sortedKeys(p.segments) {
-		seg := p.segments[addr]
-		sp := p.pools[poolIndex(seg.small)]
-		run := -1 // the index in segs of the mapped run being listed
-		for id := seg.head; id != spans.NoNode; id = sp.Node(id).Next {
-			n := sp.Node(id)
-			if n.State == spans.NodeUnmapped {
-				run = -1
-				continue
-			}
-			if run < 0 {
-				segs = append(segs, TorchSegment{Address: n.Addr, Stream: seg.stream, Small: seg.small, Expandable: seg.expandable})
-				run = len(segs) - 1
-			}
-			b := TorchBlock{Address: n.Addr, Size: n.Size, Live: n.State == spans.NodeUsed}
-			if b.Live {
-				b.Requested = p.blocks.Get(n.Addr).req
-			}
-			segs[run].Size += n.Size
-			segs[run].Blocks = append(segs[run].Blocks, b)
+	for _, r := range p.Layout() {
+		s := TorchSegment{Address: r.Base, Size: r.Size, Stream: r.Stream, Small: r.Kind == RegionSmall,
+			Expandable: r.Expandable}
+		for _, b := range r.Blocks {
+			s.Blocks = append(s.Blocks, TorchBlock{Address: r.Base + b.Offset, Size: b.Size, Live: b.Live,
+				Requested: b.Requested})
 		}
+		segs = append(segs, s)
 	}
 	return segs, true
 }

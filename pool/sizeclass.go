@@ -58,8 +58,11 @@ type slab struct {
 	used      uint64   // slots handed out at least once (they are handed out in address order)
 }
 
-// region is an Upstream region the pool owns.
-type region struct{ addr, size uint64 }
+// region is an Upstream region the pool owns: the planned one, or a slab a class grew by.
+type region struct {
+	addr, size uint64
+	plan       bool
+}
 
 func newSizeClass(cfg Config, up Upstream, o options) (*sizeClassPool, error) {
 	sc, align := cfg.SizeClass, cfg.alignment()
@@ -113,7 +116,7 @@ func (p *sizeClassPool) reservePlan(classes []Class, arenaBytes uint64) error {
 	if err != nil {
 		return fmt.Errorf("reserve the planned %d bytes: %w", total, err)
 	}
-	p.regions = append(p.regions, region{addr, total})
+	p.regions = append(p.regions, region{addr: addr, size: total, plan: true})
 	off := addr
 	for i, cl := range classes {
 		if cl.Slots > 0 {
@@ -265,7 +268,7 @@ func (p *sizeClassPool) grow(ci int) error {
 		return err
 	}
 	p.c.s.Fallbacks++
-	p.regions = append(p.regions, region{addr, c.growSlots * c.size})
+	p.regions = append(p.regions, region{addr: addr, size: c.growSlots * c.size})
 	p.addSlab(ci, addr, c.growSlots)
 	return nil
 }

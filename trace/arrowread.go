@@ -59,17 +59,29 @@ func catch(f func() error) (err error) {
 	return f()
 }
 
-// arrowSource reads an allocscope Arrow IPC file one record batch at a time.
+// arrowSource reads an allocscope Arrow IPC file one record batch at a time; a readAhead
+// decodes the record batches after the current one on other goroutines.
 type arrowSource struct {
-	fr     *ipc.FileReader
-	closer io.Closer
-	in     io.ReaderAt
-	size   int64
-	blocks []arrowBlock    // record batch blocks of the footer
-	cols   [numColumns]int // schema index of each layout column
-	batch  int             // next batch to read
-	enums  [numColumns]*stringColumn
-	funcs  *stringColumn
+	fr         *ipc.FileReader
+	closer     io.Closer
+	in         io.ReaderAt
+	size       int64
+	blocks     []arrowBlock    // record batch blocks of the footer
+	cols       [numColumns]int // schema index of each layout column
+	batch      int             // next batch to read
+	enums      [numColumns]*stringColumn
+	funcs      *stringColumn
+	ahead      readAhead
+	cur        arrow.RecordBatch // the batch the last Columns point into
+	enumValues                   // storage of the decoded enum columns
+	events     Columns           // the columns next converts to events
+}
+
+// enumValues holds the enum columns of a batch, narrowed from their codes.
+type enumValues struct {
+	ops    []Op
+	mems   []Memory
+	layers []Layer
 }
 
 func (r *Reader) openArrow(in readAtSeeker, size int64, closer io.Closer, cfg readConfig) error {
@@ -86,16 +98,20 @@ func (r *Reader) openArrow(in readAtSeeker, size int64, closer io.Closer, cfg re
 			return fmt.Errorf("dictionary %d: %w", i, err)
 		}
 	}
-	alloc := guardAllocator{Allocator: cfg.alloc, limit: maxArrowAllocation}
-	var fr *ipc.FileReader
-	err = catch(func() (err error) {
-		fr, err = ipc.NewFileReader(in, ipc.WithAllocator(alloc))
-		return err
-	})
+	open := func() (fr *ipc.FileReader, err error) {
+		err = catch(func() (err error) {
+			alloc := guardAllocator{Allocator: cfg.alloc, limit: maxArrowAllocation}
+			fr, err = ipc.NewFileReader(in, ipc.WithAllocator(alloc), ipc.WithFooterOffset(size))
+			return err
+		})
+		return fr, err
+	}
+	fr, err := open()
 	if err != nil {
 		return fmt.Errorf("byte offset %d: bad Arrow footer: %w", size-int64(len(arrowMagic)), err)
 	}
 	src := &arrowSource{fr: fr, closer: closer, in: in, size: size, blocks: blocks}
+	src.ahead = readAhead{fetch: src.fetch, open: open, main: fr, n: fr.NumRecords(), depth: cfg.readAhead}
 	if err := src.checkSchema(r); err != nil {
 		fr.Close()
 		return fmt.Errorf("schema: %w", err)
@@ -143,6 +159,8 @@ func (s *arrowSource) progress() (done, total int64) {
 }
 
 func (s *arrowSource) close() error {
+	s.ahead.stop()
+	s.release()
 	for _, c := range s.enums {
 		if c != nil {
 			c.release()
@@ -158,39 +176,61 @@ func (s *arrowSource) close() error {
 }
 
 func (s *arrowSource) next(buf []Event) ([]Event, error) {
-	if s.batch >= s.fr.NumRecords() {
-		return nil, io.EOF
+	if err := s.nextColumns(&s.events); err != nil {
+		return nil, err
+	}
+	return fillEvents(&s.events, buf), nil
+}
+
+// release releases the batch the last Columns point into.
+func (s *arrowSource) release() {
+	if s.cur != nil {
+		s.cur.Release()
+		s.cur = nil
+	}
+}
+
+// nextColumns fills c with the columns of the next batch, or returns io.EOF.
+func (s *arrowSource) nextColumns(c *Columns) error {
+	s.release()
+	if s.batch >= s.ahead.n {
+		return io.EOF
 	}
 	i := s.batch
 	s.batch++
+	rec, err := s.ahead.get(i)
+	if err != nil {
+		return err
+	}
+	s.cur = rec
+	err = catch(func() error { return s.load(rec, c) })
+	var re *rowError
+	switch {
+	case errors.As(err, &re):
+		return fmt.Errorf("batch %d %w", i, err)
+	case err != nil:
+		return fmt.Errorf("batch %d: %w", i, err)
+	}
+	return nil
+}
+
+// fetch reads and decodes batch i with fr (on any goroutine: it reads only what Open set up, and fr
+// is used by one goroutine at a time).
+func (s *arrowSource) fetch(fr *ipc.FileReader, i int) (rec arrow.RecordBatch, err error) {
 	if i >= len(s.blocks) {
 		return nil, fmt.Errorf("batch %d: not in the footer", i)
 	}
-	if err := checkBlockMessage(s.in, s.size, s.blocks[i]); err != nil {
-		return nil, fmt.Errorf("batch %d: %w", i, err)
-	}
-	var rec arrow.RecordBatch
-	err := catch(func() (err error) {
-		rec, err = s.fr.RecordBatchAt(i)
+	err = catch(func() error {
+		if err := checkBlockMessage(s.in, s.size, s.blocks[i]); err != nil {
+			return err
+		}
+		rec, err = fr.RecordBatchAt(i)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("batch %d: %w", i, err)
 	}
-	defer rec.Release()
-	var out []Event
-	err = catch(func() (err error) {
-		out, err = s.convert(rec, buf)
-		return err
-	})
-	var re *rowError
-	switch {
-	case errors.As(err, &re):
-		return nil, fmt.Errorf("batch %d %w", i, err)
-	case err != nil:
-		return nil, fmt.Errorf("batch %d: %w", i, err)
-	}
-	return out, nil
+	return rec, nil
 }
 
 // rowError is an error at one row of a batch.
@@ -201,99 +241,73 @@ type rowError struct {
 
 func (e *rowError) Error() string { return fmt.Sprintf("row %d: %s", e.row, e.msg) }
 
-// convert fills buf with the rows of rec.
-func (s *arrowSource) convert(rec arrow.RecordBatch, buf []Event) ([]Event, error) {
-	rows := int(rec.NumRows())
-	var c batchColumns
-	if err := c.load(rec, s, rows); err != nil {
-		return nil, err
+// load points c at the columns of rec, decoding the string columns.
+func (s *arrowSource) load(rec arrow.RecordBatch, c *Columns) error {
+	l := columnLoader{rec: rec, cols: &s.cols, rows: int(rec.NumRows())}
+	loadValues(&l, colSeq, &c.Seq, (*array.Uint64).Uint64Values)
+	loadValues(&l, colTimeNs, &c.TimeNs, (*array.Int64).Int64Values)
+	loadValues(&l, colDurationNs, &c.DurationNs, (*array.Int64).Int64Values)
+	loadValues(&l, colPID, &c.PID, (*array.Uint32).Uint32Values)
+	loadValues(&l, colTID, &c.TID, (*array.Uint32).Uint32Values)
+	loadValues(&l, colDevice, &c.Device, (*array.Int32).Int32Values)
+	s.ops = loadEnum(&l, s.enums[colOp], colOp, s.ops)
+	s.mems = loadEnum(&l, s.enums[colMemory], colMemory, s.mems)
+	s.layers = loadEnum(&l, s.enums[colLayer], colLayer, s.layers)
+	c.Function = l.codes(s.funcs, colFunction)
+	loadValues(&l, colSize, &c.Size, (*array.Uint64).Uint64Values)
+	loadValues(&l, colAddress, &c.Address, (*array.Uint64).Uint64Values)
+	loadValues(&l, colHandle, &c.Handle, (*array.Uint64).Uint64Values)
+	loadValues(&l, colStream, &c.Stream, (*array.Uint64).Uint64Values)
+	loadValues(&l, colResult, &c.Result, (*array.Int32).Int32Values)
+	loadValues(&l, colCallsite, &c.Callsite, (*array.Uint64).Uint64Values)
+	c.Pool = nil
+	if s.cols[colPool] >= 0 {
+		loadValues(&l, colPool, &c.Pool, (*array.Uint8).Uint8Values)
 	}
-	if cap(buf) < rows {
-		buf = make([]Event, rows)
+	if l.err != nil {
+		return l.err
 	}
-	buf = buf[:rows]
-	funcNames := s.funcs.names
-	for i := range buf {
-		e := &buf[i]
-		e.Seq = c.seq[i]
-		e.TimeNs = c.timeNs[i]
-		e.DurationNs = c.durationNs[i]
-		e.PID = c.pid[i]
-		e.TID = c.tid[i]
-		e.Device = c.device[i]
-		e.Op = Op(c.op[i])
-		e.Memory = Memory(c.mem[i])
-		e.Layer = Layer(c.layer[i])
-		e.Function = funcNames[c.function[i]]
-		e.Size = c.size[i]
-		e.Address = c.address[i]
-		e.Handle = c.handle[i]
-		e.Stream = c.stream[i]
-		e.Result = c.result[i]
-		e.Callsite = c.callsite[i]
-		e.Pool = c.pool != nil && c.pool[i] != 0
-	}
-	return buf, nil
+	c.Op, c.Memory, c.Layer = s.ops, s.mems, s.layers
+	c.Functions, c.rows = s.funcs.names, l.rows
+	return nil
 }
 
-// batchColumns holds the validated value slices of one record batch.
-type batchColumns struct {
-	seq, size, address, handle, stream, callsite []uint64
-	timeNs, durationNs                           []int64
-	pid, tid                                     []uint32
-	device, result                               []int32
-	op, mem, layer, function                     []int32
-	pool                                         []uint8 // nil when the trace has no pool column
+// columnLoader reads the columns of one record batch; after the first error it reads no more.
+type columnLoader struct {
+	rec  arrow.RecordBatch
+	cols *[numColumns]int // schema index of each layout column
+	rows int
+	err  error
 }
 
-func (c *batchColumns) load(rec arrow.RecordBatch, s *arrowSource, rows int) error {
-	var err error
-	col := func(i int) arrow.Array { return rec.Column(s.cols[i]) }
-	u64 := func(i int, dst *[]uint64) {
-		if err == nil {
-			*dst, err = primitiveValues[uint64, *array.Uint64](col(i), columnSpecs[i].name, rows, (*array.Uint64).Uint64Values)
-		}
+func (l *columnLoader) col(i int) arrow.Array { return l.rec.Column(l.cols[i]) }
+
+// codes returns the codes of string column i, decoded by sc.
+func (l *columnLoader) codes(sc *stringColumn, i int) []int32 {
+	if l.err != nil {
+		return nil
 	}
-	i64 := func(i int, dst *[]int64) {
-		if err == nil {
-			*dst, err = primitiveValues[int64, *array.Int64](col(i), columnSpecs[i].name, rows, (*array.Int64).Int64Values)
-		}
+	var codes []int32
+	codes, l.err = sc.decode(l.col(i), columnSpecs[i].name, l.rows)
+	return codes
+}
+
+// loadValues sets *dst to the values of the primitive column i.
+func loadValues[T any, A arrow.Array](l *columnLoader, i int, dst *[]T, values func(A) []T) {
+	if l.err == nil {
+		*dst, l.err = primitiveValues(l.col(i), columnSpecs[i].name, l.rows, values)
 	}
-	u32 := func(i int, dst *[]uint32) {
-		if err == nil {
-			*dst, err = primitiveValues[uint32, *array.Uint32](col(i), columnSpecs[i].name, rows, (*array.Uint32).Uint32Values)
-		}
+}
+
+// loadEnum returns the values of the enum column i (op, memory or layer), decoded by sc, in buf's
+// storage.
+func loadEnum[T ~uint8](l *columnLoader, sc *stringColumn, i int, buf []T) []T {
+	codes := l.codes(sc, i)
+	buf = resize(buf, len(codes))
+	for j, code := range codes {
+		buf[j] = T(code) // the parser admits only the enum's values
 	}
-	i32 := func(i int, dst *[]int32) {
-		if err == nil {
-			*dst, err = primitiveValues[int32, *array.Int32](col(i), columnSpecs[i].name, rows, (*array.Int32).Int32Values)
-		}
-	}
-	enum := func(i int, dst *[]int32) {
-		if err == nil {
-			*dst, err = s.enums[i].decode(col(i), columnSpecs[i].name, rows)
-		}
-	}
-	u64(colSeq, &c.seq)
-	i64(colTimeNs, &c.timeNs)
-	i64(colDurationNs, &c.durationNs)
-	u32(colPID, &c.pid)
-	u32(colTID, &c.tid)
-	i32(colDevice, &c.device)
-	enum(colOp, &c.op)
-	enum(colMemory, &c.mem)
-	enum(colLayer, &c.layer)
-	enum(colFunction, &c.function)
-	u64(colSize, &c.size)
-	u64(colAddress, &c.address)
-	u64(colHandle, &c.handle)
-	u64(colStream, &c.stream)
-	i32(colResult, &c.result)
-	u64(colCallsite, &c.callsite)
-	if err == nil && s.cols[colPool] >= 0 {
-		c.pool, err = primitiveValues[uint8, *array.Uint8](col(colPool), columnSpecs[colPool].name, rows, (*array.Uint8).Uint8Values)
-	}
-	return err
+	return buf
 }
 
 // primitiveValues returns the values of a non-null primitive column of rows rows.

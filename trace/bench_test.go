@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -74,8 +75,13 @@ type countingWriter struct{ n int64 }
 
 func (c *countingWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
-// BenchmarkRead measures Open + Next over a 1 Mi-event trace file; one op is one event.
-func BenchmarkRead(b *testing.B) {
+var readFile = flag.String("read.file", "", "BenchmarkRead reads the trace at `PATH` instead of a generated 1 Mi-event trace")
+
+// benchTrace returns -read.file, or the path of a 1 Mi-event trace written to b's temp dir.
+func benchTrace(b *testing.B) string {
+	if *readFile != "" {
+		return *readFile
+	}
 	events := realisticEvents(1 << 20)
 	path := filepath.Join(b.TempDir(), "bench.arrow")
 	w, err := Create(path, testInfo())
@@ -93,9 +99,52 @@ func BenchmarkRead(b *testing.B) {
 	if st, err := os.Stat(path); err == nil {
 		b.Logf("1 Mi events: %d bytes (%.1f bytes/event)", st.Size(), float64(st.Size())/float64(len(events)))
 	}
+	return path
+}
+
+// BenchmarkRead measures Open + Next over a 1 Mi-event trace file (or -read.file); one op is one
+// event.
+func BenchmarkRead(b *testing.B) {
+	path := benchTrace(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	readEvents(b, path)
+}
+
+// BenchmarkReadColumns measures Open + NextColumns over the trace of BenchmarkRead, summing one
+// column, without read-ahead and with the default; one op is one event.
+func BenchmarkReadColumns(b *testing.B) {
+	path := benchTrace(b)
+	for _, c := range []struct {
+		name string
+		opts []ReadOption
+	}{{"ahead=0", []ReadOption{WithReadAhead(0)}}, {"ahead=default", nil}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			read, sum := 0, uint64(0)
+			for read < b.N {
+				r, err := Open(path, c.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for read < b.N {
+					cols, err := r.NextColumns()
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, v := range cols.Size {
+						sum += v
+					}
+					read += cols.Len()
+				}
+				r.Close()
+			}
+			b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
 }
 
 // BenchmarkImportSnapshot measures the PyTorch snapshot importer on the real kvcache

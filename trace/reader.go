@@ -16,6 +16,7 @@ type ReadOption func(*readConfig)
 type readConfig struct {
 	alloc       memory.Allocator
 	skipBadRows bool
+	readAhead   int
 }
 
 // WithSkipBadRows makes the RMM CSV reader skip rows it cannot parse, each reported by
@@ -30,13 +31,23 @@ func WithReadAllocator(alloc memory.Allocator) ReadOption {
 	return func(c *readConfig) { c.alloc = alloc }
 }
 
+// WithReadAhead makes the Reader of an Arrow trace decompress and decode up to n record batches
+// ahead of the one Next or NextColumns returned, each on a goroutine of its own, so that batches
+// decode on other CPUs while the caller consumes one; the Reader still returns them in file order,
+// and holds at most n+1 decoded batches. n = 0 decodes each batch in the call that returns it. The
+// default is runtime.GOMAXPROCS(0), at most 4. Other formats ignore it.
+func WithReadAhead(n int) ReadOption {
+	return func(c *readConfig) { c.readAhead = max(n, 0) }
+}
+
 // Reader streams the events of a trace in batches.
 //
 // Open detects the format from the file's content, not its name: an allocscope Arrow IPC
 // file, a PyTorch memory snapshot pickle (optionally gzip- or xz-compressed), or an RMM
-// logging_resource_adaptor CSV file. Arrow files are read one record batch at a time, so
-// memory does not grow with the file; snapshots are decoded whole (they are bounded by
-// PyTorch's history size), CSV files are streamed.
+// logging_resource_adaptor CSV file. Arrow files are read one record batch at a time, the next
+// few decoded ahead on other goroutines (WithReadAhead), so memory does not grow with the file;
+// snapshots are decoded whole (they are bounded by PyTorch's history size), CSV files are
+// streamed. NextColumns hands out a batch by column, without making an Event of each row.
 //
 // Every error names the file and a position: `run.arrow: batch 3 row 17: ...`,
 // `log.csv: line 12: ...` or `snap.pickle: byte offset 40: ...`. Batches and rows count from 0,
@@ -50,7 +61,8 @@ type Reader struct {
 	symbols   *symbolizer // names return addresses with Info.Modules, made at first use
 	warnings  []string
 	buf       []Event
-	err       error // sticky error of Next
+	cols      transposer // NextColumns of the formats not stored by column
+	err       error      // sticky error of Next and NextColumns
 	closed    bool
 }
 
@@ -62,6 +74,13 @@ type source interface {
 	// progress reports how far next has got, as done out of total units.
 	progress() (done, total int64)
 	close() error
+}
+
+// columnSource is a source that decodes batches by column (Arrow files).
+type columnSource interface {
+	// nextColumns fills c with the next batch, valid until the next call of next or nextColumns,
+	// or returns io.EOF. Errors are as next's.
+	nextColumns(c *Columns) error
 }
 
 // maxBatch is the number of events per Next call for formats that are not batched on disk.
@@ -102,7 +121,7 @@ type readAtSeeker interface {
 // newReader detects the format of the size bytes of in and starts the matching source.
 // closer (may be nil) is closed by Reader.Close.
 func newReader(name string, in readAtSeeker, size int64, closer io.Closer, opts ...ReadOption) (*Reader, error) {
-	cfg := readConfig{alloc: memory.DefaultAllocator}
+	cfg := readConfig{alloc: memory.DefaultAllocator, readAhead: defaultReadAhead()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -188,22 +207,58 @@ func (r *Reader) Snapshot() *Snapshot { return r.snapshot }
 // call; Function strings stay valid. Next returns io.EOF after the last batch; other errors
 // name the file and the position, and are returned again by later calls.
 func (r *Reader) Next() ([]Event, error) {
-	if r.err != nil {
-		return nil, r.err
-	}
-	if r.closed {
-		return nil, fmt.Errorf("%s: read after close", r.name)
+	if err := r.usable(); err != nil {
+		return nil, err
 	}
 	events, err := r.src.next(r.buf[:0])
 	if err != nil {
-		if err != io.EOF {
-			err = fmt.Errorf("%s: %w", r.name, err)
-		}
-		r.err = err
-		return nil, err
+		return nil, r.fail(err)
 	}
 	r.buf = events
 	return events, nil
+}
+
+// NextColumns returns the next batch of events column by column, in file order, as Next does: an
+// Arrow trace's record batch without converting its rows to Events (the other formats' batches
+// are transposed). Next and NextColumns may be mixed: each returns the batch after the last one
+// either returned. The Columns are valid until the next call of either, or Close. NextColumns
+// returns io.EOF after the last batch; other errors are Next's.
+func (r *Reader) NextColumns() (*Columns, error) {
+	if err := r.usable(); err != nil {
+		return nil, err
+	}
+	if cs, ok := r.src.(columnSource); ok {
+		if err := cs.nextColumns(&r.cols.cols); err != nil {
+			return nil, r.fail(err)
+		}
+		return &r.cols.cols, nil
+	}
+	events, err := r.src.next(r.buf[:0])
+	if err != nil {
+		return nil, r.fail(err)
+	}
+	r.buf = events
+	return r.cols.columns(events), nil
+}
+
+// usable returns the error that ends reading: the sticky error, or a read after Close.
+func (r *Reader) usable() error {
+	if r.err != nil {
+		return r.err
+	}
+	if r.closed {
+		return fmt.Errorf("%s: read after close", r.name)
+	}
+	return nil
+}
+
+// fail records err of the source, naming the file unless it is io.EOF, and returns it.
+func (r *Reader) fail(err error) error {
+	if err != io.EOF {
+		err = fmt.Errorf("%s: %w", r.name, err)
+	}
+	r.err = err
+	return err
 }
 
 // Progress reports how far Next has got through the trace, as done out of total in a unit

@@ -66,6 +66,7 @@ type Extractor struct {
 	handles     []uint64 // stream index → recorded handle
 	devices     map[int32]struct{}
 	pids        map[uint32]struct{}
+	last        lastSeen // of the last request: spares most map lookups
 	liveBytes   uint64
 	layerAllocs uint64 // allocation requests of the layer seen, successful or not
 	stats       Stats
@@ -83,14 +84,46 @@ func NewExtractor(layer Layer) *Extractor {
 // or of a batch handed out alone).
 func (x *Extractor) Append(batch []trace.Event, ops []Op) []Op {
 	for i := range batch {
+		ops = x.appendEvent(&batch[i], ops)
+	}
+	return ops
+}
+
+// Site is where a request came from: the process and the callsite (trace.Event.Callsite) of the
+// event that made it.
+type Site struct {
+	PID      uint32
+	Callsite uint64
+}
+
+// AppendSites is Append that also appends to sites, for each op it appends, the Site of the event
+// that made it (an inserted free and a sync-only op get their event's Site too), so that sites
+// stays parallel to ops when it was on entry.
+func (x *Extractor) AppendSites(batch []trace.Event, ops []Op, sites []Site) ([]Op, []Site) {
+	for i := range batch {
 		e := &batch[i]
-		ops = x.add(e, ops)
-		if Synchronizes(e) {
-			if len(ops) > 0 {
-				ops[len(ops)-1].stream |= syncBit
-			} else {
-				ops = append(ops, Op{Slot: NoSlot, stream: syncBit})
-			}
+		n := len(ops)
+		ops = x.appendEvent(e, ops)
+		for range len(ops) - n {
+			sites = append(sites, Site{PID: e.PID, Callsite: e.Callsite})
+		}
+	}
+	return ops, sites
+}
+
+// appendEvent appends the ops of e and marks its sync point.
+func (x *Extractor) appendEvent(e *trace.Event, ops []Op) []Op {
+	return x.appendRequest(e, Synchronizes(e), ops)
+}
+
+// appendRequest appends the ops of e and marks its sync point when syncs (Synchronizes(e)).
+func (x *Extractor) appendRequest(e *trace.Event, syncs bool, ops []Op) []Op {
+	ops = x.add(e, ops)
+	if syncs {
+		if len(ops) > 0 {
+			ops[len(ops)-1].stream |= syncBit
+		} else {
+			ops = append(ops, Op{Slot: NoSlot, stream: syncBit})
 		}
 	}
 	return ops
@@ -155,8 +188,7 @@ func (x *Extractor) alloc(e *trace.Event, ops []Op) []Op {
 	x.liveBytes += e.Size
 	x.stats.PeakLiveBytes = max(x.stats.PeakLiveBytes, x.liveBytes)
 	x.stats.PeakLiveBlocks = max(x.stats.PeakLiveBlocks, uint64(len(x.live)))
-	x.devices[e.Device] = struct{}{}
-	x.pids[e.PID] = struct{}{}
+	x.note(e)
 	return ops
 }
 
@@ -198,13 +230,38 @@ func (x *Extractor) release(key addrKey, slot, stream uint32, ops []Op) []Op {
 
 func (x *Extractor) stream(e *trace.Event) uint32 {
 	key := streamKey{e.PID, e.Stream}
-	if s, ok := x.streams[key]; ok {
-		return s
+	if len(x.streams) > 0 && key == x.last.stream {
+		return x.last.index
 	}
-	s := uint32(len(x.streams))
-	x.streams[key] = s
-	x.handles = append(x.handles, e.Stream)
+	s, ok := x.streams[key]
+	if !ok {
+		s = uint32(len(x.streams))
+		x.streams[key] = s
+		x.handles = append(x.handles, e.Stream)
+	}
+	x.last.stream, x.last.index = key, s
 	return s
+}
+
+// lastSeen is the stream, device and process of the last request, known to be in the Extractor's
+// maps once they are not empty: consecutive requests mostly share them.
+type lastSeen struct {
+	stream streamKey
+	index  uint32 // of stream
+	device int32
+	pid    uint32
+}
+
+// note adds the device and the process of an allocation to their sets.
+func (x *Extractor) note(e *trace.Event) {
+	if len(x.devices) == 0 || e.Device != x.last.device {
+		x.devices[e.Device] = struct{}{}
+		x.last.device = e.Device
+	}
+	if len(x.pids) == 0 || e.PID != x.last.pid {
+		x.pids[e.PID] = struct{}{}
+		x.last.pid = e.PID
+	}
 }
 
 // Handles returns the recorded stream handle of each stream index so far. Appending later batches
@@ -262,18 +319,18 @@ func Count(src Source) (Stats, error) {
 	return t.Stats, nil
 }
 
-// scan extracts both layers' requests from src and keeps the chosen layer's; without keep, every
-// batch's ops are dropped once counted and the Trace has none.
+// scan extracts both layers' requests from src, by column when src is a ColumnSource, and keeps the
+// chosen layer's; without keep, every batch's ops are dropped once counted and the Trace has none.
 func scan(src Source, keep bool) (*Trace, error) {
 	fw, dev := NewExtractor(Framework), NewExtractor(Device)
 	var fwOps, devOps []Op
 	for {
-		batch, err := src.Next()
+		batch, err := NextBatch(src)
 		if !keep {
 			fwOps, devOps = fwOps[:0], devOps[:0]
 		}
-		fwOps = fw.Append(batch, fwOps)
-		devOps = dev.Append(batch, devOps)
+		fwOps = fw.AppendBatch(batch, fwOps)
+		devOps = dev.AppendBatch(batch, devOps)
 		if errors.Is(err, io.EOF) {
 			break
 		}

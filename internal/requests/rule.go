@@ -85,6 +85,15 @@ func Classify(e *trace.Event, layer Layer) Kind {
 // Synchronizes reports whether e is a native call that synchronizes with the device: a
 // cudaMalloc/cudaFree-like device call that is not stream-ordered (no "Async" in its name).
 func Synchronizes(e *trace.Event) bool {
-	return e.Layer != trace.LayerFramework && (e.Op == trace.OpAlloc || e.Op == trace.OpFree) &&
-		e.Memory == trace.MemoryDevice && !strings.Contains(e.Function, "Async")
+	return blockingCandidate(e) && !streamOrdered(e.Function)
 }
+
+// blockingCandidate reports whether e is a native device allocation or free: it synchronizes with
+// the device unless its function is stream-ordered.
+func blockingCandidate(e *trace.Event) bool {
+	return e.Layer != trace.LayerFramework && (e.Op == trace.OpAlloc || e.Op == trace.OpFree) &&
+		e.Memory == trace.MemoryDevice
+}
+
+// streamOrdered reports whether function is a stream-ordered entry point (cudaMallocAsync, ...).
+func streamOrdered(function string) bool { return strings.Contains(function, "Async") }

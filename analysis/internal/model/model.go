@@ -217,6 +217,54 @@ type Simulation struct {
 	MeasuredCallNs    int64   `json:"measured_call_ns"`
 	TimeSavedNs       int64   `json:"time_saved_ns"`
 	Error             string  `json:"error,omitempty"`
+	// PeakMap is where the policy's memory was at the moment its peak figures are from; only for
+	// the recommended pool (the first simulation) and PyTorch's caching allocator with its defaults.
+	PeakMap *PeakMap `json:"peak_map,omitempty"`
+}
+
+// PeakMap is where a simulated allocator's memory was at its peak of reserved bytes: the moment of
+// a Simulation's fragmentation figures (reserved bytes at their maximum; among such moments, the
+// first with the most live bytes), when the bytes it held but did not use were what made it reserve
+// that much. Its totals cover every region; Shown lists the largest regions, largest first, each
+// with its blocks in address order, neighbouring blocks smaller than MinBlockBytes merged into one
+// entry so that the map stays small (at most a few thousand entries) whatever the trace.
+type PeakMap struct {
+	AtRequest        uint64      `json:"at_request"`         // the allocator calls it had served (requests, failed ones included)
+	ReservedBytes    uint64      `json:"reserved_bytes"`     // held from the device: the regions' bytes
+	LiveBytes        uint64      `json:"live_bytes"`         // live blocks' bytes, after the allocator's rounding
+	RequestedBytes   uint64      `json:"requested_bytes"`    // what the live blocks' requests asked for
+	FreeBytes        uint64      `json:"free_bytes"`         // free (cached) blocks: reserved − live, the external fragmentation
+	LargestFreeBytes uint64      `json:"largest_free_bytes"` // the largest free block
+	LiveBlocks       uint64      `json:"live_blocks"`
+	Regions          int         `json:"regions"`         // regions in all
+	MinBlockBytes    uint64      `json:"min_block_bytes"` // blocks below this are merged with their neighbours in Shown
+	Shown            []MapRegion `json:"shown"`           // the largest regions, at most 64
+	HiddenBytes      uint64      `json:"hidden_bytes"`    // the bytes of the regions not shown
+	HiddenFreeBytes  uint64      `json:"hidden_free_bytes"`
+}
+
+// MapRegion is one region of a PeakMap: memory the allocator got from the device in one call (a
+// cudaMalloc, or a run of mapped pages).
+type MapRegion struct {
+	Address          string     `json:"address"` // hex
+	SizeBytes        uint64     `json:"size_bytes"`
+	Kind             string     `json:"kind"`   // plan, slab, arena (size-class pool); small, large (PyTorch): pool.RegionKind
+	Stream           uint64     `json:"stream"` // PyTorch: the stream whose pool the segment belongs to
+	Expandable       bool       `json:"expandable,omitempty"`
+	FreeBytes        uint64     `json:"free_bytes"`
+	LargestFreeBytes uint64     `json:"largest_free_bytes"`
+	Blocks           []MapBlock `json:"blocks"` // tile the region, in address order
+}
+
+// MapBlock is a block of a MapRegion, or several neighbouring ones too small to draw (Blocks > 1).
+type MapBlock struct {
+	Offset         uint64 `json:"offset"` // from the region's address
+	SizeBytes      uint64 `json:"size_bytes"`
+	Blocks         int    `json:"blocks"`                    // blocks in this entry: 1 for one block
+	LiveBytes      uint64 `json:"live_bytes"`                // bytes of its live blocks: size_bytes for a live block, 0 for a free one
+	RequestedBytes uint64 `json:"requested_bytes,omitempty"` // what its live blocks' requests asked for
+	Callsite       string `json:"callsite,omitempty"`        // of the live block (merged: of the largest); "" when unknown
+	ClassBytes     uint64 `json:"class_bytes,omitempty"`     // a size-class slot, or free slots of one class: the class's block size
 }
 
 // Fidelity compares the PyTorch model's segment allocations with the snapshot's real ones.

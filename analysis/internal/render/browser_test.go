@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -35,6 +36,7 @@ func TestHTMLInBrowser(t *testing.T) {
 	t.Run("drag and wheel", func(t *testing.T) { checkDragAndWheel(t, b, tr) })
 	t.Run("hover", func(t *testing.T) { checkHover(t, b, tr, events, reqs) })
 	t.Run("peak", func(t *testing.T) { checkPeak(t, b, tr) })
+	t.Run("memory map", func(t *testing.T) { checkMaps(t, b, tr) })
 	t.Run("sort", func(t *testing.T) { checkSort(t, b, tr) })
 	t.Run("text", func(t *testing.T) {
 		var want strings.Builder
@@ -308,4 +310,104 @@ func TestHTMLInBrowserPlain(t *testing.T) {
 		t.Errorf("tooltip of point %d: %q %q, want one line ending %q", mid, got.Event, got.Lines, want)
 	}
 	b.check(t, page)
+}
+
+// checkMaps checks the memory maps at the peak: one for the recommended pool and one for PyTorch's
+// defaults, each with a row per region shown and the line of the regions left out when some are;
+// hovering the middle of a region's largest entry shows that entry: its size, offset, region and
+// callsite, as the report has them.
+func checkMaps(t *testing.T, b *browserTab, tr *model.TraceReport) {
+	var maps []model.Simulation
+	for _, s := range tr.Simulations {
+		if s.PeakMap != nil {
+			maps = append(maps, s)
+		}
+	}
+	if len(maps) != 2 || maps[0].Name != "recommended" || maps[1].Name != "pytorch" {
+		t.Fatalf("%d maps in the report, want the recommended pool's and PyTorch's", len(maps))
+	}
+	for k, s := range maps {
+		m := s.PeakMap
+		sel := fmt.Sprintf(`.pmap[data-map="%d"]`, k)
+		got := eval[[]int](t, b, fmt.Sprintf(`[document.querySelectorAll('%s .pm-row').length,
+			document.querySelectorAll('%s .pm-more').length, allocscope.maps[0].length]`, sel, sel))
+		more := 0
+		if m.Regions > len(m.Shown) {
+			more = 1
+		}
+		if want := []int{len(m.Shown), more, 2}; !slices.Equal(got, want) || len(m.Shown) == 0 {
+			t.Errorf("%s: rows, more lines, maps %v; want %v (%d regions)", s.Name, got, want, m.Regions)
+		}
+		if k == 1 && more == 0 {
+			t.Errorf("PyTorch's map has %d regions: the test wants more than it lists, to check the line of the others", m.Regions)
+		}
+		for _, j := range []int{0, len(m.Shown) - 1} {
+			r := m.Shown[j]
+			i := 0
+			for x, e := range r.Blocks {
+				if e.SizeBytes > r.Blocks[i].SizeBytes {
+					i = x
+				}
+			}
+			eval[any](t, b, fmt.Sprintf(`allocscope.maps[0][%d].bars[%d].scrollIntoView({block: "center"})`, k, j))
+			p := eval[struct{ X, Y float64 }](t, b, fmt.Sprintf("allocscope.mapPixel(%d, %d, %d)", k, j, i))
+			b.do(t, chromedp.MouseEvent(chromedp.MouseMoved, p.X, p.Y))
+			tip := eval[mapTip](t, b, fmt.Sprintf(`(() => { const tip = document.querySelector('%s .tip');
+				return {Hidden: tip.hidden, Region: tip.dataset.region, Block: tip.dataset.block,
+					Lines: Array.from(tip.children, (c) => c.textContent)}; })()`, sel))
+			want := mapTip{Region: strconv.Itoa(j), Block: strconv.Itoa(i), Lines: mapLines(r, r.Blocks[i])}
+			if !tip.equal(want) || !strings.Contains(tip.Lines[0], render.Bytes(r.Blocks[i].SizeBytes)) {
+				t.Errorf("%s: hovering region %d entry %d shows %+v, want %+v", s.Name, j, i, tip, want)
+			}
+		}
+	}
+}
+
+type mapTip struct {
+	Hidden        bool
+	Region, Block string
+	Lines         []string
+}
+
+func (a mapTip) equal(b mapTip) bool {
+	return a.Hidden == b.Hidden && a.Region == b.Region && a.Block == b.Block && slices.Equal(a.Lines, b.Lines)
+}
+
+// mapLines is report.js's tooltip of map entry e of region r.
+func mapLines(r model.MapRegion, e model.MapBlock) []string {
+	kind := r.Kind
+	if r.Stream != 0 {
+		kind += fmt.Sprintf(" · stream %#x", r.Stream)
+	}
+	if r.Expandable {
+		kind += " · expandable"
+	}
+	var first string
+	switch {
+	case e.Blocks > 1:
+		first = fmt.Sprintf("%d blocks together, %s: %s live, %s free", e.Blocks, render.Bytes(e.SizeBytes),
+			render.Bytes(e.LiveBytes), render.Bytes(e.SizeBytes-e.LiveBytes))
+	case e.LiveBytes > 0:
+		first = "live block of " + render.Bytes(e.SizeBytes)
+	default:
+		first = "free (cached), " + render.Bytes(e.SizeBytes)
+	}
+	if e.Blocks == 1 && e.ClassBytes > 0 {
+		if e.SizeBytes > e.ClassBytes {
+			first += fmt.Sprintf(" (%d slots of class %s)", e.SizeBytes/e.ClassBytes, render.Bytes(e.ClassBytes))
+		} else {
+			first += " (a slot of class " + render.Bytes(e.ClassBytes) + ")"
+		}
+	}
+	lines := []string{first, fmt.Sprintf("offset %#x in %s region %s (%s, %s free)", e.Offset, kind, r.Address,
+		render.Bytes(r.SizeBytes), render.Bytes(r.FreeBytes))}
+	if e.LiveBytes > 0 {
+		site := cmp.Or(e.Callsite, "unknown")
+		by := " by "
+		if e.Blocks > 1 {
+			by = "; the largest live block from "
+		}
+		lines = append(lines, "requested "+render.Bytes(e.RequestedBytes)+by+site)
+	}
+	return lines
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/allocscope/allocscope/analysis"
+	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/analysis/internal/synth"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -64,10 +65,10 @@ func TestHTMLFigures(t *testing.T) {
 			renderer, all := browserRSS(b.browserPID())
 			t.Logf("%d events (analyzed in %v): %.2f MiB of HTML, %d points at the finest level; ready %.0f ms after "+
 				"navigation start; JS heap %.1f MiB used; renderer RSS %.0f MiB (a blank page's %.0f MiB), all browser "+
-				"processes %.0f MiB; zoom %.1f ms (median of 20)",
+				"processes %.0f MiB; zoom %.1f ms (median of 20); memory maps (%d entries) drawn in %.1f ms (median of 20)",
 				n, took.Round(time.Millisecond), float64(st.Size())/(1<<20), len(r.Combined.Detail.Levels[0].Points),
 				eval[float64](t, b, "allocscope.ready"), heap.UsedSize/(1<<20), renderer/(1<<20), base/(1<<20),
-				all/(1<<20), zoomTime(t, b))
+				all/(1<<20), zoomTime(t, b), mapEntries(r.Combined), mapDrawTime(t, b))
 		})
 	}
 }
@@ -86,6 +87,33 @@ func zoomTime(t *testing.T, b *browserTab) float64 {
 		times.sort((x, y) => x - y);
 		return (times[9] + times[10]) / 2;
 	})()`)
+}
+
+// mapDrawTime is the median time, in ms, of 20 redraws of the first section's memory maps.
+func mapDrawTime(t *testing.T, b *browserTab) float64 {
+	return eval[float64](t, b, `(() => {
+		const times = [];
+		for (let i = 0; i < 20; i++) {
+			const t0 = performance.now();
+			allocscope.maps[0].forEach((m) => m.draw());
+			times.push(performance.now() - t0);
+		}
+		times.sort((x, y) => x - y);
+		return (times[9] + times[10]) / 2;
+	})()`)
+}
+
+// mapEntries counts the entries of a report's memory maps.
+func mapEntries(tr *model.TraceReport) int {
+	n := 0
+	for _, s := range tr.Simulations {
+		if s.PeakMap != nil {
+			for _, r := range s.PeakMap.Shown {
+				n += len(r.Blocks)
+			}
+		}
+	}
+	return n
 }
 
 // browserRSS returns the resident memory of the renderer processes among pid's descendants and

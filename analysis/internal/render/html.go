@@ -21,8 +21,9 @@ var assets embed.FS
 
 // HTML writes one self-contained interactive page (no outside resources, no network fetches): for
 // each analyzed stream a zoomable live-bytes timeline with the event behind each point, the memory
-// of every simulated policy at its peak, the size histogram and classes, the what-if table and the
-// callsites; then the terminal report.
+// of every simulated policy at its peak, the memory maps of the recommended pool and of PyTorch's
+// caching allocator at their peaks (model.PeakMap: a bar per region, blocks coloured by callsite),
+// the size histogram and classes, the what-if table and the callsites; then the terminal report.
 func HTML(w io.Writer, r *model.Report) error {
 	var text strings.Builder
 	if err := Text(&text, r); err != nil {
@@ -84,20 +85,23 @@ type htmlSection struct {
 	Summary    []string
 	Data       template.JS
 	Policies   []policyRow
+	Maps       []mapView
 	Classes    *classTable
 	Callsites  []callsiteTable
 	Fragmented []segmentRow
 }
 
 func section(i int, tr *model.TraceReport) (htmlSection, error) {
+	sec := htmlSection{Index: i, Name: tr.Name, Summary: summary(tr), Policies: policies(tr),
+		Classes: classes(tr.SizeClasses), Fragmented: fragmented(tr.OOM)}
+	data := charts(tr)
+	sec.Maps, data.Maps = peakMaps(tr.Simulations)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf) // escapes <, > and &: the JSON cannot end its script element
-	if err := enc.Encode(charts(tr)); err != nil {
+	if err := enc.Encode(data); err != nil {
 		return htmlSection{}, fmt.Errorf("chart data of %s: %w", tr.Name, err)
 	}
-	sec := htmlSection{Index: i, Name: tr.Name, Summary: summary(tr),
-		Data:     template.JS(buf.String()), // #nosec G203 -- JSON with <, >, & escaped
-		Policies: policies(tr), Classes: classes(tr.SizeClasses), Fragmented: fragmented(tr.OOM)}
+	sec.Data = template.JS(buf.String()) // #nosec G203 -- JSON with <, >, & escaped
 	for _, c := range []struct {
 		title string
 		rows  []model.CallsiteTally

@@ -183,7 +183,8 @@ func TestHTMLPageContents(t *testing.T) {
 	s := page.String()
 	for _, want := range []string{`<section class="stream" id="stream-0">`, `"events":true`,
 		"attention \\u003cb\\u003eq\\u0026k\\u003c/b\\u003e (attn.py:7)", "<summary>Text report</summary>",
-		`<table class="sortable whatif">`, "Copyright (c) 2022 Leon Sorokin"} {
+		`<table class="sortable whatif">`, "Copyright (c) 2022 Leon Sorokin", "<h3>Memory map at the peak</h3>",
+		`<h4>recommended (`, `<h4>pytorch (defaults)</h4>`, `<canvas class="pm-bar" data-region="0" style="width: 100.000%">`} {
 		if !strings.Contains(s, want) {
 			t.Errorf("page lacks %q", want)
 		}

@@ -17,6 +17,7 @@ type chartData struct {
 	Hist     barsData     `json:"hist"`
 	Ratios   barsData     `json:"ratios"`
 	CDF      xyData       `json:"cdf"`
+	Maps     []mapData    `json:"maps"` // the memory maps at the peak, as the section lists them
 }
 
 // timelineData is a model.Detail in columns. Times are nanoseconds from the stream's first event;

@@ -118,7 +118,7 @@ func BenchmarkPolicyReplay(b *testing.B) {
 			for b.Loop() {
 				r := newReplayer(p, 0, nil)
 				for _, batch := range batches {
-					r.batch(batch, handles)
+					r.batch(opBatch{ops: batch, handles: handles})
 				}
 				if out := r.finish(); out.Err != nil || out.Stats.Allocs == 0 {
 					b.Fatal(out.Err, out.Stats)

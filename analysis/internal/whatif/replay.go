@@ -8,7 +8,6 @@ import (
 
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
-	"github.com/allocscope/allocscope/trace"
 )
 
 // Policy is one allocator configuration to simulate.
@@ -21,6 +20,9 @@ type Policy struct {
 	Deferred bool
 	// Unbounded runs the policy on unbounded memory, whatever the capacity of the others.
 	Unbounded bool
+	// Map keeps the layout of the policy's memory at its peak of reserved bytes (Outcome.Map),
+	// when its allocator is a pool.Layouter; ignored with Deferred.
+	Map bool
 }
 
 // Outcome is what one policy did on the trace.
@@ -32,6 +34,7 @@ type Outcome struct {
 	ReservedBytes uint64     // bytes of those
 	PredictedNs   float64    // estimated time of the upstream calls the policy made
 	PageOps       uint64     // pages mapped, unmapped or moved while serving the trace (not at New)
+	Map           *PeakMap   // with Policy.Map: the layout at the moment of Peak
 	Err           error      // the policy could not be built
 }
 
@@ -41,11 +44,12 @@ type synchronizing struct{ pool.Upstream }
 func (synchronizing) Synchronize() error { return nil }
 
 type replayer struct {
-	alloc pool.Allocator
-	feed  *requests.Feeder
-	up    *upstream
-	setup uint64 // page operations at New
-	out   Outcome
+	alloc  pool.Allocator
+	feed   *requests.Feeder
+	up     *upstream
+	setup  uint64      // page operations at New
+	mapper *peakMapper // with Policy.Map
+	out    Outcome
 }
 
 func newReplayer(p Policy, capacity uint64, est Durations) *replayer {
@@ -72,15 +76,21 @@ func newReplayer(p Policy, capacity uint64, est Durations) *replayer {
 		}
 	}
 	r.setup = r.up.meter.Counts().PageOps
+	if p.Map && !p.Deferred {
+		r.mapper = newPeakMapper(p.Config, capacity)
+	}
 	return r
 }
 
-func (r *replayer) batch(ops []requests.Op, handles []uint64) {
+func (r *replayer) batch(b opBatch) {
 	if r.alloc == nil {
 		return
 	}
 	defer r.contain()
-	r.feed.Feed(ops, handles)
+	r.feed.Feed(b.ops, b.handles)
+	if r.mapper != nil {
+		r.mapper.batch(b, r.alloc.PeakStats())
+	}
 }
 
 // contain turns a panic inside the policy into the outcome's error, so that one broken policy
@@ -100,6 +110,9 @@ func (r *replayer) finish() Outcome {
 		r.out.Reserves, r.out.ReservedBytes = c.Reserves-c.Remaps, c.GainedBytes
 		r.out.PredictedNs = r.up.predictedNs
 		r.out.PageOps = c.PageOps - r.setup
+		if r.mapper != nil {
+			r.out.Map = r.mapper.finish()
+		}
 		if err := r.alloc.Close(); err != nil && r.out.Err == nil {
 			r.out.Err = fmt.Errorf("policy %s: close: %w", r.out.Policy.Name, err)
 		}
@@ -113,10 +126,12 @@ func (r *replayer) finish() Outcome {
 func Run(src requests.Source, layer requests.Layer, policies []Policy, capacity uint64, est Durations,
 	progress func(events int)) ([]Outcome, error) {
 	rs := make([]*replayer, len(policies))
+	sites := false
 	for i, p := range policies {
 		rs[i] = newReplayer(p, capacity, est)
+		sites = sites || rs[i].mapper != nil
 	}
-	err := forEachBatch(src, layer, len(rs), func(i int, ops []requests.Op, h []uint64) { rs[i].batch(ops, h) }, progress)
+	err := forEachBatch(src, layer, len(rs), sites, func(i int, b opBatch) { rs[i].batch(b) }, progress)
 	out := make([]Outcome, len(rs))
 	for i, r := range rs {
 		out[i] = r.finish()
@@ -124,25 +139,31 @@ func Run(src requests.Source, layer requests.Layer, policies []Policy, capacity 
 	return out, err
 }
 
-// worker serves one batch of ops; handles maps their stream indexes to the recorded handles.
-type worker func(i int, ops []requests.Op, handles []uint64)
+// opBatch is one batch of a trace's requests as a worker gets it.
+type opBatch struct {
+	ops     []requests.Op
+	sites   []requests.Site // the site of each op, when forEachBatch was asked for them; else nil
+	handles []uint64        // stream index → recorded stream handle (later batches only append)
+}
+
+// worker serves one batch of ops.
+type worker func(i int, b opBatch)
 
 // forEachBatch reads src to the end and hands the ops of every batch (layer's requests, see package
-// requests) to workers 0..n-1 at once, each on its own goroutine, waiting for all of them before
-// handing out the next batch. While the workers run it reads and converts the next batch into the
+// requests), with their sites when sites is set, to workers 0..n-1 at once, each on its own
+// goroutine, waiting for all of them before handing out the next batch. While the workers run it
+// reads the next batch (by column when src is a requests.ColumnSource) and extracts its ops into the
 // other of two buffers.
-func forEachBatch(src requests.Source, layer requests.Layer, n int, work worker, progress func(int)) error {
-	chans := make([]chan []requests.Op, n)
-	x := requests.NewExtractor(layer)
-	var handles []uint64 // the stream handles of the batch being served: later batches only append
+func forEachBatch(src requests.Source, layer requests.Layer, n int, sites bool, work worker, progress func(int)) error {
+	chans := make([]chan opBatch, n)
 	var wg, done sync.WaitGroup
 	for i := range chans {
-		chans[i] = make(chan []requests.Op)
+		chans[i] = make(chan opBatch)
 		done.Add(1)
 		go func() {
 			defer done.Done()
 			for b := range chans[i] {
-				work(i, b, handles)
+				work(i, b)
 				wg.Done()
 			}
 		}()
@@ -153,26 +174,25 @@ func forEachBatch(src requests.Source, layer requests.Layer, n int, work worker,
 		}
 		done.Wait()
 	}()
-	var bufs [2][]requests.Op
-	b, err := src.Next()
+	x := requests.NewExtractor(layer)
+	var bufs [2]opBatch
+	events, err := extractNext(src, x, &bufs[0], sites)
 	for cur := 0; ; cur ^= 1 {
-		if len(b) > 0 {
-			bufs[cur] = x.Append(b, bufs[cur][:0])
-			handles = x.Handles()
+		if events > 0 {
 			wg.Add(n)
 			for _, c := range chans {
 				c <- bufs[cur]
 			}
 		}
-		var next []trace.Event
+		var nextEvents int
 		var nextErr error
 		if err == nil {
-			next, nextErr = src.Next()
+			nextEvents, nextErr = extractNext(src, x, &bufs[cur^1], sites)
 		}
-		if len(b) > 0 {
+		if events > 0 {
 			wg.Wait()
 			if progress != nil {
-				progress(len(b))
+				progress(events)
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -181,6 +201,22 @@ func forEachBatch(src requests.Source, layer requests.Layer, n int, work worker,
 		if err != nil {
 			return err
 		}
-		b, err = next, nextErr
+		events, err = nextEvents, nextErr
 	}
+}
+
+// extractNext reads the next batch of src and puts its ops (and their sites when sites is set) into
+// ob, reusing its storage; it returns the number of events read and src's error.
+func extractNext(src requests.Source, x *requests.Extractor, ob *opBatch, sites bool) (int, error) {
+	b, err := requests.NextBatch(src)
+	if b.Len() == 0 {
+		return 0, err
+	}
+	if sites {
+		ob.ops, ob.sites = x.AppendBatchSites(b, ob.ops[:0], ob.sites[:0])
+	} else {
+		ob.ops = x.AppendBatch(b, ob.ops[:0])
+	}
+	ob.handles = x.Handles()
+	return b.Len(), err
 }

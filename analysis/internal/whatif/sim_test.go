@@ -138,8 +138,8 @@ func TestPolicyPanicBecomesError(t *testing.T) {
 	r := &replayer{alloc: panicky{}, feed: requests.NewFeeder(panicky{}), up: newUpstream(0, nil)}
 	r.out.Policy.Name = "broken"
 	x := requests.NewExtractor(requests.Device)
-	r.batch(x.Append(small(), nil), x.Handles())
-	r.batch(x.Append(small(), nil), x.Handles())
+	r.batch(opBatch{ops: x.Append(small(), nil), handles: x.Handles()})
+	r.batch(opBatch{ops: x.Append(small(), nil), handles: x.Handles()})
 	o := r.finish()
 	if o.Err == nil || o.Err.Error() != "policy broken: internal error: boom" {
 		t.Fatalf("outcome error = %v", o.Err)

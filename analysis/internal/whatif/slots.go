@@ -46,8 +46,9 @@ type slotCounter struct {
 	bigPeak uint64
 }
 
-func (c *slotCounter) batch(ops []requests.Op, handles []uint64) {
-	for _, o := range ops {
+func (c *slotCounter) batch(b opBatch) {
+	handles := b.handles
+	for _, o := range b.ops {
 		switch {
 		case o.IsAlloc():
 			c.blocks = atSlot(c.blocks, o.Slot)
@@ -90,7 +91,7 @@ type Candidate struct {
 // simulates each candidate's large-request arena. A candidate whose arena cannot be simulated has
 // its Err set; the error returned is the source's.
 func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress func(int)) ([]Sizing, error) {
-	var workers []func([]requests.Op, []uint64)
+	var workers []func(opBatch)
 	counters := make([]*slotCounter, len(cands))
 	arenas := make([]*replayer, len(cands))
 	for i, cand := range cands {
@@ -105,7 +106,7 @@ func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress
 		counters[i], arenas[i] = c, r
 		workers = append(workers, c.batch, r.batch)
 	}
-	err := forEachBatch(src, layer, len(workers), func(i int, b []requests.Op, h []uint64) { workers[i](b, h) }, progress)
+	err := forEachBatch(src, layer, len(workers), false, func(i int, b opBatch) { workers[i](b) }, progress)
 	out := make([]Sizing, len(cands))
 	for i, c := range counters {
 		o := arenas[i].finish()
@@ -146,11 +147,11 @@ func FitArena(src requests.Source, layer requests.Layer, probes []ArenaProbe, pr
 		g.probes = append(g.probes, i)
 	}
 	// One worker per threshold filters each batch once for all the probes of that threshold.
-	err := forEachBatch(src, layer, len(groups), func(i int, b []requests.Op, h []uint64) {
+	err := forEachBatch(src, layer, len(groups), false, func(i int, b opBatch) {
 		g := groups[i]
-		large := g.filter(b)
+		large := opBatch{ops: g.filter(b.ops), handles: b.handles}
 		for _, p := range g.probes {
-			rs[p].batch(large, h)
+			rs[p].batch(large)
 		}
 	}, progress)
 	out := slices.Clone(probes)

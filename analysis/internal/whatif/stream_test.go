@@ -94,9 +94,9 @@ func simulatedOps(t *testing.T, path string) ([]requests.Op, []uint64) {
 	defer r.Close()
 	var ops []requests.Op
 	var handles []uint64
-	err = forEachBatch(r, layer, 1, func(_ int, b []requests.Op, h []uint64) {
-		ops = append(ops, b...)
-		handles = h
+	err = forEachBatch(r, layer, 1, false, func(_ int, b opBatch) {
+		ops = append(ops, b.ops...)
+		handles = b.handles
 	}, nil)
 	if err != nil {
 		t.Fatal(err)

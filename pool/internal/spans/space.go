@@ -108,6 +108,19 @@ func (sp *Space) AddSegmentTaken(addr, size, used uint64) int32 {
 	return id
 }
 
+// Walk calls fn on every node of the segment whose first node is head, in address order, until
+// fn returns false. fn must not change the space. It is how a policy lists its blocks (the
+// layouts of package pool).
+func (sp *Space) Walk(head int32, fn func(*Node) bool) {
+	for id := head; id != NoNode; {
+		n := sp.nodes.At(id)
+		if !fn(n) {
+			return
+		}
+		id = n.Next
+	}
+}
+
 // DropSegment removes every node of the segment whose first node is head.
 func (sp *Space) DropSegment(head int32) {
 	for id := head; id != NoNode; {

@@ -258,6 +258,78 @@
     }, [d.x, d.y], root);
   }
 
+  // hex writes n in hexadecimal, as the report writes addresses.
+  function hex(n) { return "0x" + n.toString(16); }
+
+  // PeakMap draws a memory map's regions, one canvas per region, live blocks in their callsite's
+  // colour (a merged entry's live bytes first, the rest free), and shows the entry under the pointer.
+  class PeakMap {
+    constructor(root, d) {
+      this.root = root;
+      this.d = d;
+      this.tip = root.querySelector(".tip");
+      this.bars = Array.from(root.querySelectorAll("canvas.pm-bar"));
+      this.bars.forEach((c) => {
+        c.addEventListener("mousemove", (e) => this.hover(c, e.clientX, e.clientY));
+        c.addEventListener("mouseleave", () => { this.tip.hidden = true; });
+      });
+      this.draw();
+    }
+
+    draw() { this.bars.forEach((c) => this.drawRegion(c, this.d.regions[+c.dataset.region])); }
+
+    drawRegion(c, r) {
+      const dpr = devicePixelRatio;
+      c.width = Math.max(1, Math.round(c.clientWidth * dpr));
+      c.height = Math.max(1, Math.round(c.clientHeight * dpr));
+      const ctx = c.getContext("2d"), k = c.width / r.s;
+      ctx.fillStyle = this.d.free;
+      ctx.fillRect(0, 0, c.width, c.height);
+      for (let i = 0; i < r.o.length; i++) {
+        if (!r.l[i]) continue;
+        ctx.fillStyle = r.c[i] >= 0 ? this.d.colors[r.c[i]] : this.d.other;
+        ctx.fillRect(r.o[i] * k, 0, (r.n[i] === 1 ? r.z[i] : r.l[i]) * k, c.height);
+      }
+      ctx.fillStyle = "#fff"; // a line between neighbouring blocks wide enough to tell apart
+      for (let i = 1; i < r.o.length; i++) {
+        if (r.z[i] * k >= 4 * dpr && r.z[i - 1] * k >= 4 * dpr) ctx.fillRect(Math.round(r.o[i] * k), 0, dpr, c.height);
+      }
+    }
+
+    // hover shows the entry of the region of canvas c under the pointer at (x, y), page coordinates.
+    hover(c, x, y) {
+      const r = this.d.regions[+c.dataset.region], b = c.getBoundingClientRect();
+      const off = (x - b.left) / b.width * r.s, i = Math.max(0, bound(r.o, off, true) - 1);
+      this.tip.replaceChildren(...this.lines(r, i).map((s) => el("div", "", s)));
+      this.tip.dataset.region = c.dataset.region;
+      this.tip.dataset.block = i;
+      this.tip.hidden = false;
+      const box = this.tip.parentElement.getBoundingClientRect();
+      this.tip.style.left = Math.max(0, Math.min(x - box.left + 14, box.width - this.tip.offsetWidth)) + "px";
+      this.tip.style.top = y - box.top + 14 + "px";
+    }
+
+    // lines describes entry i of region r.
+    lines(r, i) {
+      const site = r.c[i] >= 0 ? this.d.sites[r.c[i]] : "unknown", out = [];
+      if (r.n[i] > 1) {
+        out.push(r.n[i] + " blocks together, " + bytes(r.z[i]) + ": " + bytes(r.l[i]) + " live, " + bytes(r.z[i] - r.l[i]) + " free");
+      } else {
+        out.push((r.l[i] ? "live block of " : "free (cached), ") + bytes(r.z[i]) +
+          (r.cl[i] ? (r.z[i] > r.cl[i] ? " (" + r.z[i] / r.cl[i] + " slots" : " (a slot") + " of class " + bytes(r.cl[i]) + ")" : ""));
+      }
+      out.push("offset " + hex(r.o[i]) + " in " + r.k + " region " + r.a + " (" + bytes(r.s) + ", " + bytes(r.f) + " free)");
+      if (r.l[i]) out.push("requested " + bytes(r.r[i]) + (r.n[i] > 1 ? "; the largest live block from " : " by ") + site);
+      return out;
+    }
+
+    // pixel returns the middle of entry i of region j, in page coordinates.
+    pixel(j, i) {
+      const c = this.bars[j], r = this.d.regions[j], b = c.getBoundingClientRect();
+      return { x: b.left + (r.o[i] + r.z[i] / 2) / r.s * b.width, y: b.top + b.height / 2 };
+    }
+  }
+
   // sortable sorts a table's rows by the column whose header is clicked: ascending, then descending.
   function sortable(table) {
     const heads = Array.from(table.tHead.rows[0].cells), body = table.tBodies[0];
@@ -275,12 +347,13 @@
     }));
   }
 
-  const sections = [], plots = [];
+  const sections = [], plots = [], maps = [];
   document.querySelectorAll("section.stream").forEach((sec) => {
     const d = JSON.parse(sec.querySelector("script.data").textContent);
     const tl = new Timeline(sec, d.timeline);
     sections.push(tl);
     plots.push(tl.plot);
+    maps.push(Array.from(sec.querySelectorAll(".pmap"), (root) => new PeakMap(root, d.maps[+root.dataset.map])));
     const ratios = sec.querySelector(".ratios");
     if (ratios && d.ratios.labels) plots.push(bars(ratios, d.ratios, (v) => v.toFixed(2) + "×"));
     const hist = sec.querySelector(".hist");
@@ -289,10 +362,13 @@
     if (c) plots.push(c);
   });
   document.querySelectorAll("table.sortable").forEach(sortable);
-  window.addEventListener("resize", () => plots.forEach((u) => {
-    const w = u.root.parentElement.clientWidth;
-    if (w && w !== u.width) u.setSize({ width: w, height: u.height });
-  }));
+  window.addEventListener("resize", () => {
+    plots.forEach((u) => {
+      const w = u.root.parentElement.clientWidth;
+      if (w && w !== u.width) u.setSize({ width: w, height: u.height });
+    });
+    maps.forEach((ms) => ms.forEach((m) => m.draw()));
+  });
 
   // The page's interface for tests and the console.
   window.allocscope = {
@@ -303,6 +379,8 @@
     range: (i) => { const u = sections[i || 0].plot; return [u.scales.x.min, u.scales.x.max]; },
     zoom: (a, b, i) => sections[i || 0].zoom(a, b),
     pixel: (e, i) => sections[i || 0].pixel(e),
+    maps: maps, // per section, its memory maps
+    mapPixel: (m, j, k, i) => maps[i || 0][m].pixel(j, k),
   };
   // uPlot draws in a microtask queued before this one.
   queueMicrotask(() => {
