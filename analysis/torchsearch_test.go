@@ -45,6 +45,16 @@ func TestTorchSearchRanking(t *testing.T) {
 	if s := bestWithin(outs, 75<<20); s != nil {
 		t.Errorf("best within 75 MiB = %+v, want none (the 70 MiB one fails requests)", s)
 	}
+	// backend:cudaMallocAsync ranks first only when it saves more than 2 % of its own peak.
+	for _, c := range []struct {
+		peak  uint64
+		first string
+	}{{80<<20 - 1<<20, "roundup_power2_divisions:4"}, {80<<20 - 2<<20, asyncBackendConf}} {
+		ts := torchSearch(append(slices.Clone(outs), out(asyncBackendConf, c.peak, 2, 0)), 0)
+		if ts.Best[0].Conf != c.first {
+			t.Errorf("async at %d bytes against 80 MiB: first %q, want %q", c.peak, ts.Best[0].Conf, c.first)
+		}
+	}
 }
 
 // The candidates: with a largest request of 40 MiB, max_split_size_mb unset, 32 or 64; each with

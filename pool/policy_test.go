@@ -2,6 +2,7 @@ package pool
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -239,69 +240,137 @@ func TestRawExactSequence(t *testing.T) {
 	closeEmpty(t, a, up)
 }
 
-func TestStreamOrderedExactSequence(t *testing.T) {
+// TestStreamOrderedMatchesTheH200 runs the sequences of testdata/gpu/mempool_layout.cu: every
+// address (as an offset from the first block) and the reserved bytes after each case are what a
+// CUDA memory pool did on the H200 (CUDA 13.0, driver 580.159.04, 2026-12-03).
+func TestStreamOrderedMatchesTheH200(t *testing.T) {
+	const b, k = SimBase, uint64(1024)
+	type layoutCase struct {
+		name           string
+		steps          []step
+		reserved, peak uint64
+	}
+	cases := []layoutCase{
+		{"alignment", []step{alloc(512, 1, b), alloc(512, 1, b+512), alloc(512, 1, b+1024), alloc(512, 1, b+1536),
+			alloc(100*k+7, 1, b+2048), alloc(100*k+7, 1, b+2048+102912)}, 32 * mib, 32 * mib},
+		{"span", []step{alloc(30*mib, 1, b), alloc(4*mib, 1, b+30*mib), alloc(mib, 1, b+34*mib),
+			alloc(40*mib, 1, b+35*mib)}, 96 * mib, 96 * mib},
+		{"hole", []step{alloc(10*mib, 1, b), alloc(10*mib, 1, b+10*mib), alloc(10*mib, 1, b+20*mib), free(b+10*mib, 1),
+			syncPoint(), alloc(4*mib, 1, b+10*mib), alloc(4*mib, 1, b+14*mib), alloc(4*mib, 1, b+30*mib),
+			alloc(mib, 1, b+18*mib)}, 64 * mib, 64 * mib},
+		{"bestfit", []step{alloc(8*mib, 1, b), alloc(2*mib, 1, b+8*mib), alloc(3*mib, 1, b+10*mib), alloc(2*mib, 1, b+13*mib),
+			alloc(8*mib, 1, b+15*mib), free(b, 1), free(b+10*mib, 1), syncPoint(), alloc(3*mib, 1, b+10*mib),
+			alloc(5*mib, 1, b)}, 32 * mib, 32 * mib},
+		{"tail", []step{alloc(20*mib, 1, b), alloc(10*mib, 1, b+20*mib), free(b+20*mib, 1), syncPoint(),
+			alloc(20*mib, 1, b+20*mib)}, 64 * mib, 64 * mib},
+		{"stream", []step{alloc(4*mib, 1, b), free(b, 1), alloc(4*mib, 2, b), alloc(4*mib, 1, b+4*mib), syncPoint(),
+			alloc(4*mib, 2, b+8*mib)}, 32 * mib, 32 * mib},
+		{"trim", []step{alloc(40*mib, 1, b), alloc(40*mib, 1, b+40*mib), alloc(40*mib, 1, b+80*mib), free(b+80*mib, 1),
+			syncPoint(), free(b, 1), syncPoint(), alloc(10*mib, 1, b)}, 96 * mib, 128 * mib},
+		{"big", []step{alloc(mib, 1, b), alloc(300*mib, 1, b+mib), alloc(mib, 1, b+301*mib), alloc(2*k, 1, b+302*mib)},
+			320 * mib, 320 * mib},
+		{"coalesce", []step{alloc(6*mib, 1, b), alloc(6*mib, 1, b+6*mib), alloc(6*mib, 1, b+12*mib), alloc(6*mib, 1, b+18*mib),
+			free(b+6*mib, 1), free(b+12*mib, 1), syncPoint(), alloc(12*mib, 1, b+6*mib)}, 32 * mib, 32 * mib},
+	}
+	cases = append(cases, layoutCase{"nosync", []step{alloc(4*mib, 1, b), free(b, 1), alloc(4*mib, 1, b), free(b, 1), alloc(2*mib, 1, b)}, 32 * mib, 32 * mib})
+	for _, n := range []uint64{1, 2} { // "many 1.5M", "many 3M": 40 blocks end to end
+		var steps []step
+		for i := range uint64(40) {
+			steps = append(steps, alloc(n*1536*k, 1, b+i*n*1536*k))
+		}
+		cases = append(cases, layoutCase{fmt.Sprintf("many %d KiB", n*1536), steps, 64 * mib * n, 64 * mib * n})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			up := NewSimUpstream(0, 512)
+			a := runSteps(t, Config{Version: 1, Policy: PolicyStreamOrdered}, up, c.steps)
+			if s := a.Stats(); s.ReservedBytes != c.reserved || s.PeakReservedBytes != c.peak {
+				t.Errorf("reserved %d, peak %d; the H200's pool %d, %d", s.ReservedBytes, s.PeakReservedBytes, c.reserved, c.peak)
+			}
+			freeAll(t, a, c.steps)
+			closeEmpty(t, a, up)
+		})
+	}
+}
+
+// freeAll frees the blocks the steps left live.
+func freeAll(t *testing.T, a Allocator, steps []step) {
+	t.Helper()
+	live := map[uint64]bool{}
+	for _, s := range steps {
+		switch {
+		case s.op == 'a' && s.err == nil:
+			live[s.addr] = true
+		case s.op == 'f':
+			delete(live, s.addr)
+		}
+	}
+	for addr := range live {
+		if err := a.Free(addr, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStreamOrderedThreshold: a sync unmaps idle steps, highest first, only while more than the
+// release threshold is mapped; out of memory, every idle step is unmapped before the retry.
+func TestStreamOrderedThreshold(t *testing.T) {
 	const b = SimBase
-	cfg := Config{Version: 1, Policy: PolicyStreamOrdered, StreamOrdered: &StreamOrderedConfig{ReleaseThresholdBytes: 4 * mib}}
-	up := NewSimUpstream(0, 512)
+	cfg := Config{Version: 1, Policy: PolicyStreamOrdered, StreamOrdered: &StreamOrderedConfig{ReleaseThresholdBytes: 64 * mib}}
+	up := NewSimUpstream(160*mib, 512)
 	a := runSteps(t, cfg, up, []step{
-		alloc(1000, 1, b),        // a 2 MiB region
-		alloc(3*mib, 1, b+2*mib), // a 4 MiB region (3 MiB rounded up to 2 MiB)
-		free(b, 1),               // on stream 1's list
-		alloc(1000, 2, b+5*mib),  // stream 2 cannot reuse it before a sync: best fit of the shared free space
-		alloc(512, 1, b),         // stream 1 can, at once
-		free(b+2*mib, 1),
-		free(b, 1),
-		free(b+5*mib, 2),
-		syncPoint(),              // all free now: 6 MiB held, above the 4 MiB threshold: release the top region
-		alloc(mib, 3, b),         // after the sync any stream reuses any block
-		alloc(2*mib, 3, b+2*mib), // a new 2 MiB region where the released one was
+		alloc(32*mib, 1, b), alloc(32*mib, 1, b+32*mib), alloc(32*mib, 1, b+64*mib), alloc(32*mib, 1, b+96*mib),
+		free(b, 1), free(b+64*mib, 1), free(b+96*mib, 1),
+		syncPoint(),                 // 128 MiB mapped: the top step goes, then the third; the idle first stays
+		alloc(64*mib, 2, b+64*mib),  // best fit: the first step's 32 MiB is too small; 128 MiB mapped
+		alloc(64*mib, 1, b+128*mib), // 192 MiB would pass 160: the idle first step is unmapped, then it fits
+		allocFails(64*mib, 1),       // nothing idle is left
 	})
-	want := Stats{Allocs: 6, Frees: 4, LiveBytes: 3 * mib, PeakLiveBytes: 3*mib + 1000 + 512, BlockBytes: 3 * mib,
-		PeakBlockBytes: 3*mib + 1024 + 512, ReservedBytes: 4 * mib, PeakReservedBytes: 6 * mib,
-		UpstreamReserves: 3, UpstreamReleases: 1}
+	want := Stats{Allocs: 6, Frees: 3, Failures: 1, LiveBytes: 160 * mib, PeakLiveBytes: 160 * mib, BlockBytes: 160 * mib,
+		PeakBlockBytes: 160 * mib, ReservedBytes: 160 * mib, PeakReservedBytes: 160 * mib,
+		UpstreamReserves: 6, UpstreamReleases: 3, UpstreamFailures: 3}
 	wantStats(t, "Stats", a.Stats(), want)
+	freeAll(t, a, []step{alloc(0, 0, b+32*mib), alloc(0, 0, b+64*mib), alloc(0, 0, b+128*mib)})
 	closeEmpty(t, a, up)
 }
 
-// failingRelease is a SimUpstream whose Release of one address fails.
-type failingRelease struct {
+// failingUnmap is a SimUpstream whose Unmap of one address fails once.
+type failingUnmap struct {
 	*SimUpstream
 	addr uint64
 }
 
-var errReleaseRefused = errors.New("release refused")
+var errUnmapRefused = errors.New("unmap refused")
 
-func (u failingRelease) Release(addr, size uint64) error {
+func (u *failingUnmap) Unmap(addr, size uint64) error {
 	if addr == u.addr {
-		return errReleaseRefused
+		u.addr = 0
+		return errUnmapRefused
 	}
-	return u.SimUpstream.Release(addr, size)
+	return u.SimUpstream.Unmap(addr, size)
 }
 
-// TestStreamOrderedReleaseFails: when a trim's release fails, Sync returns the error and the
-// blocks freed in the regions it did not get to are usable again (they were not yet merged into
-// the free memory, since their regions were planned for release).
-func TestStreamOrderedReleaseFails(t *testing.T) {
+// TestStreamOrderedUnmapFails: when a trim's unmap fails, Sync returns the error, the step stays
+// mapped and usable, and the next sync unmaps it.
+func TestStreamOrderedUnmapFails(t *testing.T) {
 	const b = SimBase
-	up := failingRelease{NewSimUpstream(0, 512), b + 2*mib}
+	sim := NewSimUpstream(0, 512)
+	up := &failingUnmap{sim, b + 32*mib}
 	a := runSteps(t, Config{Version: 1, Policy: PolicyStreamOrdered}, up, []step{
-		alloc(2*mib, 0, b),       // region A
-		alloc(2*mib, 0, b+2*mib), // region B
-		free(b, 0),
-		free(b+2*mib, 0),
+		alloc(32*mib, 0, b), alloc(32*mib, 0, b+32*mib), free(b+32*mib, 0),
 	})
-	so := a.(*streamOrderedPool)
-	if err := so.Sync(); !errors.Is(err, errReleaseRefused) {
-		t.Fatalf("Sync = %v, want the release error", err)
+	if err := a.(*streamOrderedPool).Sync(); !errors.Is(err, errUnmapRefused) {
+		t.Fatalf("Sync = %v, want the unmap error", err)
 	}
-	addr, err := a.Alloc(2*mib, 0)
-	if err != nil || addr != b {
-		t.Fatalf("Alloc after the failed trim = %#x, %v; want region A at %#x", addr, err, uint64(b))
+	if s := a.Stats(); s.ReservedBytes != 64*mib || s.UpstreamReleases != 0 {
+		t.Fatalf("after the failed trim: %+v", s)
 	}
-	want := Stats{Allocs: 3, Frees: 2, LiveBytes: 2 * mib, PeakLiveBytes: 4 * mib, BlockBytes: 2 * mib,
-		PeakBlockBytes: 4 * mib, ReservedBytes: 4 * mib, PeakReservedBytes: 4 * mib, UpstreamReserves: 2}
-	wantStats(t, "Stats", a.Stats(), want)
-	if len(so.skipped) != 0 || len(so.drop) != 0 || so.regions.Get(b).dropping {
-		t.Fatalf("after the failed trim: %d skipped, %d to drop, region A dropping %v", len(so.skipped), len(so.drop), so.regions.Get(b).dropping)
+	if err := a.(*streamOrderedPool).Sync(); err != nil {
+		t.Fatal(err)
 	}
+	if s := a.Stats(); s.ReservedBytes != 32*mib || s.UpstreamReleases != 1 {
+		t.Fatalf("after the second trim: %+v", s)
+	}
+	freeAll(t, a, []step{alloc(0, 0, b)})
+	closeEmpty(t, a, sim)
 }

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,69 +10,86 @@ import (
 	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
-// streamOrderedChunk is the granularity in which the stream-ordered model takes memory from the
-// Upstream: cudaMallocAsync's pools are backed by 2 MiB pages.
-const streamOrderedChunk = 2 << 20
+// The stream-ordered model's layout, as testdata/gpu/mempool_layout.cu measured a CUDA memory pool
+// on an H200 (CUDA 13.0, driver 580): blocks are cut from one line of address space, each at the
+// start of the smallest free range that holds it, so a block may span the steps in which memory is
+// mapped; freed ranges merge with their neighbours.
+const (
+	// StreamOrderedStepBytes is the memory a CUDA pool maps at a time, and PolicyStreamOrdered's
+	// Map and Unmap calls: 32 MiB.
+	StreamOrderedStepBytes = 32 << 20
+	streamOrderedStep      = StreamOrderedStepBytes
+	// streamOrderedAddressSpace is the address space the model reserves at a time (1 TiB); a
+	// block larger than what is left takes a reservation of its own size.
+	streamOrderedAddressSpace = 1 << 40
+)
 
 // streamOrderedPool is PolicyStreamOrdered, a model of a cudaMallocAsync memory pool:
 //
-//   - A request is rounded up to the alignment and cut best-fit first from the blocks freed on
-//     its own stream (stream order makes them safe to reuse at once), then from free memory that
-//     a synchronization has made usable by every stream.
-//   - When nothing fits, the pool grows by a region of the block rounded up to 2 MiB.
-//   - Free puts the block on the freeing stream's own free list, merged with free neighbours of
-//     the same list and region.
-//   - Sync (a synchronization point) makes every freed block usable by every stream, merges
-//     them, and then returns regions that hold no live block to the Upstream, highest address
-//     first, while more than ReleaseThresholdBytes are reserved.
-//   - When the Upstream is out of memory, every region without a live block is released and the
-//     growth is tried once more, as the driver trims a pool before failing.
+//   - A request is rounded up to the alignment and placed best fit (smallest free range, lowest
+//     address) in the pool's address space; free memory past the last block is one range, so a
+//     request that fits nowhere else extends the pool at its end.
+//   - Memory is mapped from the Upstream (a Mapper) in 32 MiB steps: a block maps the steps it
+//     touches that are not mapped yet. Reserved memory is the mapped steps.
+//   - Free makes the block's range free at once, for every stream: CUDA's pools reuse memory
+//     freed on another stream by default (cudaMemPoolReuseAllowOpportunistic and
+//     ...InternalDependencies), and the measurement shows it.
+//   - Sync (a synchronization point) unmaps steps that hold no live block, highest address first,
+//     while more than ReleaseThresholdBytes are mapped.
+//   - When the Upstream is out of memory, every step without a live block is unmapped and the
+//     mapping tried once more, as the driver trims a pool before failing.
 type streamOrderedPool struct {
 	base
 	sp        *spans.Space
-	regions   *addrindex.Index[soRegion]
+	mapper    Mapper
+	vas       map[uint64]*soReservation // address reservations by base address
 	blocks    *addrindex.Index[block]
 	align     uint64
 	threshold uint64
-	empties   []uint64 // bases of regions that had no live block when last looked at (some may have one now)
-	pending   []pendingFree
-	skipped   []pendingFree // pending frees in regions being released
-	drop      []spans.Span  // the regions a trim releases
-	tagged    bool          // some free span may be on a stream's own list
+	idle      []soStepRef // steps that had no live block when last looked at (some may have one now)
+	mapErr    error       // why the Upstream is not a Mapper; Alloc fails with it
 }
 
-// pendingFree is a block freed since the last Alloc or Sync, not yet put on its stream's free
-// list: when a Sync comes first, it goes straight to the shared free memory. Either way the free
-// spans end up as they would have, since merging free neighbours does not depend on the order.
-type pendingFree struct {
-	node   int32
-	stream uint64
+// soReservation is one reservation of address space and the state of its 32 MiB steps.
+type soReservation struct {
+	addr, size uint64
+	head       int32    // its first node in sp
+	steps      []soStep // the steps from the first up to the highest ever touched
 }
 
-type soRegion struct {
-	size     uint64
-	live     int   // live blocks in it
-	head     int32 // its first node
-	dropping bool  // planned for release by the current trim
-	listed   bool  // in empties
+// soStep is one 32 MiB step of a reservation.
+type soStep struct {
+	live   uint32 // live blocks that touch it
+	mapped bool   // memory is mapped there
+	listed bool   // in the pool's idle list
+}
+
+// soStepRef names step i of the reservation at base.
+type soStepRef struct {
+	base uint64
+	i    int
 }
 
 func newStreamOrdered(cfg Config, up Upstream, o options) *streamOrderedPool {
 	p := &streamOrderedPool{
-		sp:      spans.NewSpace(),
-		regions: addrindex.New[soRegion](),
-		blocks:  addrindex.New[block](),
-		align:   cfg.alignment(),
+		sp:     spans.NewSpace(),
+		vas:    map[uint64]*soReservation{},
+		blocks: addrindex.New[block](),
+		align:  cfg.alignment(),
 	}
 	if cfg.StreamOrdered != nil {
 		p.threshold = cfg.StreamOrdered.ReleaseThresholdBytes
+	}
+	if m, ok := up.(Mapper); ok {
+		p.mapper = m
+	} else {
+		p.mapErr = fmt.Errorf("the stream-ordered model needs an upstream that maps pages (a pool.Mapper); %T is not one", up)
 	}
 	p.init(up, o)
 	return p
 }
 
-// Alloc returns a block from the stream's own freed blocks, the synchronized free memory, or a
-// new region.
+// Alloc places a block best fit, mapping the steps it touches that are not mapped.
 func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -79,23 +97,16 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 		return 0, err
 	}
 	blk := roundUp(max(size, 1), p.align)
-	p.settlePending()
-	id, ok := spans.NoNode, false
-	if p.tagged {
-		id, ok = p.sp.BestFit(true, stream, blk)
-	}
-	if !ok {
-		id, ok = p.sp.BestFit(false, 0, blk)
-	}
-	if ok {
-		p.sp.Take(id, blk)
-		p.regions.Get(p.sp.Node(id).Seg).live++
-	} else {
-		var err error
-		if id, err = p.grow(blk); err != nil {
-			p.c.failed()
-			return 0, fmt.Errorf("alloc %d bytes on stream %#x: %w", size, stream, err)
+	id, err := p.place(blk)
+	if err == nil {
+		n := *p.sp.Node(id)
+		if err = p.cover(p.vas[n.Seg], n.Addr, blk); err != nil {
+			p.sp.Release(id, false, 0)
 		}
+	}
+	if err != nil {
+		p.c.failed()
+		return 0, fmt.Errorf("alloc %d bytes on stream %#x: %w", size, stream, err)
 	}
 	n := p.sp.Node(id)
 	p.blocks.Put(n.Addr, block{req: size, size: blk, seg: n.Seg, stream: stream, node: id})
@@ -103,27 +114,121 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 	return n.Addr, nil
 }
 
-// grow adds a region for a block of blk bytes and returns the block's node, trimming empty
-// regions and retrying once when the Upstream is out of memory.
-func (p *streamOrderedPool) grow(blk uint64) (int32, error) {
-	n := roundUp(blk, streamOrderedChunk)
-	addr, err := p.up.reserve(n)
-	if err != nil && isOOM(err) {
-		p.planTrim(0)
-		if terr := p.trim(); terr != nil {
-			return spans.NoNode, terr
+// place takes blk bytes from the smallest free range that holds them, reserving more address
+// space when none does, and returns the block's node.
+func (p *streamOrderedPool) place(blk uint64) (int32, error) {
+	id, ok := p.sp.BestFit(false, 0, blk)
+	if !ok {
+		if p.mapErr != nil {
+			return spans.NoNode, p.mapErr
 		}
-		addr, err = p.up.reserve(n)
+		size := max(streamOrderedAddressSpace, roundUp(blk, streamOrderedStep))
+		addr, err := p.mapper.ReserveAddress(size)
+		if err != nil {
+			return spans.NoNode, fmt.Errorf("reserve %d bytes of address space: %w", size, err)
+		}
+		id = p.sp.AddSegment(addr, size, false, 0, spans.NodeFree)
+		p.vas[addr] = &soReservation{addr: addr, size: size, head: id}
 	}
-	if err != nil {
-		return spans.NoNode, err
-	}
-	id := p.sp.AddSegmentTaken(addr, n, blk)
-	p.regions.Put(addr, soRegion{size: n, head: id, live: 1})
+	p.sp.Take(id, blk)
 	return id, nil
 }
 
-// Free puts the block on the freeing stream's free list.
+// cover counts a new block of size bytes at addr in the steps it touches and maps those that are
+// not mapped, in runs. When that fails, nothing is left counted or newly mapped.
+func (p *streamOrderedPool) cover(r *soReservation, addr, size uint64) error {
+	first, last := r.stepsOf(addr, size)
+	for i := first; i <= last; i++ {
+		r.steps[i].live++
+	}
+	var mapped [][2]int
+	for i := first; i <= last; {
+		if r.steps[i].mapped {
+			i++
+			continue
+		}
+		j := i + 1
+		for j <= last && !r.steps[j].mapped {
+			j++
+		}
+		if err := p.mapSteps(r, i, j); err != nil {
+			p.uncover(r, first, last, mapped)
+			return err
+		}
+		mapped = append(mapped, [2]int{i, j})
+		i = j
+	}
+	return nil
+}
+
+// uncover takes back what a failed cover counted and mapped.
+func (p *streamOrderedPool) uncover(r *soReservation, first, last int, mapped [][2]int) {
+	for i := first; i <= last; i++ {
+		r.steps[i].live--
+	}
+	for _, run := range mapped {
+		// The memory was mapped a moment ago; were it refused back, the step would stay mapped
+		// and idle, and the next trim would try again.
+		if p.unmapSteps(r, run[0], run[1]) != nil {
+			for i := run[0]; i < run[1]; i++ {
+				p.listIdle(r, i)
+			}
+		}
+	}
+}
+
+// stepsOf returns the first and last step that [addr, addr+size) touches, growing r.steps to
+// hold them.
+func (r *soReservation) stepsOf(addr, size uint64) (int, int) {
+	first := int((addr - r.addr) / streamOrderedStep)
+	last := int((addr + size - 1 - r.addr) / streamOrderedStep)
+	if last >= len(r.steps) {
+		r.steps = append(r.steps, make([]soStep, last+1-len(r.steps))...)
+	}
+	return first, last
+}
+
+// mapSteps maps steps [i, j) of r; when the Upstream is out of memory it unmaps every idle step
+// and tries once more.
+func (p *streamOrderedPool) mapSteps(r *soReservation, i, j int) error {
+	addr, size := r.addr+uint64(i)*streamOrderedStep, uint64(j-i)*streamOrderedStep
+	err := p.up.mapPages(p.mapper, addr, size)
+	if err != nil && isOOM(err) {
+		if terr := p.trim(0); terr != nil {
+			return errors.Join(err, terr)
+		}
+		err = p.up.mapPages(p.mapper, addr, size)
+	}
+	if err != nil {
+		return err
+	}
+	for k := i; k < j; k++ {
+		r.steps[k].mapped = true
+	}
+	return nil
+}
+
+// unmapSteps unmaps steps [i, j) of r.
+func (p *streamOrderedPool) unmapSteps(r *soReservation, i, j int) error {
+	addr, size := r.addr+uint64(i)*streamOrderedStep, uint64(j-i)*streamOrderedStep
+	if err := p.up.unmapPages(p.mapper, addr, size); err != nil {
+		return err
+	}
+	for k := i; k < j; k++ {
+		r.steps[k].mapped = false
+	}
+	return nil
+}
+
+// listIdle puts step i of r on the idle list unless it is there.
+func (p *streamOrderedPool) listIdle(r *soReservation, i int) {
+	if !r.steps[i].listed {
+		r.steps[i].listed = true
+		p.idle = append(p.idle, soStepRef{base: r.addr, i: i})
+	}
+}
+
+// Free makes the block's range free for every stream.
 func (p *streamOrderedPool) Free(addr, stream uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -131,140 +236,85 @@ func (p *streamOrderedPool) Free(addr, stream uint64) error {
 	if err != nil {
 		return err
 	}
-	r := p.regions.Get(b.seg)
-	if r.live--; r.live == 0 && !r.listed {
-		r.listed = true
-		p.empties = append(p.empties, b.seg)
+	r := p.vas[b.seg]
+	first, last := r.stepsOf(addr, b.size)
+	for i := first; i <= last; i++ {
+		if r.steps[i].live--; r.steps[i].live == 0 {
+			p.listIdle(r, i)
+		}
 	}
-	p.pending = append(p.pending, pendingFree{node: b.node, stream: stream})
+	p.sp.Release(b.node, false, 0)
 	p.c.freed(b.req, b.size)
 	return nil
 }
 
-// Sync makes freed blocks usable by every stream and releases unused memory above the threshold.
-// Blocks freed in regions about to be released are not merged into the free memory first: the
-// outcome is the same, since spans never merge across regions.
+// Sync unmaps steps without a live block while more than the release threshold is mapped.
 func (p *streamOrderedPool) Sync() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return errClosed("sync")
 	}
-	p.planTrim(p.threshold)
-	p.settleShared()
-	err := p.trim()
-	if err != nil {
-		p.settleSkipped()
+	return p.trim(p.threshold)
+}
+
+// trim unmaps mapped steps without a live block, highest address first, while more than keep
+// bytes are mapped, and forgets the idle steps it no longer needs to look at.
+func (p *streamOrderedPool) trim(keep uint64) error {
+	if len(p.idle) == 0 || p.c.s.ReservedBytes <= keep {
+		return nil
 	}
-	// Tagged spans sort after untagged ones: take the first tagged span until none is left.
-	for p.tagged {
-		s, ok := p.sp.LowerBoundFree(spans.Span{Tagged: true})
-		if !ok || !s.Tagged {
-			break
+	idle := p.idle[:0]
+	for _, s := range p.idle {
+		st := &p.vas[s.base].steps[s.i]
+		if st.live == 0 && st.mapped {
+			idle = append(idle, s)
+		} else {
+			st.listed = false
 		}
-		p.sp.SetOwner(s.Node, false, 0)
 	}
-	p.tagged = false
-	return err
-}
-
-// settlePending puts the blocks freed since the last call on their streams' free lists.
-func (p *streamOrderedPool) settlePending() {
-	for _, f := range p.pending {
-		p.sp.Release(f.node, true, f.stream)
+	p.idle = idle
+	if keep > 0 {
+		slices.SortFunc(idle, func(a, b soStepRef) int { return cmp.Or(cmp.Compare(a.base, b.base), cmp.Compare(a.i, b.i)) })
 	}
-	p.tagged = p.tagged || len(p.pending) > 0
-	p.pending = p.pending[:0]
-}
-
-// settleShared puts the blocks freed since the last call into the free memory every stream
-// shares, except those in regions planned for release, which wait in p.skipped.
-func (p *streamOrderedPool) settleShared() {
-	for _, f := range p.pending {
-		if len(p.drop) > 0 && p.regions.Get(p.sp.Node(f.node).Seg).dropping {
-			p.skipped = append(p.skipped, f)
+	var errs []error
+	var kept []soStepRef // steps the Upstream refused to unmap
+	i := len(idle)
+	for i > 0 && p.c.s.ReservedBytes > keep {
+		i--
+		s := idle[i]
+		if err := p.unmapSteps(p.vas[s.base], s.i, s.i+1); err != nil {
+			errs, kept = append(errs, err), append(kept, s)
 			continue
 		}
-		p.sp.Release(f.node, false, 0)
+		p.vas[s.base].steps[s.i].listed = false
 	}
-	p.pending = p.pending[:0]
+	p.idle = append(idle[:i], kept...)
+	return errors.Join(errs...)
 }
 
-// settleSkipped settles the skipped blocks whose region is still held (a release failed).
-func (p *streamOrderedPool) settleSkipped() {
-	for _, f := range p.skipped {
-		if r := p.regions.Get(p.sp.Node(f.node).Seg); r != nil {
-			r.dropping = false
-			p.sp.Release(f.node, false, 0)
-		}
-	}
-	p.skipped = p.skipped[:0]
-}
-
-// planTrim lists in p.drop the regions without live blocks to release, highest address first,
-// while more than keep bytes would stay reserved, and marks them.
-func (p *streamOrderedPool) planTrim(keep uint64) {
-	p.drop = p.drop[:0]
-	reserved := p.c.s.ReservedBytes
-	if len(p.empties) == 0 || reserved <= keep {
-		return
-	}
-	idle := p.empties[:0]
-	for _, base := range p.empties {
-		if r := p.regions.Get(base); r.live == 0 {
-			idle = append(idle, base)
-		} else {
-			r.listed = false
-		}
-	}
-	p.empties = idle
-	if keep > 0 && len(idle) > 1 {
-		slices.Sort(idle)
-	}
-	for i := len(idle) - 1; i >= 0 && reserved > keep; i-- {
-		r := p.regions.Get(idle[i])
-		r.dropping = true
-		p.drop = append(p.drop, spans.Span{Addr: idle[i], Size: r.size})
-		reserved -= r.size
-	}
-}
-
-// trim releases the regions planTrim listed.
-func (p *streamOrderedPool) trim() error {
-	for i, e := range p.drop {
-		r, _ := p.regions.Take(e.Addr)
-		p.sp.DropSegment(r.head)
-		if err := p.up.release(e.Addr, e.Size); err != nil {
-			for _, rest := range p.drop[i+1:] {
-				p.regions.Get(rest.Addr).dropping = false
-			}
-			p.forgetDropped()
-			return err
-		}
-	}
-	p.forgetDropped()
-	p.skipped = p.skipped[:0]
-	return nil
-}
-
-// forgetDropped takes the regions released by trim off the list of empty regions.
-func (p *streamOrderedPool) forgetDropped() {
-	kept := p.empties[:0]
-	for _, base := range p.empties {
-		if p.regions.Get(base) != nil {
-			kept = append(kept, base)
-		}
-	}
-	p.empties = kept
-	p.drop = p.drop[:0]
-}
-
-// Close releases every region.
+// Close unmaps every mapped step and releases the address space.
 func (p *streamOrderedPool) Close() error {
 	return p.closeOnce(func() error {
 		var errs []error
-		for _, addr := range p.regions.SortedAddrs() {
-			errs = append(errs, p.up.release(addr, p.regions.Get(addr).size))
+		bases := make([]uint64, 0, len(p.vas))
+		for addr := range p.vas {
+			bases = append(bases, addr)
+		}
+		slices.Sort(bases)
+		for _, addr := range bases {
+			r := p.vas[addr]
+			for i := 0; i < len(r.steps); {
+				j := i
+				for j < len(r.steps) && r.steps[j].mapped {
+					j++
+				}
+				if j > i {
+					errs = append(errs, p.unmapSteps(r, i, j))
+				}
+				i = j + 1
+			}
+			errs = append(errs, p.mapper.ReleaseAddress(r.addr, r.size))
 		}
 		return errors.Join(errs...)
 	})

@@ -212,7 +212,7 @@ type Simulation struct {
 	UpstreamBytes     uint64  `json:"upstream_reserved_bytes"`
 	Failures          uint64  `json:"failures"`
 	Fallbacks         uint64  `json:"fallbacks"`
-	PageOps           uint64  `json:"page_ops"` // 2 MiB pages mapped, unmapped or moved while serving the trace
+	PageOps           uint64  `json:"page_ops"` // pages (2 MiB; the stream-ordered model's 32 MiB steps) mapped, unmapped or moved while serving the trace
 	PredictedCallNs   int64   `json:"predicted_call_ns"`
 	MeasuredCallNs    int64   `json:"measured_call_ns"`
 	TimeSavedNs       int64   `json:"time_saved_ns"`

@@ -279,7 +279,10 @@ func (t *textWriter) simulations(sims []model.Simulation) {
 	for _, s := range sims {
 		settings := s.Settings
 		if s.PageOps > 0 {
-			settings += fmt.Sprintf("; %s page operations", Count(s.PageOps))
+			settings += fmt.Sprintf("; %s page operation", Count(s.PageOps))
+			if s.PageOps != 1 {
+				settings += "s"
+			}
 		}
 		t.printf("  %-20s %s\n", s.Name, settings)
 		if s.Error != "" {

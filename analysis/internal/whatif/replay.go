@@ -56,7 +56,7 @@ func newReplayer(p Policy, capacity uint64, est Durations) *replayer {
 	if p.Unbounded {
 		capacity = 0
 	}
-	r := &replayer{up: newUpstream(capacity, est)}
+	r := &replayer{up: newUpstream(capacity, est, p.Config.Policy)}
 	r.out.Policy = p
 	up := r.up.up
 	if p.Deferred {

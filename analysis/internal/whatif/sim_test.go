@@ -135,7 +135,7 @@ func (panicky) Close() error                              { return nil }
 
 // TestPolicyPanicBecomesError: a policy that panics yields an error outcome, not a crash.
 func TestPolicyPanicBecomesError(t *testing.T) {
-	r := &replayer{alloc: panicky{}, feed: requests.NewFeeder(panicky{}), up: newUpstream(0, nil)}
+	r := &replayer{alloc: panicky{}, feed: requests.NewFeeder(panicky{}), up: newUpstream(0, nil, pool.PolicyRaw)}
 	r.out.Policy.Name = "broken"
 	x := requests.NewExtractor(requests.Device)
 	r.batch(opBatch{ops: x.Append(small(), nil), handles: x.Handles()})

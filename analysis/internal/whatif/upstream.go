@@ -25,10 +25,16 @@ type upstream struct {
 	predictedNs float64
 }
 
-func newUpstream(capacity uint64, est Durations) *upstream {
+// newUpstream returns the simulated memory of a policy. The stream-ordered model maps 32 MiB steps,
+// as CUDA's pools do inside cudaMallocAsync; how the driver maps a step is not known, so a step is
+// charged as one native allocation (or free) of its size, and counted as one page operation.
+func newUpstream(capacity uint64, est Durations, policy pool.Policy) *upstream {
 	// Each policy runs on one goroutine (forEachBatch): neither it nor its address space locks.
 	u := &upstream{}
 	opts := pool.MeterOptions{PageBytes: mapGranule}
+	if policy == pool.PolicyStreamOrdered {
+		opts.PageBytes = pool.StreamOrderedStepBytes
+	}
 	if est != nil {
 		opts.Cost = func(c pool.Call, size, n uint64) {
 			if c == pool.CallRelease {
