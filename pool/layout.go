@@ -285,7 +285,8 @@ func (p *torchPool) Layout() []Region {
 	return b.sorted()
 }
 
-// Layout lists the pool's regions; a block freed since the last Alloc or Sync is free memory.
+// Layout lists the pool's runs of mapped 32 MiB steps, one region each, with the blocks and free
+// memory in them; unmapped address space is left out.
 func (p *streamOrderedPool) Layout() []Region {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -299,10 +300,14 @@ func (p *streamOrderedPool) Layout() []Region {
 		}
 		return 0, false
 	}
-	for _, addr := range p.regions.SortedAddrs() {
-		r := p.regions.Get(addr)
-		i := b.open(Region{Base: addr, Size: r.size, Kind: RegionArena})
-		b.nodes(p.sp, r.head, []run{{addr, addr + r.size, i}}, live)
+	for _, base := range sortedKeys(p.vas) {
+		r := p.vas[base]
+		var runs []run
+		for _, m := range r.mappedRuns() {
+			lo, hi := base+uint64(m[0])*streamOrderedStep, base+uint64(m[1])*streamOrderedStep
+			runs = append(runs, run{lo, hi, b.open(Region{Base: lo, Size: hi - lo, Kind: RegionArena})})
+		}
+		b.nodes(p.sp, r.head, runs, live)
 	}
 	return b.regions
 }

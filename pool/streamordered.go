@@ -293,26 +293,30 @@ func (p *streamOrderedPool) trim(keep uint64) error {
 	return errors.Join(errs...)
 }
 
+// mappedRuns returns the runs [i, j) of r's mapped steps, in order.
+func (r *soReservation) mappedRuns() [][2]int {
+	var out [][2]int
+	for i := 0; i < len(r.steps); {
+		j := i
+		for j < len(r.steps) && r.steps[j].mapped {
+			j++
+		}
+		if j > i {
+			out = append(out, [2]int{i, j})
+		}
+		i = j + 1
+	}
+	return out
+}
+
 // Close unmaps every mapped step and releases the address space.
 func (p *streamOrderedPool) Close() error {
 	return p.closeOnce(func() error {
 		var errs []error
-		bases := make([]uint64, 0, len(p.vas))
-		for addr := range p.vas {
-			bases = append(bases, addr)
-		}
-		slices.Sort(bases)
-		for _, addr := range bases {
+		for _, addr := range sortedKeys(p.vas) {
 			r := p.vas[addr]
-			for i := 0; i < len(r.steps); {
-				j := i
-				for j < len(r.steps) && r.steps[j].mapped {
-					j++
-				}
-				if j > i {
-					errs = append(errs, p.unmapSteps(r, i, j))
-				}
-				i = j + 1
+			for _, m := range r.mappedRuns() {
+				errs = append(errs, p.unmapSteps(r, m[0], m[1]))
 			}
 			errs = append(errs, p.mapper.ReleaseAddress(r.addr, r.size))
 		}
