@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/allocscope/allocscope/pool/addrindex"
 	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
@@ -102,6 +103,19 @@ type run struct {
 // starts there (a block freed but not yet put back in its space: free memory).
 type liveFunc func(addr uint64) (req uint64, ok bool)
 
+// liveIn is the liveFunc of a policy's index of live blocks.
+func liveIn[B interface{ requested() uint64 }](blocks *addrindex.Index[B]) liveFunc {
+	return func(addr uint64) (uint64, bool) {
+		if blk := blocks.Get(addr); blk != nil {
+			return (*blk).requested(), true
+		}
+		return 0, false
+	}
+}
+
+func (b block) requested() uint64     { return b.req }
+func (b liveBlock) requested() uint64 { return b.req }
+
 // nodes adds the nodes of the segment of sp whose first node is head to the regions of runs
 // (ascending, disjoint, inside the segment), each node clipped to the runs it overlaps: used nodes
 // as live blocks, free ones as free blocks. Unmapped nodes hold no memory and are left out.
@@ -196,12 +210,7 @@ func (p *sizeClassPool) addSlots(b *layoutBuilder, i int, r region) {
 // plan) to the builder's region host, each region it reserved itself as a region, and its paged
 // address space as a region per run of mapped pages.
 func (a *arena) layout(b *layoutBuilder, host int) {
-	live := func(addr uint64) (uint64, bool) {
-		if lb := a.blocks.Get(addr); lb != nil {
-			return lb.req, true
-		}
-		return 0, false
-	}
+	live := liveIn(a.blocks)
 	for _, base := range sortedKeys(a.segs) {
 		s := a.segs[base]
 		var runs []run
@@ -258,12 +267,7 @@ func (p *torchPool) Layout() []Region {
 		return nil
 	}
 	var b layoutBuilder
-	live := func(addr uint64) (uint64, bool) {
-		if blk := p.blocks.Get(addr); blk != nil {
-			return blk.req, true
-		}
-		return 0, false
-	}
+	live := liveIn(p.blocks)
 	for _, addr := range sortedKeys(p.segments) {
 		seg := p.segments[addr]
 		sp := p.pools[poolIndex(seg.small)]
@@ -294,12 +298,7 @@ func (p *streamOrderedPool) Layout() []Region {
 		return nil
 	}
 	var b layoutBuilder
-	live := func(addr uint64) (uint64, bool) {
-		if blk := p.blocks.Get(addr); blk != nil {
-			return blk.req, true
-		}
-		return 0, false
-	}
+	live := liveIn(p.blocks)
 	for _, base := range sortedKeys(p.vas) {
 		r := p.vas[base]
 		var runs []run
