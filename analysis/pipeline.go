@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
@@ -314,8 +316,8 @@ func slackLimit(least, peakLive uint64) float64 {
 	return limit
 }
 
-// arenaProbes is how many fixed arena sizes fitArena tries per pass and placement strategy;
-// arenaRounds is how many passes it makes, each narrowing the range between the largest size
+// arenaProbes is how many fixed arena sizes fitArena tries per round and placement strategy;
+// arenaRounds is how many rounds it makes, each narrowing the range between the largest size
 // that failed and the smallest that served everything.
 const (
 	arenaProbes = 8
@@ -381,8 +383,9 @@ func contenders(sizings []whatif.Sizing, peakLive uint64) []int {
 // fitArenas shrinks the arena of every contender (indexes into sizings) to the smallest single
 // region (to 2 MiB) that serves its large requests without growing (whatif.FitArena), when that is
 // smaller than the grown best-fit arena's peak, searching every placement strategy (pool.Fits) of
-// every contender in the same passes. It returns each candidate's strategy that needs the least,
-// pool.FitBest on a tie and for the others.
+// every contender in the same rounds: over the large requests' ops read once into memory
+// (extractLarge), or re-reading the trace every round when they would not fit. It returns each
+// candidate's strategy that needs the least, pool.FitBest on a tie and for the others.
 func fitArenas(open opener, stream requests.Layer, plans []sizeclass.Plan, sizings []whatif.Sizing, which []int,
 	peakLive uint64, opts Options) ([]pool.Fit, error) {
 	searches := make([][]arenaSearch, len(sizings))
@@ -393,8 +396,14 @@ func fitArenas(open opener, stream requests.Layer, plans []sizeclass.Plan, sizin
 				hi: sizings[c].ArenaPeakReservedBytes, served: f == pool.FitBest})
 		}
 	}
+	large, err := extractLarge(open, stream, plans, which, opts)
+	if err != nil {
+		return nil, err
+	}
 	for range arenaRounds {
-		if err := arenaRound(open, stream, plans, searches, opts); err != nil {
+		if large != nil {
+			arenaRoundInMemory(large, plans, searches)
+		} else if err := arenaRound(open, stream, plans, searches, opts); err != nil {
 			return nil, err
 		}
 		prune(searches, sizings, peakLive)
@@ -482,4 +491,78 @@ func arenaRound(open opener, stream requests.Layer, plans []sizeclass.Plan, sear
 		probes = probes[counts[i]:]
 	}
 	return nil
+}
+
+// maxLargeOpsBytes bounds the memory fitArenas keeps the large requests' ops in; beyond it every
+// round re-reads the trace (arenaRound).
+const maxLargeOpsBytes = 256 << 20
+
+// extractLarge reads, in one pass, the ops of the requests above the least threshold of the
+// contenders (which) into memory, for every round's probes of every contender. It returns nil
+// when there is no contender or the ops would take more than maxLargeOpsBytes.
+func extractLarge(open opener, stream requests.Layer, plans []sizeclass.Plan, which []int,
+	opts Options) (*whatif.LargeOps, error) {
+	if len(which) == 0 {
+		return nil, nil
+	}
+	th := plans[which[0]].Threshold
+	for _, c := range which {
+		th = min(th, plans[c].Threshold)
+	}
+	var large *whatif.LargeOps
+	err := open.pass(nil, func(src Source) (err error) {
+		large, err = whatif.ExtractLarge(src, stream, th, maxLargeOpsBytes, progress(opts, "arena "+opts.input))
+		return err
+	})
+	if errors.Is(err, whatif.ErrLargeOpsBudget) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("arena fit: %w", err)
+	}
+	return large, nil
+}
+
+// arenaRoundInMemory is arenaRound over the large ops held in memory: each search tries its sizes
+// in ascending order and stops at the first that serves everything, the only results narrow reads;
+// each probe stops at its first failure. The searches run in parallel.
+func arenaRoundInMemory(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]arenaSearch) {
+	jobs := make(chan func())
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for job := range jobs {
+				job()
+			}
+		})
+	}
+	for c := range searches {
+		for i := range searches[c] {
+			a, th := &searches[c][i], plans[c].Threshold
+			jobs <- func() { a.probeInMemory(large, th) }
+		}
+	}
+	close(jobs)
+	wg.Wait()
+}
+
+// probeInMemory makes the probes of one round of the search over large's ops and narrows it by
+// them: the sizes up to the first that serves every request above threshold.
+func (a *arenaSearch) probeInMemory(large *whatif.LargeOps, threshold uint64) {
+	sizes := a.sizes()
+	if len(sizes) == 0 {
+		return // as arenaRound: a search with nothing to try is left as it is
+	}
+	tried := make([]whatif.ArenaProbe, 0, len(sizes))
+	for _, b := range sizes {
+		p := whatif.ArenaProbe{Threshold: threshold, Bytes: b, Fit: a.fit}
+		if !large.Serves(p) {
+			p.Failures = 1 // at least one: narrow reads only whether it is 0
+		}
+		tried = append(tried, p)
+		if p.Failures == 0 {
+			break // narrow reads nothing beyond the first size that serves
+		}
+	}
+	a.narrow(tried)
 }
