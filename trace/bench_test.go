@@ -148,9 +148,13 @@ func BenchmarkReadColumns(b *testing.B) {
 }
 
 // BenchmarkImportSnapshot measures the PyTorch snapshot importer on the real kvcache
-// snapshot (70814 history entries); one op is one whole import.
+// snapshot (70814 history entries); one op is one whole import. ALLOCSCOPE_BENCH_SNAPSHOT names
+// another snapshot to import instead (e.g. a large synthetic one).
 func BenchmarkImportSnapshot(b *testing.B) {
-	const path = "../testdata/torch/kvcache.caching.snapshot.pickle.gz"
+	path := "../testdata/torch/kvcache.caching.snapshot.pickle.gz"
+	if p := os.Getenv("ALLOCSCOPE_BENCH_SNAPSHOT"); p != "" {
+		path = p
+	}
 	n := 0
 	for i := 0; i < b.N; i++ {
 		r, err := Open(path)

@@ -2,7 +2,9 @@ package trace
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/nlpodyssey/gopickle/pickle"
 	"github.com/nlpodyssey/gopickle/types"
@@ -117,17 +120,22 @@ func (r *Reader) openSnapshot(in readAtSeeker, size int64, closer io.Closer) err
 	if err != nil {
 		return err
 	}
-	if err := scanPickle(data); err != nil {
-		return err
-	}
-	var root any
-	err = catch(func() (err error) {
-		u := pickle.NewUnpickler(bytes.NewReader(data))
-		root, err = u.Load()
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("pickle: %w", err)
+	// fastUnpickle checks every length against data as it goes: when it succeeds, scanPickle
+	// would have found nothing wrong. Otherwise scanPickle reports what is malformed, or
+	// gopickle decodes what the fast decoder leaves to it (same value or same error as before).
+	root, ok := fastUnpickle(data, len(data)/64)
+	if !ok {
+		if err := scanPickle(data); err != nil {
+			return err
+		}
+		err = catch(func() (err error) {
+			u := pickle.NewUnpickler(bytes.NewReader(data))
+			root, err = u.Load()
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("pickle: %w", err)
+		}
 	}
 	imp := snapshotImporter{r: r}
 	events, err := imp.convert(root)
@@ -167,19 +175,55 @@ func readSnapshotBytes(in readAtSeeker, size int64) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("byte offset 0: %s header: %w", kind, err)
 	}
-	var buf bytes.Buffer
-	got, err := io.Copy(&buf, io.LimitReader(z, maxSnapshotBytes+1))
+	data, err := readAllHint(io.LimitReader(z, maxSnapshotBytes+1), decompressedSizeHint(in, size, kind == "gzip"))
+	got := int64(len(data))
 	if err != nil {
 		return nil, fmt.Errorf("%s data, after %d decompressed bytes: %w", kind, got, err)
 	}
 	if got > maxSnapshotBytes {
 		return nil, fmt.Errorf("%s data decompresses to more than %d bytes", kind, maxSnapshotBytes)
 	}
-	data := buf.Bytes()
 	if len(data) == 0 || data[0] != pickleProto {
 		return nil, fmt.Errorf("%s data is not a pickle (first bytes %q)", kind, clip(data, 16))
 	}
 	return data, nil
+}
+
+// decompressedSizeHint guesses the decompressed size of a compressed snapshot of size bytes, to
+// allocate its buffer once: a gzip file's trailer holds it (modulo 4 GiB, for the last member),
+// believed up to deflate's largest ratio (1032:1) so that a corrupt trailer cannot make a small
+// file allocate much; otherwise four times the compressed size.
+func decompressedSizeHint(in io.ReaderAt, size int64, isGzip bool) int {
+	hint := min(4*size, maxSnapshotBytes)
+	if isGzip && size >= 18 {
+		var tail [4]byte
+		if n, _ := in.ReadAt(tail[:], size-4); n == 4 {
+			isize := int64(binary.LittleEndian.Uint32(tail[:]))
+			if isize >= size/2 && isize <= min(1032*size, maxSnapshotBytes) {
+				hint = isize
+			}
+		}
+	}
+	return int(hint)
+}
+
+// readAllHint reads r to EOF into a buffer first sized hint+1 bytes (so that reading exactly
+// hint bytes needs no growth to see EOF).
+func readAllHint(r io.Reader, hint int) ([]byte, error) {
+	buf := make([]byte, 0, max(hint, 512)+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grow
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 // sliceSource serves events held in memory in batches of maxBatch.
@@ -210,6 +254,10 @@ type snapshotImporter struct {
 	skipped   map[string]int // unknown actions and how often they occurred
 	callsites callsites
 	frames    []Frame // the stack being read, reused
+	// stacks maps the addresses of a "frames" list's dicts (stackKey, reused) to the list's
+	// Event.Callsite, for the stacks read so far; the decoded values stay alive meanwhile.
+	stacks   map[string]uint64
+	stackKey []byte
 }
 
 func (imp *snapshotImporter) convert(root any) ([]Event, error) {
@@ -258,7 +306,12 @@ func (imp *snapshotImporter) convertTraces(v any, snap *Snapshot) ([]Event, erro
 	if !ok {
 		return nil, fmt.Errorf(`device_traces: %s, want a list`, pyType(v))
 	}
-	var events []Event
+	total := 0
+	for _, dv := range devices {
+		entries, _ := asList(dv)
+		total += len(entries)
+	}
+	events := make([]Event, 0, total)
 	for dev, dv := range devices {
 		entries, ok := asList(dv)
 		if !ok {
@@ -278,12 +331,16 @@ func (imp *snapshotImporter) convertTraces(v any, snap *Snapshot) ([]Event, erro
 	}
 	// Device lists are concatenated in device order; a stable sort by time keeps list order
 	// (then device order) among equal times.
-	sort.SliceStable(events, func(i, j int) bool { return events[i].TimeNs < events[j].TimeNs })
+	if !slices.IsSortedFunc(events, compareTime) {
+		slices.SortStableFunc(events, compareTime)
+	}
 	for i := range events {
 		events[i].Seq = uint64(i)
 	}
 	return events, nil
 }
+
+func compareTime(a, b Event) int { return cmp.Compare(a.TimeNs, b.TimeNs) }
 
 // torchActions maps a trace entry's action to the event it becomes.
 var torchActions = map[string]Event{
@@ -321,9 +378,7 @@ func (imp *snapshotImporter) convertEntry(v any) (e Event, keep bool, err error)
 		case "stream":
 			e.Stream, err = uintField(key, kv.Value)
 		case "frames":
-			if imp.frames, err = convertFrames(kv.Value, imp.frames); err == nil && len(imp.frames) > 0 {
-				e.Callsite = imp.intern(imp.frames)
-			}
+			e.Callsite, err = imp.stack(kv.Value)
 		case "time_us":
 			var t uint64
 			t, err = uintField(key, kv.Value)
@@ -408,9 +463,7 @@ func (imp *snapshotImporter) convertBlocks(list []any) ([]SnapshotBlock, error) 
 			case "state":
 				b.State, _ = kv.Value.(string)
 			case "frames":
-				if imp.frames, err = convertFrames(kv.Value, imp.frames); err == nil && len(imp.frames) > 0 {
-					b.Callsite = imp.intern(imp.frames)
-				}
+				b.Callsite, err = imp.stack(kv.Value)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("blocks[%d]: %w", j, err)
@@ -419,6 +472,46 @@ func (imp *snapshotImporter) convertBlocks(list []any) ([]SnapshotBlock, error) 
 		blocks = append(blocks, b)
 	}
 	return blocks, nil
+}
+
+// stack returns the Event.Callsite of a "frames" value, 0 for an empty stack. Snapshots share
+// the frame dicts among stacks (the pickle memo), so a stack made of frame dicts already seen
+// in that order gives its id without reading its frames again; the decoded values are not
+// modified while they are converted, so the same dicts mean the same frames.
+func (imp *snapshotImporter) stack(v any) (uint64, error) {
+	l, isList := v.(*types.List)
+	if isList {
+		key := imp.stackKey[:0]
+		for _, item := range *l {
+			d, ok := item.(*types.Dict)
+			if !ok {
+				isList = false // read it the long way, which reports the error
+				break
+			}
+			key = binary.LittleEndian.AppendUint64(key, uint64(uintptr(unsafe.Pointer(d))))
+		}
+		imp.stackKey = key
+		if isList {
+			if id, ok := imp.stacks[string(key)]; ok {
+				return id, nil
+			}
+		}
+	}
+	var err error
+	if imp.frames, err = convertFrames(v, imp.frames); err != nil {
+		return 0, err
+	}
+	var id uint64
+	if len(imp.frames) > 0 {
+		id = imp.intern(imp.frames)
+	}
+	if isList {
+		if imp.stacks == nil {
+			imp.stacks = map[string]uint64{}
+		}
+		imp.stacks[string(imp.stackKey)] = id
+	}
+	return id, nil
 }
 
 // intern keeps a stack and returns its Event.Callsite value.
