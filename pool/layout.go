@@ -158,6 +158,19 @@ func heldRuns(sp *spans.Space, head int32) [][2]uint64 {
 	return out
 }
 
+// layout is every policy's Layout: under the lock, nil once the allocator is closed, else the
+// regions fill adds, by address.
+func (p *base) layout(fill func(b *layoutBuilder)) []Region {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	var b layoutBuilder
+	fill(&b)
+	return b.sorted()
+}
+
 // sorted returns the regions by base address.
 func (b *layoutBuilder) sorted() []Region {
 	slices.SortFunc(b.regions, func(x, y Region) int { return cmp.Compare(x.Base, y.Base) })
@@ -168,26 +181,21 @@ func (b *layoutBuilder) sorted() []Region {
 // grew by, and the arena's own regions or runs of mapped pages. A block freed by FreeDeferred is
 // live until the next synchronization.
 func (p *sizeClassPool) Layout() []Region {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	var b layoutBuilder
-	host := -1
-	for _, r := range p.regions {
-		kind := RegionSlab
-		if r.plan {
-			kind = RegionPlan
+	return p.layout(func(b *layoutBuilder) {
+		host := -1
+		for _, r := range p.regions {
+			kind := RegionSlab
+			if r.plan {
+				kind = RegionPlan
+			}
+			i := b.open(Region{Base: r.addr, Size: r.size, Kind: kind})
+			if r.plan {
+				host = i
+			}
+			p.addSlots(b, i, r)
 		}
-		i := b.open(Region{Base: r.addr, Size: r.size, Kind: kind})
-		if r.plan {
-			host = i
-		}
-		p.addSlots(&b, i, r)
-	}
-	p.arena.layout(&b, host)
-	return b.sorted()
+		p.arena.layout(b, host)
+	})
 }
 
 // addSlots adds the slots of the slabs in region r to the builder's region i.
@@ -248,81 +256,61 @@ func (g *pager) mappedRuns() [][2]uint64 {
 
 // Layout lists the arena's regions.
 func (p *bestFitPool) Layout() []Region {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	var b layoutBuilder
-	p.arena.layout(&b, -1)
-	return b.sorted()
+	return p.layout(func(b *layoutBuilder) {
+		p.arena.layout(b, -1)
+	})
 }
 
 // Layout lists the segments of both pools, an expandable segment by its runs of mapped pages, as
 // torch.cuda.memory_snapshot() lists them.
 func (p *torchPool) Layout() []Region {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	var b layoutBuilder
-	live := liveIn(p.blocks)
-	for _, addr := range sortedKeys(p.segments) {
-		seg := p.segments[addr]
-		sp := p.pools[poolIndex(seg.small)]
-		meta := Region{Kind: RegionLarge, Stream: seg.stream, Expandable: seg.expandable}
-		if seg.small {
-			meta.Kind = RegionSmall
+	return p.layout(func(b *layoutBuilder) {
+		live := liveIn(p.blocks)
+		for _, addr := range sortedKeys(p.segments) {
+			seg := p.segments[addr]
+			sp := p.pools[poolIndex(seg.small)]
+			meta := Region{Kind: RegionLarge, Stream: seg.stream, Expandable: seg.expandable}
+			if seg.small {
+				meta.Kind = RegionSmall
+			}
+			held := [][2]uint64{{addr, addr + seg.size}}
+			if seg.expandable {
+				held = heldRuns(sp, seg.head)
+			}
+			runs := make([]run, len(held))
+			for i, h := range held {
+				meta.Base, meta.Size = h[0], h[1]-h[0]
+				runs[i] = run{h[0], h[1], b.open(meta)}
+			}
+			b.nodes(sp, seg.head, runs, live)
 		}
-		held := [][2]uint64{{addr, addr + seg.size}}
-		if seg.expandable {
-			held = heldRuns(sp, seg.head)
-		}
-		runs := make([]run, len(held))
-		for i, h := range held {
-			meta.Base, meta.Size = h[0], h[1]-h[0]
-			runs[i] = run{h[0], h[1], b.open(meta)}
-		}
-		b.nodes(sp, seg.head, runs, live)
-	}
-	return b.sorted()
+	})
 }
 
 // Layout lists the pool's runs of mapped 32 MiB steps, one region each, with the blocks and free
 // memory in them; unmapped address space is left out.
 func (p *streamOrderedPool) Layout() []Region {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	var b layoutBuilder
-	live := liveIn(p.blocks)
-	for _, base := range sortedKeys(p.vas) {
-		r := p.vas[base]
-		var runs []run
-		for _, m := range r.mappedRuns() {
-			lo, hi := base+uint64(m[0])*streamOrderedStep, base+uint64(m[1])*streamOrderedStep
-			runs = append(runs, run{lo, hi, b.open(Region{Base: lo, Size: hi - lo, Kind: RegionArena})})
+	return p.layout(func(b *layoutBuilder) {
+		live := liveIn(p.blocks)
+		for _, base := range sortedKeys(p.vas) {
+			r := p.vas[base]
+			var runs []run
+			for _, m := range r.mappedRuns() {
+				lo, hi := base+uint64(m[0])*streamOrderedStep, base+uint64(m[1])*streamOrderedStep
+				runs = append(runs, run{lo, hi, b.open(Region{Base: lo, Size: hi - lo, Kind: RegionArena})})
+			}
+			b.nodes(p.sp, r.head, runs, live)
 		}
-		b.nodes(p.sp, r.head, runs, live)
-	}
-	return b.regions
+	})
 }
 
 // Layout lists every live block as a region of its own.
 func (p *rawPool) Layout() []Region {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	var b layoutBuilder
-	for _, addr := range p.blocks.SortedAddrs() {
-		blk := p.blocks.Get(addr)
-		i := b.open(Region{Base: addr, Size: blk.size, Kind: RegionBlock})
-		b.add(i, addr, blk.size, true, blk.req, 0)
-	}
-	return b.regions
+	return p.layout(func(b *layoutBuilder) {
+		for _, addr := range p.blocks.SortedAddrs() {
+			blk := p.blocks.Get(addr)
+			i := b.open(Region{Base: addr, Size: blk.size, Kind: RegionBlock})
+			b.add(i, addr, blk.size, true, blk.req, 0)
+		}
+	})
 }
