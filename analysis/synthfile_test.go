@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/analysis/internal/synth"
+	"github.com/allocscope/allocscope/internal/tracetest"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -84,19 +85,8 @@ func TestArrowFileAnalyzesAsEvents(t *testing.T) {
 		for _, e := range events {
 			funcs = append(funcs, e.Function)
 		}
-		w, err := trace.Create(path, trace.Info{Source: trace.SourceAllocscope}, trace.WithBatchRows(4096),
+		tracetest.Write(t, path, trace.Info{Source: trace.SourceAllocscope}, events, trace.WithBatchRows(4096),
 			trace.WithFunctions(funcs...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range events {
-			if err := w.Write(&events[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
 		file := Input{Name: name, Open: func() (Source, error) { return trace.Open(path) }}
 		memory := Input{Name: name, Open: func() (Source, error) { return &fakeSource{events: events, batch: 1000}, nil }}
 		got, want := analyzeJSON(t, file), analyzeJSON(t, memory)

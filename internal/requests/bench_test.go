@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/allocscope/allocscope/internal/tracetest"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -14,18 +15,7 @@ var extractFile = flag.String("extract.file", "", "BenchmarkCountFile reads the 
 func writeEvents(tb testing.TB, events []trace.Event, batchRows int) string {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "run.arrow")
-	w, err := trace.Create(path, trace.Info{Source: trace.SourceAllocscope}, trace.WithBatchRows(batchRows))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for i := range events {
-		if err := w.Write(&events[i]); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		tb.Fatal(err)
-	}
+	tracetest.Write(tb, path, trace.Info{Source: trace.SourceAllocscope}, events, trace.WithBatchRows(batchRows))
 	return path
 }
 

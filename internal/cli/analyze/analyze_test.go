@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allocscope/allocscope/internal/tracetest"
 	"github.com/allocscope/allocscope/internal/version"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
@@ -17,10 +18,6 @@ import (
 func writeTrace(t *testing.T, dir string) string {
 	t.Helper()
 	path := filepath.Join(dir, "t.arrow")
-	w, err := trace.Create(path, trace.Info{Source: "allocscope", Command: []string{"test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	events := []trace.Event{
 		{Op: trace.OpAlloc, Address: 0x1000, Size: 1000},
 		{Op: trace.OpAlloc, Address: 0x2000, Size: 3 << 20},
@@ -34,13 +31,8 @@ func writeTrace(t *testing.T, dir string) string {
 		if e.Op == trace.OpFree {
 			e.Function = "cudaFree"
 		}
-		if err := w.Write(e); err != nil {
-			t.Fatal(err)
-		}
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	tracetest.Write(t, path, trace.Info{Source: "allocscope", Command: []string{"test"}}, events)
 	return path
 }
 

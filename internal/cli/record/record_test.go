@@ -14,6 +14,7 @@ import (
 
 	"github.com/allocscope/allocscope/analysis"
 	"github.com/allocscope/allocscope/internal/testcuda"
+	"github.com/allocscope/allocscope/internal/tracetest"
 	"github.com/allocscope/allocscope/internal/version"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -262,18 +263,7 @@ func TestRecordCallsitesOfRebuiltFiles(t *testing.T) {
 		}
 	}
 	again := tempPath(t, "rebuilt.arrow")
-	w, err := trace.Create(again, info)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range events {
-		if err := w.Write(&events[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	tracetest.Write(t, again, info, events)
 	r2, err := trace.Open(again)
 	if err != nil {
 		t.Fatal(err)
