@@ -185,14 +185,7 @@ func TestSignalForwarding(t *testing.T) {
 // leak_small and leak_large, at the lines of their cudaMalloc calls.
 func TestRecordNamesCallsites(t *testing.T) {
 	env := testcuda.Build(t)
-	out := tempPath(t, "leaky.arrow")
-	if code, _, stderr := runMain(t, "-q", "-o", out, "--shim", env.Shim, "--", env.Prog("leaky")); code != 0 {
-		t.Fatalf("exit %d, stderr %q", code, stderr)
-	}
-	r, err := trace.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, r := recordOpen(t, env, "leaky.arrow", env.Prog("leaky"))
 	defer r.Close()
 	if len(r.Info().Modules) == 0 {
 		t.Fatal("the trace has no modules")
@@ -221,15 +214,8 @@ func TestRecordNamesCallsites(t *testing.T) {
 // carries its file's build ID.
 func TestRecordNamesCallsitesOfUnloadedLibraries(t *testing.T) {
 	env := testcuda.Build(t)
-	out := tempPath(t, "plugin.arrow")
 	lib := env.Preload("plugin")
-	if code, _, stderr := runMain(t, "-q", "-o", out, "--shim", env.Shim, "--", env.Prog("plugin"), lib); code != 0 {
-		t.Fatalf("exit %d, stderr %q", code, stderr)
-	}
-	r, err := trace.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := recordOpen(t, env, "plugin.arrow", env.Prog("plugin"), lib)
 	defer r.Close()
 	names := mallocCallsites(t, r)
 	if len(names) != 1 || !strings.HasPrefix(names[0], "plugin_alloc+0x") || !strings.HasSuffix(names[0], " (libplugin.so)") {
@@ -246,14 +232,7 @@ func TestRecordNamesCallsitesOfUnloadedLibraries(t *testing.T) {
 // its symbols, which would lie: the callsite says so.
 func TestRecordCallsitesOfRebuiltFiles(t *testing.T) {
 	env := testcuda.Build(t)
-	out := tempPath(t, "leaky.arrow")
-	if code, _, stderr := runMain(t, "-q", "-o", out, "--shim", env.Shim, "--", env.Prog("leaky")); code != 0 {
-		t.Fatalf("exit %d, stderr %q", code, stderr)
-	}
-	r, err := trace.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := recordOpen(t, env, "leaky.arrow", env.Prog("leaky"))
 	info := r.Info()
 	events := readAll(t, r)
 	r.Close()
@@ -307,4 +286,20 @@ func mallocCallsites(t *testing.T, r *trace.Reader) []string {
 		}
 	}
 	return names
+}
+
+// recordOpen records the program (command line cmd) quietly under env's shim into a trace named
+// name in t's temp dir, and returns the trace's path and an open reader of it.
+func recordOpen(t *testing.T, env *testcuda.Env, name string, cmd ...string) (string, *trace.Reader) {
+	t.Helper()
+	out := tempPath(t, name)
+	args := append([]string{"-q", "-o", out, "--shim", env.Shim, "--"}, cmd...)
+	if code, _, stderr := runMain(t, args...); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	r, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, r
 }
