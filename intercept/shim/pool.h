@@ -26,11 +26,65 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* ---- growable arrays on mmap -------------------------------------------------------------------- */
+/* ---- the pool's book: its bookkeeping in one mapping ------------------------------------------- */
+
+/* A pool keeps its tables in one mapping sized for its plan, on huge pages where the kernel gives
+ * them (a served call then finds every table through one TLB entry, not one per table), and touched
+ * when the pool is made, so that no request pays for a page's first use. A table that outgrows it
+ * moves to a mapping of its own. */
+struct cp_book {
+	char *base;
+	size_t size, used;
+};
+
+#define CP_BOOK_ALIGN (2ull << 20)
+#define CP_LINE 64
+
+/* cp_book_open maps a book of at least bytes: 0, or -1 when there is none (tables then get
+ * mappings of their own). */
+static int cp_book_open(struct cp_book *b, size_t bytes) {
+	size_t size = (bytes + CP_BOOK_ALIGN - 1) & ~(CP_BOOK_ALIGN - 1);
+	char *m = mmap(NULL, size + CP_BOOK_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return -1;
+	char *base = (char *)(((uintptr_t)m + CP_BOOK_ALIGN - 1) & ~(uintptr_t)(CP_BOOK_ALIGN - 1));
+	if (base > m)
+		munmap(m, (size_t)(base - m));
+	munmap(base + size, (size_t)(m + CP_BOOK_ALIGN - base));
+#ifdef MADV_HUGEPAGE
+	madvise(base, size, MADV_HUGEPAGE);
+#endif
+	for (size_t o = 0; o < bytes; o += 4096) /* every page the plan uses, now */
+		((volatile char *)base)[o] = 0;
+	*b = (struct cp_book){base, size, 0};
+	return 0;
+}
+
+/* cp_book_take lends bytes of b (line-aligned), or NULL when it has no room (or b is NULL). */
+static void *cp_book_take(struct cp_book *b, size_t bytes) {
+	if (b == NULL || b->base == NULL)
+		return NULL;
+	size_t n = (bytes + CP_LINE - 1) & ~(size_t)(CP_LINE - 1);
+	if (n > b->size - b->used)
+		return NULL;
+	void *p = b->base + b->used;
+	b->used += n;
+	return p;
+}
+
+static void cp_book_close(struct cp_book *b) {
+	if (b->base != NULL)
+		munmap(b->base, b->size);
+	b->base = NULL;
+}
+
+/* ---- growable arrays, in the book or on mmap ----------------------------------------------------- */
 
 struct cp_vec {
 	void *data;
 	size_t len, cap, elem;
+	struct cp_book *book; /* where to grow first; NULL: own mappings only */
+	int lent;             /* data lies in the book */
 };
 
 static int cp_vec_reserve(struct cp_vec *v, size_t n) {
@@ -39,21 +93,25 @@ static int cp_vec_reserve(struct cp_vec *v, size_t n) {
 	size_t cap = v->cap ? v->cap : 64;
 	while (cap < n)
 		cap *= 2;
+	void *p = cp_book_take(v->book, cap * v->elem);
+	int lent = p != NULL;
 	/* populated: one call maps every page now, instead of a page fault per page inside requests */
-	void *p = mmap(NULL, cap * v->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED)
+	if (!lent && (p = mmap(NULL, cap * v->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+			       -1, 0)) == MAP_FAILED)
 		return -1;
 	if (v->data != NULL) {
 		memcpy(p, v->data, v->len * v->elem);
-		munmap(v->data, v->cap * v->elem);
+		if (!v->lent)
+			munmap(v->data, v->cap * v->elem);
 	}
 	v->data = p;
 	v->cap = cap;
+	v->lent = lent;
 	return 0;
 }
 
 static void cp_vec_free(struct cp_vec *v) {
-	if (v->data != NULL)
+	if (v->data != NULL && !v->lent)
 		munmap(v->data, v->cap * v->elem);
 	v->data = NULL;
 	v->len = v->cap = 0;
@@ -104,15 +162,17 @@ struct cp_stats {
 struct cp_slab {
 	uint64_t base, end, size;
 	int cls;
+	int lent;              /* the slab lies in the pool's book */
 	uint64_t nslots, used; /* slots handed out at least once, in address order */
 	struct cp_vec req;     /* per slot: requested bytes + 1 while live, 0 while free */
 };
 
-struct cp_slot { struct cp_slab *sl; uint64_t slot; };
+/* A free slot: its address and its requested-bytes word, so that handing it out reads nothing else. */
+struct cp_slot { uint64_t addr; uint64_t *req; };
 
-/* An entry of the slab index: the slabs' address ranges side by side, so that finding the slab of an
- * address reads a few cache lines of one array, not a page per slab. */
-struct cp_slab_ref { uint64_t base, end; struct cp_slab *sl; };
+/* An entry of the slab index: what a free needs of the slab of an address, so that finding it reads
+ * the bases (a separate array, eight to a cache line), then this entry, not the slab. */
+struct cp_slab_ref { uint64_t base, end, size; uint64_t *req; struct cp_slab *sl; int cls; };
 
 struct cp_stream_lists { uint64_t stream; struct cp_vec free[CP_MAX_CLASSES]; };
 
@@ -138,6 +198,7 @@ struct cp_pool {
 	/* what every request reads first, together at the start */
 	int closed;
 	int no_grow;            /* growths fail with CP_WOULD_GROW (uncounted) */
+	struct cp_vec bases;    /* uint64_t: the slabs' bases, sorted, beside slabs */
 	struct cp_vec slabs;    /* struct cp_slab_ref, sorted by base */
 	struct cp_vec deferred; /* struct cp_deferred: blocks freed while the device may still use them */
 	struct cp_stats s, peak;
@@ -154,6 +215,7 @@ struct cp_pool {
 	size_t nlive;
 	int32_t recycled;
 	uint64_t arena_total, grow_min, allocs_seen;
+	struct cp_book book;   /* where the tables above lie */
 };
 
 struct cp_deferred { uint64_t addr, stream; };
@@ -374,7 +436,7 @@ static inline size_t cp_hash(uint64_t addr, size_t mask) {
 static int cp_live_grow(struct cp_pool *p) {
 	struct cp_vec old = p->live;
 	size_t cap = old.len ? old.len * 2 : 1024;
-	struct cp_vec nv = {NULL, 0, 0, sizeof(struct cp_live)};
+	struct cp_vec nv = {NULL, 0, 0, sizeof(struct cp_live), &p->book, 0};
 	if (cp_vec_reserve(&nv, cap) != 0)
 		return -1;
 	nv.len = cap;
@@ -537,6 +599,20 @@ static int cp_arena_free(struct cp_pool *p, uint64_t addr, uint64_t stream, uint
 	return 1;
 }
 
+/* cp_prefetch asks for the lines of p that every request reads (the head, the counters, the class
+ * sizes) at once, so that after a program's own code evicted them their misses overlap instead of
+ * following one another. */
+static inline void cp_prefetch(const struct cp_pool *p) {
+	const char *h = (const char *)p;
+	__builtin_prefetch(h, 1);
+	__builtin_prefetch(h + 64, 1);
+	__builtin_prefetch(&p->s, 1);
+	__builtin_prefetch((const char *)&p->s + 64, 1);
+	__builtin_prefetch(&p->cfg.threshold);
+	__builtin_prefetch(&p->cfg.class_size[0]);
+	__builtin_prefetch(&p->cfg.class_size[8]);
+}
+
 /* ---- the classes ---------------------------------------------------------------------------------- */
 
 static int cp_class_for(struct cp_pool *p, uint64_t size) {
@@ -555,11 +631,13 @@ static int cp_class_for(struct cp_pool *p, uint64_t size) {
 
 static int cp_add_slab(struct cp_pool *p, int ci, uint64_t addr, uint64_t n) {
 	struct cp_class *c = &p->classes[ci];
-	struct cp_slab *sl = mmap(NULL, sizeof *sl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (sl == MAP_FAILED)
+	struct cp_slab *sl = cp_book_take(&p->book, sizeof *sl);
+	int lent = sl != NULL;
+	if (!lent && (sl = mmap(NULL, sizeof *sl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED)
 		return -1;
-	*sl = (struct cp_slab){addr, addr + n * c->size, c->size, ci, n, 0, {NULL, 0, 0, sizeof(uint64_t)}};
-	if (cp_vec_reserve(&sl->req, n) != 0 || cp_vec_reserve(&p->slabs, p->slabs.len + 1) != 0)
+	*sl = (struct cp_slab){addr, addr + n * c->size, c->size, ci, lent, n, 0, {NULL, 0, 0, sizeof(uint64_t), &p->book, 0}};
+	if (cp_vec_reserve(&sl->req, n) != 0 || cp_vec_reserve(&p->slabs, p->slabs.len + 1) != 0 ||
+	    cp_vec_reserve(&p->bases, p->bases.len + 1) != 0)
 		return -1;
 	sl->req.len = n;
 	size_t at = 0;
@@ -567,17 +645,23 @@ static int cp_add_slab(struct cp_pool *p, int ci, uint64_t addr, uint64_t n) {
 		at++;
 	struct cp_slab_ref *s = (struct cp_slab_ref *)p->slabs.data;
 	memmove(s + at + 1, s + at, (p->slabs.len - at) * sizeof *s);
-	s[at] = (struct cp_slab_ref){sl->base, sl->end, sl};
+	s[at] = (struct cp_slab_ref){sl->base, sl->end, sl->size, (uint64_t *)sl->req.data, sl, ci};
 	p->slabs.len++;
+	uint64_t *b = (uint64_t *)p->bases.data;
+	memmove(b + at + 1, b + at, (p->bases.len - at) * sizeof *b);
+	b[at] = sl->base;
+	p->bases.len++;
 	c->fresh = sl;
 	return 0;
 }
 
-static struct cp_slab *cp_slab_for(struct cp_pool *p, uint64_t addr) {
-	size_t lo = 0, hi = p->slabs.len;
+/* cp_slab_for returns the index entry of the slab that holds addr, or NULL. */
+static struct cp_slab_ref *cp_slab_for(struct cp_pool *p, uint64_t addr) {
+	const uint64_t *b = (const uint64_t *)p->bases.data;
+	size_t lo = 0, hi = p->bases.len;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		if (CP_AT(&p->slabs, struct cp_slab_ref, mid).base <= addr)
+		if (b[mid] <= addr)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -585,7 +669,14 @@ static struct cp_slab *cp_slab_for(struct cp_pool *p, uint64_t addr) {
 	if (lo == 0)
 		return NULL;
 	struct cp_slab_ref *r = &CP_AT(&p->slabs, struct cp_slab_ref, lo - 1);
-	return addr < r->end ? r->sl : NULL;
+	return addr < r->end ? r : NULL;
+}
+
+/* cp_slot_word returns the requested-bytes word of the slot of r that starts at addr, or NULL when
+ * no slot starts there. */
+static inline uint64_t *cp_slot_word(const struct cp_slab_ref *r, uint64_t addr) {
+	uint64_t off = addr - r->base, slot = off / r->size;
+	return slot * r->size == off ? &r->req[slot] : NULL;
 }
 
 /* cp_stream_lists returns the per-stream free lists of stream, made when create is set. */
@@ -599,7 +690,7 @@ static struct cp_stream_lists *cp_stream(struct cp_pool *p, uint64_t stream, int
 	memset(l, 0, sizeof *l);
 	l->stream = stream;
 	for (int i = 0; i < CP_MAX_CLASSES; i++)
-		l->free[i].elem = sizeof(struct cp_slot);
+		l->free[i].elem = sizeof(struct cp_slot), l->free[i].book = &p->book;
 	return l;
 }
 
@@ -629,7 +720,8 @@ static int cp_pop(struct cp_pool *p, int ci, uint64_t stream, struct cp_slot *ou
 		return 1;
 	struct cp_slab *f = c->fresh;
 	if (f != NULL && f->used < f->nslots) {
-		*out = (struct cp_slot){f, f->used++};
+		uint64_t slot = f->used++;
+		*out = (struct cp_slot){f->base + slot * f->size, &CP_AT(&f->req, uint64_t, slot)};
 		return 1;
 	}
 	return 0;
@@ -686,6 +778,37 @@ static int cp_presize(struct cp_pool *p) {
 	return p->cfg.arena_bytes > 0 && p->live.len == 0 ? cp_live_grow(p) : 0;
 }
 
+/* cp_vec_cap is the capacity cp_vec_reserve gives a table for n entries. */
+static size_t cp_vec_cap(size_t n) {
+	size_t cap = 64;
+	while (cap < n)
+		cap *= 2;
+	return cap;
+}
+
+#define CP_LINES(n) (((size_t)(n) + CP_LINE - 1) & ~(size_t)(CP_LINE - 1))
+
+/* cp_book_bytes is what the tables of cfg's plan take (cp_init and cp_presize), with room for some
+ * growth. */
+static size_t cp_book_bytes(const struct cp_config *cfg) {
+	size_t b = 0, slots = 0, slabs = 0;
+	for (int i = 0; i < cfg->nclasses && i < CP_MAX_CLASSES; i++) {
+		size_t n = cfg->class_slots[i];
+		if (n == 0)
+			continue;
+		slots += n, slabs++;
+		b += CP_LINES(sizeof(struct cp_slab)) + CP_LINES(cp_vec_cap(n) * sizeof(uint64_t)) +
+		     CP_LINES(cp_vec_cap(n) * sizeof(struct cp_slot));
+	}
+	b += CP_LINES(cp_vec_cap(slabs) * sizeof(struct cp_slab_ref)) + CP_LINES(cp_vec_cap(slabs) * sizeof(uint64_t));
+	b += CP_LINES(cp_vec_cap(1) * sizeof(struct cp_region)) * 2;
+	b += CP_LINES(cp_vec_cap(slots + 64) * sizeof(struct cp_deferred));
+	b += CP_LINES(cp_vec_cap(64) * sizeof(struct cp_node)) + CP_LINES(cp_vec_cap(64) * sizeof(int32_t));
+	if (cfg->arena_bytes > 0)
+		b += CP_LINES(1024 * sizeof(struct cp_live));
+	return b + b / 4 + (64 << 10);
+}
+
 /* cp_init builds the pool of cfg over up and reserves its plan: CP_OK or an error (the pool is then
  * not usable; cp_close gives back what it reserved). */
 static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_upstream up) {
@@ -693,24 +816,27 @@ static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_ups
 	p->cfg = *cfg;
 	p->up = up;
 	p->recycled = CP_NIL;
-	p->slabs.elem = sizeof(struct cp_slab_ref);
-	p->regions.elem = sizeof(struct cp_region);
-	p->streams.elem = sizeof(struct cp_stream_lists);
-	p->nodes.elem = sizeof(struct cp_node);
-	p->order.elem = sizeof(int32_t);
-	p->owned.elem = sizeof(struct cp_region);
-	p->live.elem = sizeof(struct cp_live);
-	p->deferred.elem = sizeof(struct cp_deferred);
+	struct {
+		struct cp_vec *v;
+		size_t elem;
+	} vecs[] = {{&p->slabs, sizeof(struct cp_slab_ref)}, {&p->bases, sizeof(uint64_t)},
+		    {&p->regions, sizeof(struct cp_region)}, {&p->streams, sizeof(struct cp_stream_lists)},
+		    {&p->nodes, sizeof(struct cp_node)}, {&p->order, sizeof(int32_t)},
+		    {&p->owned, sizeof(struct cp_region)}, {&p->live, sizeof(struct cp_live)},
+		    {&p->deferred, sizeof(struct cp_deferred)}};
+	for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+		vecs[i].v->elem = vecs[i].elem, vecs[i].v->book = &p->book;
 	if (p->cfg.align == 0)
 		p->cfg.align = 512;
 	if (p->cfg.nclasses < 0 || p->cfg.nclasses > CP_MAX_CLASSES)
 		return CP_ERR;
+	cp_book_open(&p->book, cp_book_bytes(cfg)); /* without one, every table maps its own pages */
 	uint64_t total = cp_round(cfg->arena_bytes, p->cfg.align);
 	for (int i = 0; i < cfg->nclasses; i++) {
 		struct cp_class *c = &p->classes[i];
 		c->size = cfg->class_size[i];
 		c->grow_slots = cfg->grow_slots ? cfg->grow_slots : (CP_DEFAULT_GROW_BYTES / c->size ? CP_DEFAULT_GROW_BYTES / c->size : 1);
-		c->free.elem = sizeof(struct cp_slot);
+		c->free.elem = sizeof(struct cp_slot), c->free.book = &p->book;
 		total += c->size * cfg->class_slots[i];
 	}
 	if (p->cfg.threshold == 0 && cfg->nclasses > 0)
@@ -800,9 +926,9 @@ static int cp_alloc_now(struct cp_pool *p, uint64_t size, uint64_t stream, uint6
 		}
 		cp_pop(p, ci, stream, &s);
 	}
-	CP_AT(&s.sl->req, uint64_t, s.slot) = size + 1;
+	*s.req = size + 1;
 	cp_allocated(p, size, p->classes[ci].size);
-	*addr = s.sl->base + s.slot * s.sl->size;
+	*addr = s.addr;
 	return CP_OK;
 }
 
@@ -812,19 +938,18 @@ static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
 	if (p->closed)
 		return CP_CLOSED;
 	uint64_t req, blk;
-	struct cp_slab *sl = cp_slab_for(p, addr);
+	struct cp_slab_ref *sl = cp_slab_for(p, addr);
 	if (sl == NULL) {
 		if (!cp_arena_free(p, addr, stream, &req, &blk))
 			return CP_UNKNOWN;
 	} else {
-		uint64_t off = addr - sl->base, slot = off / sl->size;
-		uint64_t *r = &CP_AT(&sl->req, uint64_t, slot);
-		if (slot * sl->size != off || *r == 0)
+		uint64_t *r = cp_slot_word(sl, addr);
+		if (r == NULL || *r == 0)
 			return CP_UNKNOWN;
 		req = (*r & ~CP_PENDING_BIT) - 1;
 		blk = sl->size;
 		*r = 0;
-		struct cp_slot s = {sl, slot};
+		struct cp_slot s = {addr, r};
 		struct cp_vec *list = &p->classes[sl->cls].free;
 		if (p->cfg.per_stream) {
 			struct cp_stream_lists *l = cp_stream(p, stream, 1);
@@ -845,7 +970,7 @@ static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
  * device may still use it): CP_OK, CP_PENDING when it is marked already (a double free), CP_UNKNOWN
  * when no live block of the pool starts at addr. cp_free takes a marked block back. */
 static int cp_mark_pending(struct cp_pool *p, uint64_t addr) {
-	struct cp_slab *sl = cp_slab_for(p, addr);
+	struct cp_slab_ref *sl = cp_slab_for(p, addr);
 	if (sl == NULL) {
 		struct cp_live *e = cp_live_find(p, addr);
 		if (e == NULL)
@@ -855,9 +980,8 @@ static int cp_mark_pending(struct cp_pool *p, uint64_t addr) {
 		e->pending = 1;
 		return CP_OK;
 	}
-	uint64_t off = addr - sl->base, slot = off / sl->size;
-	uint64_t *r = &CP_AT(&sl->req, uint64_t, slot);
-	if (slot * sl->size != off || *r == 0)
+	uint64_t *r = cp_slot_word(sl, addr);
+	if (r == NULL || *r == 0)
 		return CP_UNKNOWN;
 	if (*r & CP_PENDING_BIT)
 		return CP_PENDING;
@@ -881,7 +1005,7 @@ static int cp_defer_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
 /* cp_lookup finds the block that starts at addr: CP_OK (live, *req its requested bytes), CP_PENDING
  * (freed, deferred), CP_UNKNOWN (no block of the pool starts there). */
 static int cp_lookup(struct cp_pool *p, uint64_t addr, uint64_t *req) {
-	struct cp_slab *sl = cp_slab_for(p, addr);
+	struct cp_slab_ref *sl = cp_slab_for(p, addr);
 	if (sl == NULL) {
 		struct cp_live *e = cp_live_find(p, addr);
 		if (e == NULL)
@@ -889,9 +1013,9 @@ static int cp_lookup(struct cp_pool *p, uint64_t addr, uint64_t *req) {
 		*req = e->req;
 		return e->pending ? CP_PENDING : CP_OK;
 	}
-	uint64_t off = addr - sl->base, slot = off / sl->size;
-	uint64_t r = CP_AT(&sl->req, uint64_t, slot);
-	if (slot * sl->size != off || r == 0)
+	const uint64_t *w = cp_slot_word(sl, addr);
+	uint64_t r = w != NULL ? *w : 0;
+	if (r == 0)
 		return CP_UNKNOWN;
 	*req = (r & ~CP_PENDING_BIT) - 1;
 	return r & CP_PENDING_BIT ? CP_PENDING : CP_OK;
@@ -917,17 +1041,19 @@ static int cp_close(struct cp_pool *p) {
 	for (size_t i = 0; i < p->slabs.len; i++) {
 		struct cp_slab *sl = CP_AT(&p->slabs, struct cp_slab_ref, i).sl;
 		cp_vec_free(&sl->req);
-		munmap(sl, sizeof *sl);
+		if (!sl->lent)
+			munmap(sl, sizeof *sl);
 	}
 	for (int i = 0; i < p->cfg.nclasses; i++)
 		cp_vec_free(&p->classes[i].free);
 	for (size_t i = 0; i < p->streams.len; i++)
 		for (int c = 0; c < CP_MAX_CLASSES; c++)
 			cp_vec_free(&CP_AT(&p->streams, struct cp_stream_lists, i).free[c]);
-	struct cp_vec *vecs[] = {&p->slabs, &p->regions, &p->streams, &p->nodes, &p->order, &p->owned, &p->live,
+	struct cp_vec *vecs[] = {&p->bases, &p->slabs, &p->regions, &p->streams, &p->nodes, &p->order, &p->owned, &p->live,
 				 &p->deferred};
 	for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
 		cp_vec_free(vecs[i]);
+	cp_book_close(&p->book);
 	return err;
 }
 

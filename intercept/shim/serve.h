@@ -404,12 +404,24 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
 	return err;
 }
 
+/* serve_prefetch asks for what a served call reads of the first pool in pools (a process's only
+ * one, mostly) before the call needs it: see cp_prefetch. */
+static inline void serve_prefetch(uint64_t pools) {
+	if (pools == 0)
+		return;
+	struct served *s = &g_served[__builtin_ctzll(pools)];
+	__builtin_prefetch(s, 1);
+	cp_prefetch(&s->pool);
+}
+
 /* serve_alloc serves size bytes on the current device for a call on stream st into *addr: 1, or 0
  * when the call is to go to CUDA. A runtime call on a thread with no current context is served on
  * device 0, where the runtime puts such a thread, when device 0 has a pool already. */
 static int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_t *addr) {
 	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || size == 0)
 		return 0;
+	__builtin_prefetch(&g_ctx_epoch);
+	serve_prefetch(__atomic_load_n(&g_sv.pools, __ATOMIC_RELAXED));
 	int d = t_serving ? -1 : current_device();
 	if (d < 0 && runtime && !t_serving && __atomic_load_n(&g_served[0].state, __ATOMIC_ACQUIRE) == 1)
 		d = 0; /* a thread's first runtime call: the runtime binds it to device 0, whose pool exists */
@@ -460,7 +472,9 @@ static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
 		return 0;
 	int taken = 0;
 	t_serving = 1;
-	for (uint64_t m = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE); m != 0 && !taken; m &= m - 1) {
+	uint64_t pools = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE);
+	serve_prefetch(pools);
+	for (uint64_t m = pools; m != 0 && !taken; m &= m - 1) {
 		struct served *s = &g_served[__builtin_ctzll(m)];
 		pthread_mutex_lock(&s->mu);
 		taken = serve_give_back(s, addr, st, result);
