@@ -38,7 +38,7 @@ func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.
 
 func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 	sc := rec.config.SizeClass
-	p := &model.SizeClassPlan{Alignment: sizeclass.Alignment, LargeThreshold: sc.LargeThreshold,
+	p := &model.SizeClassPlan{Alignment: pool.DefaultAlignment, LargeThreshold: sc.LargeThreshold,
 		ThresholdRule: sizeclass.ThresholdRule, Thresholds: rec.splits,
 		DistinctSizes: rec.plan.DistinctSizes, K: rec.plan.K, KRule: sizeclass.KRule,
 		ClassBytes: rec.classBytes(), LargePeakLiveBytes: rec.sizing.LargePeakLiveBytes,
@@ -142,10 +142,10 @@ func equivalents(sims []model.Simulation, torch *model.TorchSearch) *pool.Equiva
 		}
 		switch s.Name {
 		case "bestfit":
-			eq.RMMInitialPoolBytes = alignUp(s.PeakReservedBytes, mib)
-			eq.RMMMaximumPoolBytes = alignUp(uint64(float64(eq.RMMInitialPoolBytes)*rmmHeadroom), mib)
+			eq.RMMInitialPoolBytes = pool.AlignUp(s.PeakReservedBytes, mib)
+			eq.RMMMaximumPoolBytes = pool.AlignUp(uint64(float64(eq.RMMInitialPoolBytes)*rmmHeadroom), mib)
 		case "stream-ordered-keep":
-			eq.CudaMemPoolReleaseThreshold = alignUp(s.PeakReservedBytes, mib)
+			eq.CudaMemPoolReleaseThreshold = pool.AlignUp(s.PeakReservedBytes, mib)
 		}
 	}
 	return eq

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/internal/units"
@@ -149,14 +148,5 @@ func poolRows(before, after *trace.PoolActivity) [][4]string {
 	return rows
 }
 
-// dur prints ns rounded to a readable unit.
-func dur(ns int64) string {
-	d := time.Duration(ns)
-	switch {
-	case d >= time.Second:
-		return d.Round(time.Millisecond).String()
-	case d >= time.Millisecond:
-		return d.Round(time.Microsecond).String()
-	}
-	return d.String()
-}
+// dur writes ns as analyze's reports do (units.FormatDuration, GoRounded).
+func dur(ns int64) string { return units.FormatDuration(float64(ns), units.GoRounded) }

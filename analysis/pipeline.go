@@ -341,7 +341,7 @@ func (a *arenaSearch) sizes() []uint64 {
 		return nil
 	}
 	for j := uint64(1); j <= arenaProbes; j++ {
-		s := alignUp(a.lo+(a.hi-a.lo)*j/(arenaProbes+1), 2*mib)
+		s := pool.AlignUp(a.lo+(a.hi-a.lo)*j/(arenaProbes+1), 2*mib)
 		if s > a.lo && s < a.hi && (len(sizes) == 0 || s > sizes[len(sizes)-1]) {
 			sizes = append(sizes, s)
 		}
@@ -392,7 +392,7 @@ func fitArenas(open opener, stream requests.Layer, plans []sizeclass.Plan, sizin
 	for _, c := range which {
 		for _, f := range pool.Fits {
 			searches[c] = append(searches[c], arenaSearch{fit: f,
-				lo: alignUp(sizings[c].LargePeakLiveBytes, 2*mib) - 2*mib,
+				lo: pool.AlignUp(sizings[c].LargePeakLiveBytes, 2*mib) - 2*mib,
 				hi: sizings[c].ArenaPeakReservedBytes, served: f == pool.FitBest})
 		}
 	}

@@ -65,7 +65,7 @@ func analyzeRanks(inputs []Input, perFile []*model.TraceReport, combined *model.
 			return rk, err
 		}
 		sc := *cfg.SizeClass
-		sc.ArenaBytes = alignUp(sc.ArenaBytes+extra, pool.DefaultAlignment)
+		sc.ArenaBytes = pool.AlignUp(sc.ArenaBytes+extra, pool.DefaultAlignment)
 		cfg.SizeClass = &sc
 	}
 	rk.Config, rk.Fits = cfg, allServed(rk.Rows)
@@ -108,7 +108,7 @@ func sharedConfig(inputs []Input, perFile []*model.TraceReport, base *pool.Confi
 		}
 	}
 	for _, sz := range sizings { // the arena's fragmentation, if any, is added by verifyShared
-		sc.ArenaBytes = max(sc.ArenaBytes, alignUp(sz.LargePeakLiveBytes, pool.DefaultAlignment))
+		sc.ArenaBytes = max(sc.ArenaBytes, pool.AlignUp(sz.LargePeakLiveBytes, pool.DefaultAlignment))
 	}
 	cfg := *base
 	cfg.SizeClass, cfg.Prediction, cfg.Equivalents = &sc, nil, nil

@@ -45,7 +45,7 @@ func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing whatif
 	headroom = max(headroom, 1)
 	arena := uint64(math.Ceil(float64(sizing.ArenaPeakReservedBytes) * headroom))
 	sc := &pool.SizeClassConfig{LargeThreshold: plan.Threshold,
-		ArenaBytes: alignUp(arena, pool.DefaultAlignment), PerStream: perStream}
+		ArenaBytes: pool.AlignUp(arena, pool.DefaultAlignment), PerStream: perStream}
 	if fit != pool.FitBest {
 		sc.ArenaFit = fit
 	}
@@ -55,7 +55,7 @@ func recommend(name string, st *stats.Result, plan sizeclass.Plan, sizing whatif
 	}
 	return &recommendation{trace: name, st: st, plan: plan, sizing: sizing,
 		config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicySizeClass,
-			Alignment: sizeclass.Alignment, SizeClass: sc}}
+			Alignment: pool.DefaultAlignment, SizeClass: sc}}
 }
 
 // orderedStreams returns the number of distinct streams on which requests were stream-ordered:
@@ -116,7 +116,7 @@ func (r *recommendation) growArena(o whatif.Outcome) (whatif.Policy, bool) {
 		return whatif.Policy{}, false
 	}
 	sc := *r.config.SizeClass
-	sc.ArenaBytes = alignUp(sc.ArenaBytes+extra, pool.DefaultAlignment)
+	sc.ArenaBytes = pool.AlignUp(sc.ArenaBytes+extra, pool.DefaultAlignment)
 	r.config.SizeClass = &sc
 	return r.policy(), true
 }
@@ -139,7 +139,7 @@ func (r *recommendation) pagedPolicy() (whatif.Policy, bool) {
 		r.sizing.LargePeakLiveBytes == 0 {
 		return whatif.Policy{}, false
 	}
-	sc.ArenaBytes = alignUp(max(sizeclass.PagedAddressFactor*r.sizing.LargePeakLiveBytes, sc.ArenaBytes), sizeclass.PageBytes)
+	sc.ArenaBytes = pool.AlignUp(max(sizeclass.PagedAddressFactor*r.sizing.LargePeakLiveBytes, sc.ArenaBytes), sizeclass.PageBytes)
 	sc.ArenaPaging = &pool.ArenaPaging{PageBytes: sizeclass.PageBytes,
 		BudgetBytes: (ceiling - classes) / sizeclass.PageBytes * sizeclass.PageBytes}
 	cfg := r.config
@@ -186,7 +186,7 @@ func whatIfPolicies(rec *recommendation, st *stats.Result, capacity uint64) []wh
 	bestfit := cfg(pool.PolicyBestFit)
 	// RMM's pool: one best-fit coalescing arena for every request, first region the recommended
 	// pool's size (growing on demand beyond it).
-	bestfit.BestFit = &pool.BestFitConfig{InitialBytes: alignUp(rec.classBytes()+rec.config.SizeClass.ArenaBytes, 2*mib)}
+	bestfit.BestFit = &pool.BestFitConfig{InitialBytes: pool.AlignUp(rec.classBytes()+rec.config.SizeClass.ArenaBytes, 2*mib)}
 	ordered := cfg(pool.PolicyStreamOrdered)
 	ordered.StreamOrdered = &pool.StreamOrderedConfig{}
 	keep := cfg(pool.PolicyStreamOrdered)
@@ -237,5 +237,3 @@ const minMaxSplitMB = 32
 
 // allocConf writes a PyTorchConfig as a PYTORCH_CUDA_ALLOC_CONF value, "(defaults)" for none.
 func allocConf(t pool.PyTorchConfig) string { return render.ConfOrDefaults(t.AllocConf()) }
-
-func alignUp(v, a uint64) uint64 { return (v + a - 1) / a * a }

@@ -118,7 +118,7 @@ func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit F
 		owned:     make(map[uint64]uint64),
 		segs:      make(map[uint64]arenaSpace),
 		align:     align,
-		growMin:   roundUp(growMin, align),
+		growMin:   AlignUp(growMin, align),
 		maximum:   maximum,
 		perStream: perStream,
 	}
@@ -162,7 +162,7 @@ func (a *arena) reserveInitial(size uint64) error {
 
 // alloc returns the address of a block of at least size bytes for stream, and its size.
 func (a *arena) alloc(size, stream uint64) (addr, blk uint64, err error) {
-	blk = roundUp(max(size, 1), a.align)
+	blk = AlignUp(max(size, 1), a.align)
 	id, ok := a.find(blk, stream)
 	if !ok {
 		if err := a.grow(blk); err != nil {

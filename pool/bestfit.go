@@ -17,7 +17,7 @@ func newBestFit(cfg Config, up Upstream, o options) (*bestFitPool, error) {
 	p.init(up, o)
 	p.arena = newArena(&p.up, cfg.alignment(), bf.GrowBytes, bf.MaximumBytes, false, bf.Fit)
 	if bf.InitialBytes > 0 {
-		if err := p.arena.reserveInitial(roundUp(bf.InitialBytes, cfg.alignment())); err != nil {
+		if err := p.arena.reserveInitial(AlignUp(bf.InitialBytes, cfg.alignment())); err != nil {
 			return nil, fmt.Errorf("reserve the initial %d bytes: %w", bf.InitialBytes, err)
 		}
 	}

@@ -37,6 +37,16 @@ const ConfigVersion = 1
 // of PyTorch's allocator and a multiple of cudaMalloc's 256-byte alignment.
 const DefaultAlignment = 512
 
+// AlignUp rounds n up to a multiple of align, which must be above 0: AlignUp(1000,
+// DefaultAlignment) is 1024. A power of two (an alignment, a page) costs a mask, any other align a
+// division. Like n + align - 1, the result wraps past the largest uint64.
+func AlignUp(n, align uint64) uint64 {
+	if align&(align-1) == 0 {
+		return (n + align - 1) &^ (align - 1)
+	}
+	return (n + align - 1) / align * align
+}
+
 // DefaultGrowBytes is the size a class grows by when SizeClassConfig.GrowSlots is 0 (the class
 // grows by as many slots as fit in it, at least one): 2 MiB, cudaMalloc's granularity.
 const DefaultGrowBytes = 2 << 20

@@ -197,3 +197,23 @@ func buildable(cfg Config) bool {
 	}
 	return slots < 1<<16
 }
+
+func TestAlignUp(t *testing.T) {
+	for _, c := range []struct{ n, align, want uint64 }{
+		{0, DefaultAlignment, 0},
+		{1, DefaultAlignment, 512},
+		{512, DefaultAlignment, 512},
+		{513, DefaultAlignment, 1024},
+		{1000, DefaultAlignment, 1024},
+		{3<<20 + 1, 2 << 20, 4 << 20},
+		{1, 1, 1},
+		{7, 3, 9}, // not a power of two: a division
+		{9, 3, 9},
+		{1<<40 + 1, 1e9, 1100000000000},
+		{1<<64 - 1, 512, 0}, // wraps, as n + align - 1 does
+	} {
+		if got := AlignUp(c.n, c.align); got != c.want {
+			t.Errorf("AlignUp(%d, %d) = %d, want %d", c.n, c.align, got, c.want)
+		}
+	}
+}

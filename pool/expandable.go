@@ -89,7 +89,7 @@ func (p *torchPool) hasAddressSpace(sp *spans.Space, c int32, need uint64) bool 
 func (p *torchPool) mapBlock(small bool, u int32, size uint64) (int32, bool, error) {
 	sp := p.pools[poolIndex(small)]
 	un := *sp.Node(u)
-	n := min(roundUpAny(size, pageSize(small)), un.Size)
+	n := min(AlignUp(size, pageSize(small)), un.Size)
 	if err := p.up.mapPages(p.mapper, un.Addr, n); err != nil {
 		if isOOM(err) {
 			return spans.NoNode, false, nil
@@ -108,7 +108,7 @@ func (p *torchPool) unmapBlock(small bool, id int32) error {
 	sp := p.pools[poolIndex(small)]
 	s := sp.Node(id).Span
 	page := pageSize(small)
-	begin := s.Seg + roundUpAny(s.Addr-s.Seg, page)
+	begin := s.Seg + AlignUp(s.Addr-s.Seg, page)
 	end := s.Seg + (s.End()-s.Seg)/page*page
 	if begin >= end {
 		return nil

@@ -116,9 +116,9 @@ func newPyTorch(cfg Config, up Upstream, o options) (*torchPool, error) {
 			return nil, fmt.Errorf("expandable_segments needs an upstream that maps pages (a pool.Mapper); %T is not one", up)
 		}
 		p.mapper = m
-		p.vaSize = roundUpAny(torchAddressSpace, torchLargeBuffer)
+		p.vaSize = AlignUp(torchAddressSpace, torchLargeBuffer)
 		if pc.CapacityBytes > 0 {
-			p.vaSize = roundUpAny(pc.CapacityBytes+pc.CapacityBytes/8, torchLargeBuffer)
+			p.vaSize = AlignUp(pc.CapacityBytes+pc.CapacityBytes/8, torchLargeBuffer)
 		}
 	}
 	return p, nil
@@ -132,7 +132,7 @@ func (p *torchPool) roundSize(size uint64) uint64 {
 	if d := p.divisions[roundupBucket(size)]; d > 1 && size > torchMinBlock*d {
 		return roundupPower2Division(size, d)
 	}
-	return roundUp(size, torchMinBlock)
+	return AlignUp(size, torchMinBlock)
 }
 
 // roundupPower2Division rounds size up to the next of divisions equal steps between the powers
@@ -161,7 +161,7 @@ func allocationSize(size uint64) uint64 {
 	case size < torchMinLargeAlloc:
 		return torchLargeBuffer
 	}
-	return roundUp(size, torchRoundLarge)
+	return AlignUp(size, torchRoundLarge)
 }
 
 // Alloc follows PyTorch's malloc: search the pool, else allocate a segment, else free cached

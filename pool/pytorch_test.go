@@ -109,7 +109,7 @@ func TestPyTorchRoundupPower2Divisions(t *testing.T) {
 }
 
 func TestPyTorchExpandableSegments(t *testing.T) {
-	va := roundUpAny(torchAddressSpace, torchLargeBuffer)
+	va := AlignUp(torchAddressSpace, torchLargeBuffer)
 	v1, v2 := uint64(SimBase), SimBase+va // the small pool's segment, the large pool's
 	up := NewSimUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{ExpandableSegments: true}), up, []step{

@@ -27,7 +27,7 @@ func (p *rawPool) Alloc(size, stream uint64) (uint64, error) {
 	if err := p.admit(size); err != nil {
 		return 0, err
 	}
-	blk := roundUp(max(size, 1), p.align)
+	blk := AlignUp(max(size, 1), p.align)
 	addr, err := p.up.reserve(blk)
 	if err != nil {
 		p.c.failed()

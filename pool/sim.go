@@ -66,7 +66,7 @@ func NewSimUpstream(capacity, granularity uint64, opts ...Option) *SimUpstream {
 		mu:          optionalMutex{off: collect(opts).singleGoroutine},
 		capacity:    capacity,
 		granularity: granularity,
-		top:         roundUpAny(SimBase, granularity),
+		top:         AlignUp(SimBase, granularity),
 		reusable:    make(map[uint64][]uint64),
 		regions:     addrindex.New[simRegion](),
 		byAddr:      spans.NewTree(spans.ByAddr),
@@ -263,7 +263,7 @@ func (u *SimUpstream) rounded(size uint64) (uint64, error) {
 	if size > math.MaxUint64-u.granularity {
 		return 0, fmt.Errorf("size too large: %w", ErrOutOfMemory)
 	}
-	return roundUpAny(size, u.granularity), nil
+	return AlignUp(size, u.granularity), nil
 }
 
 // maxReusable bounds the freed ranges kept for reuse, so that memory follows the live regions:
@@ -282,7 +282,7 @@ func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
 		}
 		u.nReusable--
 	} else {
-		limit := roundUpAny(SimBase, u.granularity) + simSpaceBytes
+		limit := AlignUp(SimBase, u.granularity) + simSpaceBytes
 		if r > limit-u.top {
 			return 0, fmt.Errorf("simulated address space of %d bytes exhausted: %w", uint64(simSpaceBytes), ErrOutOfMemory)
 		}

@@ -85,7 +85,7 @@ func newSizeClass(cfg Config, up Upstream, o options) (*sizeClassPool, error) {
 		growMin, maximum = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
 	}
 	p.arena = newArena(&p.up, align, growMin, maximum, sc.PerStream, sc.ArenaFit)
-	planned := roundUp(sc.ArenaBytes, align)
+	planned := AlignUp(sc.ArenaBytes, align)
 	if sc.ArenaPaging != nil {
 		m, ok := up.(Mapper)
 		if !ok {

@@ -151,9 +151,3 @@ func checkRequest(size uint64) error {
 
 // isOOM reports whether err means "no memory" (as opposed to a broken Upstream).
 func isOOM(err error) bool { return errors.Is(err, ErrOutOfMemory) }
-
-// roundUp rounds n up to a multiple of align (a power of two).
-func roundUp(n, align uint64) uint64 { return (n + align - 1) &^ (align - 1) }
-
-// roundUpAny rounds n up to a multiple of m (any m > 0).
-func roundUpAny(n, m uint64) uint64 { return (n + m - 1) / m * m }

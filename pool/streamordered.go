@@ -96,7 +96,7 @@ func (p *streamOrderedPool) Alloc(size, stream uint64) (uint64, error) {
 	if err := p.admit(size); err != nil {
 		return 0, err
 	}
-	blk := roundUp(max(size, 1), p.align)
+	blk := AlignUp(max(size, 1), p.align)
 	id, err := p.place(blk)
 	if err == nil {
 		n := *p.sp.Node(id)
@@ -122,7 +122,7 @@ func (p *streamOrderedPool) place(blk uint64) (int32, error) {
 		if p.mapErr != nil {
 			return spans.NoNode, p.mapErr
 		}
-		size := max(streamOrderedAddressSpace, roundUp(blk, streamOrderedStep))
+		size := max(streamOrderedAddressSpace, AlignUp(blk, streamOrderedStep))
 		addr, err := p.mapper.ReserveAddress(size)
 		if err != nil {
 			return spans.NoNode, fmt.Errorf("reserve %d bytes of address space: %w", size, err)

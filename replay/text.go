@@ -296,19 +296,9 @@ func formatRatio(r float64) nobreak {
 	return nobreak(fmt.Sprintf("%.3g", r))
 }
 
-// formatNs writes nanoseconds with a unit, three significant digits.
-func formatNs(ns float64) nobreak {
-	switch {
-	case ns >= 1e9:
-		return nobreak(fmt.Sprintf("%.3g s", ns/1e9))
-	case ns >= 1e6:
-		return nobreak(fmt.Sprintf("%.3g ms", ns/1e6))
-	case ns >= 1e3:
-		return nobreak(fmt.Sprintf("%.3g us", ns/1e3))
-	default:
-		return nobreak(fmt.Sprintf("%.3g ns", ns))
-	}
-}
+// formatNs writes nanoseconds with three significant digits and a unit (units.FormatDuration,
+// ThreeDigitsSpaced): "78.6 ns", "1.01 us".
+func formatNs(ns float64) nobreak { return nobreak(units.FormatDuration(ns, units.ThreeDigitsSpaced)) }
 
 // textBytes writes a byte count in binary units with the exact count beside it.
 func textBytes(n uint64) nobreak { return nobreak(units.FormatBytesStyle(n, units.ThreeDigitsExact)) }

@@ -68,7 +68,7 @@ type Extractor struct {
 	pids        map[uint32]struct{}
 	last        lastSeen // of the last request: spares most map lookups
 	liveBytes   uint64
-	layerAllocs uint64 // allocation requests of the layer seen, successful or not
+	layerChoice LayerChoice // of every event seen, of either layer
 	stats       Stats
 }
 
@@ -132,6 +132,7 @@ func (x *Extractor) appendRequest(e *trace.Event, syncs bool, ops []Op) []Op {
 // add counts e and appends the ops it asks for.
 func (x *Extractor) add(e *trace.Event, ops []Op) []Op {
 	x.stats.Events++
+	x.layerChoice.Add(e)
 	own := LayerOf(e) == x.layer
 	switch {
 	case e.Layer == trace.LayerFramework:
@@ -141,7 +142,7 @@ func (x *Extractor) add(e *trace.Event, ops []Op) []Op {
 	case e.Memory == trace.MemoryManaged:
 		x.stats.SkippedManaged++
 		return ops
-	case e.Memory == trace.MemoryVirtual && e.Request() == trace.RequestNone:
+	case e.Memory == trace.MemoryVirtual && Of(e) == trace.RequestNone:
 		x.stats.SkippedVirtual++
 		return ops
 	}
@@ -152,7 +153,6 @@ func (x *Extractor) add(e *trace.Event, ops []Op) []Op {
 	case !own || req == trace.RequestNone:
 		x.stats.SkippedOther++
 	case req == trace.RequestAlloc:
-		x.layerAllocs++
 		ops = x.alloc(e, ops)
 	default:
 		ops = x.free(e, ops)
@@ -339,7 +339,7 @@ func scan(src Source, keep bool) (*Trace, error) {
 		}
 	}
 	x, ops := dev, devOps
-	if ChooseLayer(fw.layerAllocs) == Framework {
+	if fw.layerChoice.Layer() == Framework {
 		x, ops = fw, fwOps
 	}
 	if !keep {
@@ -353,10 +353,24 @@ func scan(src Source, keep bool) (*Trace, error) {
 	return &Trace{Ops: ops, Slots: x.Slots(), Streams: x.handles, Stats: s, Warnings: Warnings(&s)}, nil
 }
 
-// ChooseLayer returns the layer whose events are a trace's requests, given how many allocation
-// requests of the framework layer it has: the framework's when it has any.
-func ChooseLayer(frameworkAllocs uint64) Layer {
-	if frameworkAllocs > 0 {
+// LayerChoice chooses the layer whose events are a trace's requests: the framework's when the trace
+// has an allocation request (Of) of the framework layer, whatever its outcome and size (a failed
+// one, or one above MaxSize, counts too), else the device's. The extraction and analyze's statistics
+// both choose through it: give it every event of the trace, in any order.
+type LayerChoice struct {
+	frameworkAllocs uint64
+}
+
+// Add counts e toward the choice.
+func (c *LayerChoice) Add(e *trace.Event) {
+	if e.Layer == trace.LayerFramework && Of(e) == trace.RequestAlloc {
+		c.frameworkAllocs++
+	}
+}
+
+// Layer returns the layer chosen from the events added so far.
+func (c *LayerChoice) Layer() Layer {
+	if c.frameworkAllocs > 0 {
 		return Framework
 	}
 	return Device

@@ -55,33 +55,6 @@ func Of(e *trace.Event) trace.Request {
 	return e.Request()
 }
 
-// Kind is what one event asks of an allocator serving the requests of a layer.
-type Kind int8
-
-// The kinds.
-const (
-	None  Kind = 0  // nothing (another layer, host memory, a failed call, ...)
-	Alloc Kind = 1  // an allocation to serve
-	Free  Kind = -1 // a free (of a block that may or may not be live: the extractor knows)
-)
-
-// Classify returns what e asks of an allocator serving layer's requests.
-func Classify(e *trace.Event, layer Layer) Kind {
-	if LayerOf(e) != layer || !e.OK() || e.Address == 0 {
-		return None
-	}
-	switch Of(e) {
-	case trace.RequestAlloc:
-		if e.Size == 0 || e.Size > MaxSize {
-			return None
-		}
-		return Alloc
-	case trace.RequestFree:
-		return Free
-	}
-	return None
-}
-
 // Synchronizes reports whether e is a native call that synchronizes with the device: a
 // cudaMalloc/cudaFree-like device call that is not stream-ordered (no "Async" in its name).
 func Synchronizes(e *trace.Event) bool {

@@ -1,6 +1,6 @@
-// Package units formats and parses the byte counts that allocscope's commands print and accept:
-// binary units (KiB, MiB, ...) in reports, binary and decimal units (GiB, GB, ...) on the command
-// line.
+// Package units formats and parses the quantities that allocscope's commands print and accept:
+// byte counts in binary units (KiB, MiB, ...) in reports, binary and decimal units (GiB, GB, ...)
+// on the command line; counts, rates and durations in reports.
 package units
 
 import (
@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // binaryUnits are the units FormatBytes writes, each 1024 times the one before.
@@ -55,9 +56,9 @@ func FormatBytesStyle(n uint64, style ByteStyle) string {
 }
 
 // threeDigits writes v with three significant digits, without switching to exponent notation
-// for 1000 and above ("1.02e+03").
+// for 1000 and above ("1.02e+03"), nor for what rounds up to 1000 ("1e+03" for 999.6).
 func threeDigits(v float64) string {
-	if v >= 1000 {
+	if v >= 999.5 {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.3g", v)
@@ -122,4 +123,53 @@ func FormatRate(perSecond float64) string {
 		return threeDigits(perSecond/1e3) + " k"
 	}
 	return threeDigits(perSecond)
+}
+
+// DurationStyle selects how FormatDuration writes a duration.
+type DurationStyle int
+
+const (
+	// GoRounded writes Go's time.Duration notation rounded to two decimals of its unit (ns, µs, ms
+	// or s; nanoseconds are exact): "950ns", "1.23µs", "45.68ms", "2.5s", "3m44.56s", "-85µs". The
+	// style of analyze's reports and of analyze --compare.
+	GoRounded DurationStyle = iota
+	// ThreeDigitsSpaced writes three significant digits, a space and an ASCII unit (ns, us, ms, s),
+	// the unit chosen after rounding: "950 ns", "1 us" (for 999.6 ns), "1.23 us", "45.7 ms",
+	// "2.5 s", "1234 s". The style of replay's report.
+	ThreeDigitsSpaced
+)
+
+// durationUnits are ThreeDigitsSpaced's units above the nanosecond, largest first.
+var durationUnits = []struct {
+	ns   float64
+	name string
+}{{1e9, "s"}, {1e6, "ms"}, {1e3, "us"}}
+
+// FormatDuration writes ns nanoseconds in the given style. A negative duration is written as its
+// magnitude with a minus sign: "-85µs".
+func FormatDuration(ns float64, style DurationStyle) string {
+	if style == ThreeDigitsSpaced {
+		sign := ""
+		if ns < 0 {
+			sign, ns = "-", -ns
+		}
+		rounded, _ := strconv.ParseFloat(strconv.FormatFloat(ns, 'g', 3, 64), 64)
+		for _, u := range durationUnits {
+			if rounded >= u.ns {
+				return sign + threeDigits(ns/u.ns) + " " + u.name
+			}
+		}
+		return sign + threeDigits(ns) + " ns"
+	}
+	d := time.Duration(ns)
+	unit, mag := time.Nanosecond, d.Abs()
+	switch {
+	case mag >= time.Second:
+		unit = time.Second
+	case mag >= time.Millisecond:
+		unit = time.Millisecond
+	case mag >= time.Microsecond:
+		unit = time.Microsecond
+	}
+	return d.Round(unit / 100).String() // Round(0) for nanoseconds: exact
 }

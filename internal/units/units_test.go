@@ -16,6 +16,7 @@ func TestFormatBytes(t *testing.T) {
 		{1536, "1.5 KiB", "1.50 KiB", "1.5 KiB (1536 B)"},
 		{6000, "5.9 KiB", "5.86 KiB", "5.86 KiB (6000 B)"},
 		{1000 << 10, "1000 KiB", "1000.00 KiB", "1000 KiB (1024000 B)"},
+		{1023500, "999.5 KiB", "999.51 KiB", "1000 KiB (1023500 B)"},
 		{3 << 20, "3 MiB", "3.00 MiB", "3 MiB (3145728 B)"},
 		{234870784, "224 MiB", "223.99 MiB", "224 MiB (234870784 B)"},
 		{1 << 30, "1 GiB", "1.00 GiB", "1 GiB (1073741824 B)"},
@@ -82,9 +83,41 @@ func TestFormatRate(t *testing.T) {
 	for _, tc := range []struct {
 		v    float64
 		want string
-	}{{950, "950"}, {12345, "12.3 k"}, {4561000, "4.56 M"}, {1.5e9, "1.5 G"}, {0.5, "0.5"}} {
+	}{{950, "950"}, {999.6, "1000"}, {12345, "12.3 k"}, {4561000, "4.56 M"}, {1.5e9, "1.5 G"}, {0.5, "0.5"}} {
 		if got := FormatRate(tc.v); got != tc.want {
 			t.Errorf("FormatRate(%g) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for _, c := range []struct {
+		ns            float64
+		goRounded, sp string
+	}{
+		{0, "0s", "0 ns"},
+		{1, "1ns", "1 ns"},
+		{950, "950ns", "950 ns"},
+		{999.6, "999ns", "1 us"},
+		{1000, "1µs", "1 us"},
+		{1234, "1.23µs", "1.23 us"},
+		{78600, "78.6µs", "78.6 us"},
+		{123456, "123.46µs", "123 us"},
+		{999999, "1ms", "1 ms"},
+		{1500000, "1.5ms", "1.5 ms"},
+		{45678912, "45.68ms", "45.7 ms"},
+		{999996000, "1s", "1 s"},
+		{2500000000, "2.5s", "2.5 s"},
+		{224556000000, "3m44.56s", "225 s"},
+		{1234e9, "20m34s", "1234 s"},
+		{-85000, "-85µs", "-85 us"},
+		{-1234567, "-1.23ms", "-1.23 ms"},
+	} {
+		if got := FormatDuration(c.ns, GoRounded); got != c.goRounded {
+			t.Errorf("FormatDuration(%g, GoRounded) = %q, want %q", c.ns, got, c.goRounded)
+		}
+		if got := FormatDuration(c.ns, ThreeDigitsSpaced); got != c.sp {
+			t.Errorf("FormatDuration(%g, ThreeDigitsSpaced) = %q, want %q", c.ns, got, c.sp)
 		}
 	}
 }

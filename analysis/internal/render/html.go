@@ -213,7 +213,7 @@ func fragmented(o *model.OOMReport) []segmentRow {
 }
 
 var pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"bytes": Bytes, "count": Count, "signed": SignedDuration,
+	"bytes": Bytes, "count": Count, "signed": func(ns int64) string { return Duration(float64(ns)) },
 	"pct":   func(f float64) template.CSS { return template.CSS(fmt.Sprintf("%.3f%%", f)) }, // #nosec G203
 	"ratio": func(f float64) string { return fmt.Sprintf("%.3f", f) },
 }).ParseFS(assets, "assets/page.html"))

@@ -273,7 +273,7 @@ func (t *textWriter) simulations(sims []model.Simulation) {
 		rows = append(rows, fmt.Sprintf("  %s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s", s.Name,
 			Bytes(s.PeakReservedBytes), s.ReservedRatio, Bytes(s.InternalFragBytes),
 			Bytes(s.ExternalFragBytes), Count(s.UpstreamReserves+s.UpstreamReleases),
-			Count(s.Failures), Count(s.Fallbacks), SignedDuration(s.TimeSavedNs)))
+			Count(s.Failures), Count(s.Fallbacks), Duration(float64(s.TimeSavedNs))))
 	}
 	t.table(rows)
 	for _, s := range sims {
@@ -403,7 +403,7 @@ func (t *textWriter) config(tr *model.TraceReport) {
 	}
 	t.printf("  predicted: peak reserved %s for peak live %s, %s upstream calls,\n"+
 		"             %s fallbacks, %s failures, allocator time saved %s\n", Bytes(p.PeakReservedBytes), Bytes(p.PeakLiveBytes), Count(p.UpstreamCalls),
-		Count(p.Fallbacks), Count(p.Failures), SignedDuration(p.AllocatorTimeSavedNs))
+		Count(p.Fallbacks), Count(p.Failures), Duration(float64(p.AllocatorTimeSavedNs)))
 	if r := p.RecordPool; r != nil {
 		t.printf("  record --pool: peak reserved %s, %s fallbacks, %s synchronizations of its own\n",
 			Bytes(r.PeakReservedBytes), Count(r.Fallbacks), Count(r.Syncs))

@@ -10,8 +10,6 @@ import (
 )
 
 const (
-	// Alignment is the granularity of blocks: sizes are rounded up to a multiple of it.
-	Alignment = 512
 	// MaxThreshold is the largest large-request threshold tried: PyTorch's small/large split.
 	MaxThreshold = 1 << 20
 	// MaxK caps the number of classes.
@@ -98,9 +96,6 @@ type Plan struct {
 	Forced        bool    // k was given by the user
 }
 
-// Align rounds size up to the alignment.
-func Align(size uint64) uint64 { return (size + Alignment - 1) &^ (Alignment - 1) }
-
 // aligned merges the class-served sizes into distinct aligned sizes, ascending.
 func aligned(sizes []Size, threshold uint64) []Size {
 	byAligned := map[uint64]int{}
@@ -109,7 +104,7 @@ func aligned(sizes []Size, threshold uint64) []Size {
 		if s.Bytes == 0 || s.Bytes > threshold {
 			continue
 		}
-		a := Align(s.Bytes)
+		a := pool.AlignUp(s.Bytes, pool.DefaultAlignment)
 		i, ok := byAligned[a]
 		if !ok {
 			i = len(out)

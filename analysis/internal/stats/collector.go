@@ -28,11 +28,9 @@ type Collector struct {
 	segments  uint64
 	segBytes  uint64
 	maps      uint64
-	absurd    uint64 // allocations above MaxSize, skipped
-	// frameworkAllocs counts the framework layer's allocation requests, which make it the
-	// requests' layer (requests.ChooseLayer).
-	frameworkAllocs uint64
-	freeFns         []bool // by function id
+	absurd    uint64               // allocations above MaxSize, skipped
+	layer     requests.LayerChoice // of every event, those skipped included
+	freeFns   []bool               // by function id
 }
 
 // NewCollector returns an empty Collector. For each of thresholds it tracks the peak live bytes
@@ -65,14 +63,12 @@ func (c *Collector) Add(batch []trace.Event) {
 	for i := range batch {
 		e := &batch[i]
 		c.events++
+		c.layer.Add(e)
 		if requests.Of(e) == trace.RequestAlloc && e.Size > MaxSize && e.OK() {
 			c.absurd++
 			continue
 		}
 		if e.Layer == trace.LayerFramework {
-			if requests.Of(e) == trace.RequestAlloc {
-				c.frameworkAllocs++
-			}
 			c.framework.add(e)
 			continue
 		}
@@ -88,7 +84,7 @@ func (c *Collector) nativeCall(e *trace.Event, fn int32) {
 		c.segBytes += e.Size
 		return
 	}
-	req := e.Request()
+	req := requests.Of(e)
 	if req == trace.RequestNone {
 		return
 	}
@@ -122,7 +118,7 @@ func (c *Collector) nativeCall(e *trace.Event, fn int32) {
 // Result is what the statistics stage found.
 type Result struct {
 	Events       uint64
-	RequestLayer requests.Layer // whose events are the requests (requests.ChooseLayer)
+	RequestLayer requests.Layer // whose events are the requests (requests.LayerChoice)
 	Requests     *model.Stats
 	Upstream     *model.Stats // nil unless the requests are framework events
 	Groups       []*model.Stats
@@ -144,7 +140,7 @@ type Result struct {
 // Finish ends the stage and returns its result; top is the number of exact sizes to list.
 func (c *Collector) Finish(top int) *Result {
 	req, up := c.native, (*tracker)(nil)
-	layer := requests.ChooseLayer(c.frameworkAllocs)
+	layer := c.layer.Layer()
 	if layer == requests.Framework {
 		req, up = c.framework, c.native
 	}

@@ -27,7 +27,7 @@ func TestServesMatchesFitArena(t *testing.T) {
 	for i, th := range thresholds {
 		for _, f := range pool.Fits {
 			for pct := uint64(96); pct <= 120; pct += 3 {
-				b := alignUp(sz[i].LargePeakLiveBytes*pct/100, 2<<20)
+				b := pool.AlignUp(sz[i].LargePeakLiveBytes*pct/100, 2<<20)
 				probes = append(probes, ArenaProbe{Threshold: th, Bytes: b, Fit: f})
 			}
 		}

@@ -97,7 +97,7 @@ func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress
 	for i, cand := range cands {
 		c := &slotCounter{classes: cand.Classes, slots: pool.NewClassSlots(cand.Classes, cand.Threshold, cand.PerStream)}
 		arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
-			BestFit: &pool.BestFitConfig{InitialBytes: alignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
+			BestFit: &pool.BestFitConfig{InitialBytes: pool.AlignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
 		r := newReplayer(Policy{Name: "arena", Config: arena}, 0, nil)
 		th := cand.Threshold
 		if r.feed != nil {
@@ -115,8 +115,6 @@ func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress
 	}
 	return out, err
 }
-
-func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
 
 // ArenaProbe is one fixed-size arena tried by FitArena.
 type ArenaProbe struct {

@@ -87,7 +87,7 @@ func (b *Backend) ReserveAddress(size uint64) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("backend cuda: reserve %d bytes of address space: %w", size, err)
 	}
-	length := (size + g - 1) / g * g
+	length := pool.AlignUp(size, g)
 	if size == 0 || length < size {
 		return 0, fmt.Errorf("backend cuda: reserve %d bytes of address space: size out of range", size)
 	}

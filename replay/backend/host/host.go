@@ -94,9 +94,8 @@ func (h *Backend) Description() string {
 	return fmt.Sprintf("backend host: measured HOST memory (mmap), not GPU; capacity %d bytes", h.capacity)
 }
 
-func (h *Backend) roundUp(size uint64) uint64 {
-	return (size + h.pageSize - 1) / h.pageSize * h.pageSize
-}
+// roundUp rounds size up to whole pages.
+func (h *Backend) roundUp(size uint64) uint64 { return pool.AlignUp(size, h.pageSize) }
 
 // mmap maps size bytes (page-rounded) and records the mapping.
 func (h *Backend) mmap(size uint64) (uint64, uint64, error) {
