@@ -20,6 +20,10 @@ func DefaultBackend() string { return backend.Default() }
 // sorted (backend.Names).
 func Backends() []string { return backend.Names() }
 
+// BackendUnavailable says why this program has no backend called name, or returns nil when it has
+// one (backend.Unavailable).
+func BackendUnavailable(name string) error { return backend.Unavailable(name) }
+
 // OpenBackend makes the backend called name (backend.Open). Its package must be imported, e.g.
 // replay/backend/host, for it to be registered.
 func OpenBackend(name string, opts BackendOptions) (Backend, error) { return backend.Open(name, opts) }

@@ -157,6 +157,12 @@ func TestCPoolModeRefusesConfig(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("Run = %v, want %q", err, want)
 	}
+	if err := CheckConfig(bestFitConfig(), []Mode{ModePool, ModeCPool}); err == nil || err.Error() != want {
+		t.Errorf("CheckConfig = %v, want %q", err, want)
+	}
+	if err := CheckConfig(bestFitConfig(), DefaultModes); err != nil {
+		t.Errorf("CheckConfig without the cpool mode = %v, want nil", err)
+	}
 }
 
 // The text report of a replay with the cpool mode: the speedups of the C pool and the prediction

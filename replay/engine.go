@@ -123,10 +123,8 @@ func (o *Options) setDefaults() {
 // implement, or in a build without cgo, among them).
 func Run(t *Trace, b Backend, cfg pool.Config, opt Options) (*Report, error) {
 	opt.setDefaults()
-	if slices.Contains(opt.Modes, ModeCPool) {
-		if err := cpool.Check(cfg); err != nil {
-			return nil, fmt.Errorf("mode %s: %w", ModeCPool, err)
-		}
+	if err := CheckConfig(cfg, opt.Modes); err != nil {
+		return nil, err
 	}
 	r := newRunner(t, b, cfg, opt)
 	if err := r.warmUp(); err != nil {
@@ -159,6 +157,19 @@ func Run(t *Trace, b Backend, cfg pool.Config, opt Options) (*Report, error) {
 	rep.Checks = checks(rep, accs, opt)
 	rep.Passed = len(rep.Failed()) == 0
 	return rep, nil
+}
+
+// CheckConfig returns the error Run returns, before it replays anything, when modes cannot run
+// cfg: a cpool mode for a config the C pool does not implement, or in a build without cgo
+// (cpool.Check), as "mode cpool: " and cpool.Check's one line. A command checks with it before it
+// reads the trace.
+func CheckConfig(cfg pool.Config, modes []Mode) error {
+	if slices.Contains(modes, ModeCPool) {
+		if err := cpool.Check(cfg); err != nil {
+			return fmt.Errorf("mode %s: %w", ModeCPool, err)
+		}
+	}
+	return nil
 }
 
 // runner holds what every pass shares.

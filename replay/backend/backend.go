@@ -10,8 +10,10 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/allocscope/allocscope/pool"
@@ -111,18 +113,38 @@ func Names() []string {
 	return names
 }
 
-// Open makes the backend registered as name.
+// Open makes the backend registered as name. For a name that is not registered its error is
+// "backend NAME: " and Unavailable's.
 func Open(name string, opts Options) (Backend, error) {
 	mu.RLock()
 	open, ok := makers[name]
 	mu.RUnlock()
 	if !ok {
-		if name == "cuda" {
-			return nil, fmt.Errorf("backend cuda: this binary was built without the cuda build tag (build it with `make replay-cuda`)")
-		}
-		return nil, fmt.Errorf("unknown backend %q (this binary has: %v)", name, Names())
+		return nil, fmt.Errorf("backend %s: %w", name, Unavailable(name))
 	}
 	return open(opts)
+}
+
+// Unavailable says why this program has no backend called name, in one line that does not repeat
+// the name, or returns nil when it has one: "cuda" needs the cuda build tag; any other name not
+// registered is unknown, and the error lists the known names (the registered ones and cuda).
+func Unavailable(name string) error {
+	mu.RLock()
+	defer mu.RUnlock()
+	if _, ok := makers[name]; ok {
+		return nil
+	}
+	if name == "cuda" {
+		return errors.New("this binary was built without the cuda build tag (build it with `make replay-cuda`)")
+	}
+	known := []string{"cuda"}
+	for n := range makers {
+		if n != "cuda" {
+			known = append(known, n)
+		}
+	}
+	sort.Strings(known)
+	return fmt.Errorf("unknown backend (known: %s)", strings.Join(known, ", "))
 }
 
 // SampleBytes is how many bytes Touch and Check read back at each of three places of a block.

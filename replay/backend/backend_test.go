@@ -21,8 +21,11 @@ func TestRegistry(t *testing.T) {
 	if _, err := Open("cuda", Options{}); err == nil || err.Error() != "backend cuda: this binary was built without the cuda build tag (build it with `make replay-cuda`)" {
 		t.Errorf("Open(cuda) unregistered: err = %v", err)
 	}
-	if _, err := Open("nope", Options{}); err == nil || err.Error() != `unknown backend "nope" (this binary has: [fake])` {
+	if _, err := Open("nope", Options{}); err == nil || err.Error() != "backend nope: unknown backend (known: cuda, fake)" {
 		t.Errorf("Open(nope): err = %v", err)
+	}
+	if err := Unavailable("fake"); err != nil {
+		t.Errorf("Unavailable(fake) = %v, want nil: it is registered", err)
 	}
 	defer func() {
 		if recover() == nil {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -109,9 +108,9 @@ func (o options) validate() ([]replay.Mode, error) {
 		return nil, fmt.Errorf("--repeat: %d is not a positive number", o.repeat)
 	case o.peakTolerance <= 0 || o.maxOverhead <= 0:
 		return nil, errors.New("--peak-tolerance and --max-overhead must be above 0")
-	case !slices.Contains(replay.Backends(), o.backend):
-		_, err := replay.OpenBackend(o.backend, replay.BackendOptions{}) // says why this binary lacks it
-		return nil, err
+	}
+	if err := replay.BackendUnavailable(o.backend); err != nil {
+		return nil, fmt.Errorf("--backend %s: %w", o.backend, err)
 	}
 	modes, err := replay.ParseModes(o.modes)
 	if err != nil {
@@ -129,6 +128,9 @@ func run(opt options, tracePath string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := replay.CheckConfig(cfg, modes); err != nil { // before the trace is read
+		return fmt.Errorf("%s: %w", opt.config, err)
+	}
 	bar := newProgress(stderr, !opt.quiet && (opt.progress || command.IsTerminal(stderr)))
 	tr, err := extract(tracePath, bar)
 	if err != nil {
@@ -145,7 +147,7 @@ func run(opt options, tracePath string, stdout, stderr io.Writer) error {
 	bar.finish()
 	err = errors.Join(err, b.Close())
 	if err != nil {
-		return fmt.Errorf("replay %s: %w", tracePath, err)
+		return fmt.Errorf("%s: %w", tracePath, err)
 	}
 	if err := write(opt, tracePath, rep, stdout); err != nil {
 		return err
