@@ -51,14 +51,17 @@ func printCounts(w io.Writer, s intercept.Summary, elapsed time.Duration) {
 	switch {
 	case elapsed > 0 && inCalls > elapsed: // threads at once: the sum passes the wall time
 		fmt.Fprintf(w, "allocscope: %s inside allocation calls, summed over threads (%.1fx the %s wall time)\n",
-			inCalls.Round(time.Millisecond), inCalls.Seconds()/elapsed.Seconds(), elapsed.Round(time.Millisecond))
+			duration(inCalls), inCalls.Seconds()/elapsed.Seconds(), duration(elapsed))
 	case elapsed > 0:
 		fmt.Fprintf(w, "allocscope: %s inside allocation calls (%.2f%% of %s wall time)\n",
-			inCalls.Round(time.Microsecond), 100*inCalls.Seconds()/elapsed.Seconds(), elapsed.Round(time.Millisecond))
+			duration(inCalls), 100*inCalls.Seconds()/elapsed.Seconds(), duration(elapsed))
 	default:
-		fmt.Fprintf(w, "allocscope: %s inside allocation calls\n", inCalls.Round(time.Microsecond))
+		fmt.Fprintf(w, "allocscope: %s inside allocation calls\n", duration(inCalls))
 	}
 }
+
+// duration writes d as analyze's reports do.
+func duration(d time.Duration) string { return units.FormatDuration(float64(d), units.GoRounded) }
 
 // printPool writes what record --pool's pool did, when it was in use.
 func printPool(w io.Writer, p *trace.PoolActivity) {
@@ -68,7 +71,7 @@ func printPool(w io.Writer, p *trace.PoolActivity) {
 	fmt.Fprintf(w, "allocscope: pool: peak reserved %s in %s reservation(s), %s fallback(s), %s request(s) passed to CUDA, "+
 		"%s synchronization(s) of its own%s (%s)\n", units.FormatBytesStyle(p.PeakReservedBytes, units.TwoDecimals),
 		units.FormatCount(p.Reservations), units.FormatCount(p.Fallbacks), units.FormatCount(p.PassedThrough),
-		units.FormatCount(p.Syncs), barrierNote(p), time.Duration(p.SyncNs).Round(time.Microsecond))
+		units.FormatCount(p.Syncs), barrierNote(p), duration(time.Duration(p.SyncNs)))
 	if p.Events > 0 {
 		fmt.Fprintf(w, "allocscope: pool: %s event(s) at stream-ordered frees, %s stream wait(s), %s host wait(s)\n",
 			units.FormatCount(p.Events), units.FormatCount(p.StreamWaits), units.FormatCount(p.HostWaits))

@@ -20,12 +20,12 @@ func TestPrintSummary(t *testing.T) {
 		{intercept.Summary{Events: 1787, Processes: 1, Devices: []int32{0}, PeakLiveBytes: 3 << 20, AllocCallNs: 34_496_000},
 			10392 * time.Millisecond, false,
 			"allocscope: 1787 events from 1 process(es), device(s) 0, peak live 3.00 MiB\n" +
-				"allocscope: 34.496ms inside allocation calls (0.33% of 10.392s wall time)\n" +
+				"allocscope: 34.5ms inside allocation calls (0.33% of 10.39s wall time)\n" +
 				"allocscope: wrote t.arrow\n"},
 		{intercept.Summary{Events: 1280001, Processes: 1, Devices: []int32{0}, AllocCallNs: int64(224556 * time.Millisecond)},
 			7579 * time.Millisecond, false,
 			"allocscope: 1280001 events from 1 process(es), device(s) 0, peak live 0 B\n" +
-				"allocscope: 3m44.556s inside allocation calls, summed over threads (29.6x the 7.579s wall time)\n" +
+				"allocscope: 3m44.56s inside allocation calls, summed over threads (29.6x the 7.58s wall time)\n" +
 				"allocscope: wrote t.arrow\n"},
 		{intercept.Summary{Events: 69633, Lost: 930367, Warnings: []string{"process 7 (loop) stopped recording"}},
 			time.Second, true,
