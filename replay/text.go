@@ -290,10 +290,7 @@ func formatRatio(r float64) nobreak {
 	if r <= 0 {
 		return "-"
 	}
-	if r >= 1000 {
-		return nobreak(fmt.Sprintf("%.0f", r)) // %.3g would switch to exponent notation
-	}
-	return nobreak(fmt.Sprintf("%.3g", r))
+	return nobreak(units.FormatRatio(r))
 }
 
 // formatNs writes nanoseconds with three significant digits and a unit (units.FormatDuration,

@@ -111,6 +111,9 @@ func FormatCount(n int64) string {
 	return b.String()
 }
 
+// FormatRatio writes a ratio with three significant digits and no exponent: 2.73, 52.2, 1456.
+func FormatRatio(r float64) string { return threeDigits(r) }
+
 // FormatRate writes a rate per second with three significant digits and k/M/G prefixes:
 // 950, 12.3 k, 4.56 M.
 func FormatRate(perSecond float64) string {

@@ -121,3 +121,11 @@ func TestFormatDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatRatio(t *testing.T) {
+	for r, want := range map[float64]string{2.7345: "2.73", 52.24: "52.2", 999.4: "999", 999.6: "1000", 1456.2: "1456", 0.5: "0.5"} {
+		if got := FormatRatio(r); got != want {
+			t.Errorf("FormatRatio(%v) = %q, want %q", r, got, want)
+		}
+	}
+}
