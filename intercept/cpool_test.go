@@ -21,7 +21,20 @@ import (
 // place by age, plus random sequences) give the same address for every block, the same failures,
 // and the same counters (during, at peak reserved, after Close).
 func TestCPoolMatchesPool(t *testing.T) {
-	driver := buildCPoolDriver(t)
+	comparePools(t, buildCPoolDriver(t))
+}
+
+// TestCPoolMatchesPoolBeyondItsBook: the same with a book too small for the plan (its tables move
+// to mappings of their own as they grow) and with none at all.
+func TestCPoolMatchesPoolBeyondItsBook(t *testing.T) {
+	for _, limit := range []string{"4096", "0"} {
+		t.Run("book "+limit, func(t *testing.T) { comparePools(t, buildCPoolDriverWith(t, "-DCP_BOOK_LIMIT="+limit)) })
+	}
+}
+
+// comparePools runs every case of cpoolCases with the Go pool and with driver, the C pool, and
+// compares their outputs line by line.
+func comparePools(t *testing.T, driver string) {
 	var failures, fallbacks, frees, syncs uint64
 	for _, tc := range cpoolCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
@@ -266,32 +279,40 @@ func cpoolConfigLine(t testing.TB, cfg pool.Config) string {
 	return spec + "\n"
 }
 
-var cpoolDriver struct {
-	once sync.Once
-	path string
-	err  error
+// cpoolDrivers are the compiled drivers, by their extra compiler flags.
+var cpoolDrivers struct {
+	mu    sync.Mutex
+	paths map[string]string
 }
 
 // buildCPoolDriver compiles testdata/cpool/driver.c with the shim's pool.h, once per test binary.
-func buildCPoolDriver(t testing.TB) string {
+func buildCPoolDriver(t testing.TB) string { return buildCPoolDriverWith(t) }
+
+// buildCPoolDriverWith compiles the driver with extra compiler flags (e.g. -DCP_BOOK_LIMIT=0), once
+// per set of flags and test binary.
+func buildCPoolDriverWith(t testing.TB, flags ...string) string {
 	t.Helper()
-	cpoolDriver.once.Do(func() {
-		dir, err := os.MkdirTemp("", "allocscope-cpool-")
-		if err != nil {
-			cpoolDriver.err = err
-			return
-		}
-		cpoolDriver.path = filepath.Join(dir, "driver")
-		cmd := exec.Command("cc", "-O2", "-Wall", "-I", filepath.Join("shim"), "-o", cpoolDriver.path,
-			filepath.Join("testdata", "cpool", "driver.c"))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			cpoolDriver.err = fmt.Errorf("%v: %s", err, out)
-		}
-	})
-	if cpoolDriver.err != nil {
-		t.Fatalf("build the C pool driver: %v", cpoolDriver.err)
+	cpoolDrivers.mu.Lock()
+	defer cpoolDrivers.mu.Unlock()
+	key := strings.Join(flags, " ")
+	if p, ok := cpoolDrivers.paths[key]; ok {
+		return p
 	}
-	return cpoolDriver.path
+	dir, err := os.MkdirTemp("", "allocscope-cpool-") // kept for the other tests of the binary
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "driver")
+	args := append([]string{"-O2", "-Wall", "-I", filepath.Join("shim"), "-o", path}, flags...)
+	cmd := exec.Command("cc", append(args, filepath.Join("testdata", "cpool", "driver.c"))...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the C pool driver: %v: %s", err, out)
+	}
+	if cpoolDrivers.paths == nil {
+		cpoolDrivers.paths = map[string]string{}
+	}
+	cpoolDrivers.paths[key] = path
+	return path
 }
 
 func loadConfig(t testing.TB, path string) pool.Config {

@@ -15,8 +15,8 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testcuda.Cleanup()
-	if cpoolDriver.path != "" {
-		os.RemoveAll(filepath.Dir(cpoolDriver.path))
+	for _, p := range cpoolDrivers.paths {
+		os.RemoveAll(filepath.Dir(p))
 	}
 	os.Exit(code)
 }

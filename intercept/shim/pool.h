@@ -800,7 +800,11 @@ static size_t cp_book_bytes(const struct cp_config *cfg) {
 	b += CP_LINES(cp_vec_cap(64) * sizeof(struct cp_node)) + CP_LINES(cp_vec_cap(64) * sizeof(int32_t));
 	if (cfg->arena_bytes > 0)
 		b += CP_LINES(1024 * sizeof(struct cp_live));
-	return b + b / 4 + (64 << 10);
+	b += b / 4 + (64 << 10);
+#ifdef CP_BOOK_LIMIT /* tests: a book too small for the plan, or none (0) */
+	b = b < CP_BOOK_LIMIT ? b : CP_BOOK_LIMIT;
+#endif
+	return b;
 }
 
 /* cp_init builds the pool of cfg over up and reserves its plan: CP_OK or an error (the pool is then
