@@ -81,17 +81,32 @@ struct cp_vec {
 	int lent;             /* data lies in the book */
 };
 
+/* cp_mem returns bytes of b, or of a mapping of their own when b has no room (*lent says which);
+ * NULL when there is no memory. */
+static void *cp_mem(struct cp_book *b, size_t bytes, int *lent) {
+	void *p = cp_book_take(b, bytes);
+	if ((*lent = p != NULL))
+		return p;
+	/* populated: one call maps every page now, instead of a page fault per page inside requests */
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* cp_grown_cap is the capacity a table of cap entries (64 for a new one) grows to for n: doubled
+ * until it holds them. */
+static size_t cp_grown_cap(size_t cap, size_t n) {
+	while (cap < n)
+		cap *= 2;
+	return cap;
+}
+
 static int cp_vec_reserve(struct cp_vec *v, size_t n) {
 	if (n <= v->cap)
 		return 0;
-	size_t cap = v->cap ? v->cap : 64;
-	while (cap < n)
-		cap *= 2;
-	void *p = cp_book_take(v->book, cap * v->elem);
-	int lent = p != NULL;
-	/* populated: one call maps every page now, instead of a page fault per page inside requests */
-	if (!lent && (p = mmap(NULL, cap * v->elem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-			       -1, 0)) == MAP_FAILED)
+	size_t cap = cp_grown_cap(v->cap ? v->cap : 64, n);
+	int lent;
+	void *p = cp_mem(v->book, cap * v->elem, &lent);
+	if (p == NULL)
 		return -1;
 	if (v->data != NULL) {
 		memcpy(p, v->data, v->len * v->elem);
@@ -165,7 +180,8 @@ struct cp_slab {
 struct cp_slot { uint64_t addr; uint64_t *req; };
 
 /* An entry of the slab index: what a free needs of the slab of an address, so that finding it reads
- * the bases (a separate array, eight to a cache line), then this entry, not the slab. */
+ * the bases (a separate array, eight to a cache line), then this entry, not the slab. req, like a
+ * free slot's word, points into the slab's words, which never move: a slab's slots are fixed. */
 struct cp_slab_ref { uint64_t base, end, size; uint64_t *req; struct cp_slab *sl; int cls; };
 
 struct cp_stream_lists { uint64_t stream; struct cp_vec free[CP_MAX_CLASSES]; };
@@ -625,9 +641,9 @@ static int cp_class_for(struct cp_pool *p, uint64_t size) {
 
 static int cp_add_slab(struct cp_pool *p, int ci, uint64_t addr, uint64_t n) {
 	struct cp_class *c = &p->classes[ci];
-	struct cp_slab *sl = cp_book_take(&p->book, sizeof *sl);
-	int lent = sl != NULL;
-	if (!lent && (sl = mmap(NULL, sizeof *sl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED)
+	int lent;
+	struct cp_slab *sl = cp_mem(&p->book, sizeof *sl, &lent);
+	if (sl == NULL)
 		return -1;
 	*sl = (struct cp_slab){addr, addr + n * c->size, c->size, ci, lent, n, 0, {NULL, 0, 0, sizeof(uint64_t), &p->book, 0}};
 	if (cp_vec_reserve(&sl->req, n) != 0 || cp_vec_reserve(&p->slabs, p->slabs.len + 1) != 0 ||
@@ -772,13 +788,8 @@ static int cp_presize(struct cp_pool *p) {
 	return p->cfg.arena_bytes > 0 && p->live.len == 0 ? cp_live_grow(p) : 0;
 }
 
-/* cp_vec_cap is the capacity cp_vec_reserve gives a table for n entries. */
-static size_t cp_vec_cap(size_t n) {
-	size_t cap = 64;
-	while (cap < n)
-		cap *= 2;
-	return cap;
-}
+/* cp_vec_cap is the capacity cp_vec_reserve gives a new table for n entries. */
+static size_t cp_vec_cap(size_t n) { return cp_grown_cap(64, n); }
 
 #define CP_LINES(n) (((size_t)(n) + CP_LINE - 1) & ~(size_t)(CP_LINE - 1))
 
