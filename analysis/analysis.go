@@ -12,11 +12,11 @@ package analysis
 import (
 	"errors"
 	"fmt"
-	"github.com/allocscope/allocscope/internal/requests"
 	"io"
 	"sync"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -57,15 +57,27 @@ type Options struct {
 	// Detail keeps, for WriteHTML's timeline, live bytes at several resolutions with the event
 	// behind each point (at most 65,536 points per input; not in the JSON report).
 	Detail bool
-	// Progress, when set, is called as events are processed: stage is "statistics", "sizing",
-	// "arena" or "simulation" followed by a space and the input's base name
-	// ("combined" for all inputs together), events the number processed in the stage so far, total
-	// the events of the input (0 in the statistics pass, which counts them).
-	Progress func(stage string, events, total uint64)
+	// Progress, when set, is called as the analysis proceeds: stage is "statistics", "sizing",
+	// "arena" or "simulation" followed by a space and the input's base name ("combined" for all
+	// inputs together), or "inputs, each alone" (the inputs done out of all of them). done is what
+	// the stage processed so far: the events read in the statistics pass, then the requests
+	// replayed from the input's request log; total is the input's requests (0 in the statistics
+	// pass, which decodes them).
+	Progress func(stage string, done, total uint64)
+	// MemoryBytes is the memory the inputs' request logs may hold together (0 =
+	// DefaultMemoryBytes): the statistics pass decodes each input once into the compact log of its
+	// requests, which every later pass reads; what does not fit is spilled to a temporary file in
+	// SpillDir ("" = the system's temporary directory, $TMPDIR), unlinked at once.
+	MemoryBytes uint64
+	SpillDir    string
 
-	input  string // base name of the input being analyzed, for Progress
-	events uint64 // its events, once the statistics pass counted them, for Progress
+	input  string           // base name of the input being analyzed, for Progress
+	events uint64           // its events, once the statistics pass counted them, for Progress
+	budget *requests.Budget // MemoryBytes, shared by every input's logs
 }
+
+// DefaultMemoryBytes is Options.MemoryBytes when it is 0: 1 GiB, 50 M requests in memory.
+const DefaultMemoryBytes = 1 << 30
 
 // ArenaChoice is Options.Arena.
 type ArenaChoice string
@@ -99,21 +111,34 @@ func Analyze(inputs []Input, opts Options) (*Report, error) {
 	for _, in := range inputs {
 		r.Inputs = append(r.Inputs, in.Name)
 	}
+	if opts.MemoryBytes == 0 {
+		opts.MemoryBytes = DefaultMemoryBytes
+	}
+	opts.budget = requests.NewBudget(opts.MemoryBytes)
 	if len(inputs) == 1 {
-		tr, warns, err := analyzeStream(inputs[0].Name, inputs[0].Open, opts)
+		tr, warns, log, err := analyzeStream(inputs[0].Name, inputs[0].Open, opts)
 		if err != nil {
 			return nil, err
 		}
+		_ = log.Close() // an unlinked temporary file: nothing to lose
 		r.Combined = tr
 		r.Warnings = append(r.Warnings, warns...)
 		return r, nil
 	}
 	r.PerFile = make([]*model.TraceReport, len(inputs))
 	warns := make([][]string, len(inputs))
+	logs := make([]*requests.Log, len(inputs)) // kept for the ranks' comparison
+	defer func() {
+		for _, l := range logs {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}()
 	each := opts
 	each.Progress = filesProgress(opts.Progress, len(inputs))
 	err := forEachInput(len(inputs), func(i int) (err error) {
-		r.PerFile[i], warns[i], err = analyzeStream(inputs[i].Name, inputs[i].Open, each)
+		r.PerFile[i], warns[i], logs[i], err = analyzeStream(inputs[i].Name, inputs[i].Open, each)
 		each.Progress("", 0, 0)
 		return err
 	})
@@ -123,12 +148,13 @@ func Analyze(inputs []Input, opts Options) (*Report, error) {
 	for _, w := range warns {
 		r.Warnings = append(r.Warnings, w...)
 	}
-	tr, _, err := analyzeStream("combined", func() (Source, error) { return openMerged(inputs) }, opts)
+	tr, _, log, err := analyzeStream("combined", func() (Source, error) { return openMerged(inputs) }, opts)
 	if err != nil {
 		return nil, err
 	}
+	_ = log.Close()
 	r.Combined = tr
-	if r.Ranks, err = analyzeRanks(inputs, r.PerFile, tr, opts); err != nil {
+	if r.Ranks, err = analyzeRanks(inputs, logs, r.PerFile, tr, opts); err != nil {
 		return nil, err
 	}
 	return r, nil

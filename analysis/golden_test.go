@@ -183,3 +183,31 @@ func TestTextWidthWithLargeValues(t *testing.T) {
 		}
 	}
 }
+
+// An analysis whose request logs spill whole to disk (a memory budget of 1 byte) reports exactly
+// what one holding them in memory reports, for a native trace, a PyTorch snapshot and two inputs
+// (whose logs the ranks' comparison reads again), and leaves no file behind.
+func TestSpilledAnalysisSameReport(t *testing.T) {
+	file := func(path string) Input {
+		path = filepath.Join("..", "testdata", path)
+		return Input{Name: filepath.Base(path), Open: func() (Source, error) { return trace.Open(path) }}
+	}
+	for _, inputs := range [][]Input{{file("pytorch-train.arrow")}, {file("torch/kvcache.caching.snapshot.pickle.gz")},
+		{file("pytorch-train.arrow"), file("trace/small.arrow")}} {
+		var reports [2][]byte
+		dir := t.TempDir()
+		for i, memory := range []uint64{0, 1} {
+			r, err := Analyze(inputs, Options{MemoryBytes: memory, SpillDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reports[i] = output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteJSON(b, r) })
+		}
+		if !bytes.Equal(reports[0], reports[1]) || len(reports[0]) < 10_000 {
+			t.Errorf("%s: %d bytes of report in memory, %d spilled: they differ", inputs[0].Name, len(reports[0]), len(reports[1]))
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Errorf("%s: left %d files in the spill directory", inputs[0].Name, len(left))
+		}
+	}
+}

@@ -123,7 +123,12 @@ func TestPeakMapBounds(t *testing.T) {
 func peakMapOfRaw(t *testing.T, b *builder) *model.PeakMap {
 	t.Helper()
 	raw := whatif.Policy{Name: "raw", Config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyRaw}, Map: true}
-	outs, err := whatif.Run(&fakeSource{events: b.events, batch: 100}, requests.Device, []whatif.Policy{raw}, 0, nil, nil)
+	log, _, err := requests.Decode(&fakeSource{events: b.events, batch: 100}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	outs, err := whatif.Run(log, []whatif.Policy{raw}, 0, nil, nil)
 	if err != nil || outs[0].Map == nil {
 		t.Fatalf("raw: %v, map %v", err, outs[0].Map)
 	}

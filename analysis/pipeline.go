@@ -38,15 +38,16 @@ func (o opener) pass(warns *[]string, f func(Source) error) error {
 	return err
 }
 
-// progress returns a per-batch callback for stage, or nil. Stages are named "<stage> <input>".
-func progress(opts Options, stage string) func(int) {
+// progress returns a per-batch callback for stage, or nil. Stages are named "<stage> <input>";
+// total is what the stage has to process (0 when unknown).
+func progress(opts Options, stage string, total uint64) func(int) {
 	if opts.Progress == nil {
 		return nil
 	}
 	var n uint64
 	return func(batch int) {
 		n += uint64(batch)
-		opts.Progress(stage, n, opts.events)
+		opts.Progress(stage, n, total)
 	}
 }
 
@@ -56,8 +57,9 @@ type callsiteNamer interface {
 	Callsite(pid uint32, id uint64) (trace.Callsite, bool)
 }
 
-// collect is the statistics pass.
-func collect(src Source, opts Options) (*stats.Collector, error) {
+// collect is the statistics pass. It also decodes the requests into the log that every later pass
+// reads, on a goroutine of its own, batch by batch with the statistics.
+func collect(src Source, opts Options) (*stats.Collector, *requests.Log, error) {
 	c := stats.NewCollector(sizeclass.Thresholds)
 	if opts.Detail {
 		c.KeepDetail()
@@ -68,27 +70,48 @@ func collect(src Source, opts Options) (*stats.Collector, error) {
 			return cs.Label, ok
 		})
 	}
-	report := progress(opts, "statistics "+opts.input)
+	d := requests.NewDecoder(opts.budget, opts.SpillDir)
+	batches, decoded := make(chan []trace.Event), make(chan error)
+	go func() {
+		var err error
+		for b := range batches {
+			if err == nil {
+				err = d.Add(b)
+			}
+			decoded <- err
+		}
+	}()
+	defer close(batches)
+	report := progress(opts, "statistics "+opts.input, 0)
 	for {
 		b, err := src.Next()
+		batches <- b
 		c.Add(b)
+		if derr := <-decoded; derr != nil {
+			d.Close()
+			return nil, nil, derr
+		}
 		if report != nil && len(b) > 0 {
 			report(len(b))
 		}
 		if errors.Is(err, io.EOF) {
-			return c, nil
+			log, _, err := d.Finish()
+			return c, log, err
 		}
 		if err != nil {
-			return nil, err
+			d.Close()
+			return nil, nil, err
 		}
 	}
 }
 
-// analyzeStream runs every stage over one stream of events.
-func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, []string, error) {
+// analyzeStream runs every stage over one stream of events. It returns the stream's request log,
+// for analyses across inputs; the caller closes it.
+func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, []string, *requests.Log, error) {
 	opts.input = filepath.Base(name)
 	var warns []string
 	var c *stats.Collector
+	var log *requests.Log
 	var info *model.TraceInfo
 	var snap *trace.Snapshot
 	var memo *memoSource
@@ -97,49 +120,58 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		if s, ok := src.(snapshotSource); ok && s.Snapshot() != nil {
 			snap = s.Snapshot()
 			memo = &memoSource{Source: src}
+			src = memo
 		}
-		if memo != nil {
-			c, err = collect(memo, opts)
-		} else {
-			c, err = collect(src, opts)
-		}
+		c, log, err = collect(src, opts)
 		return err
 	})
 	if memo != nil && err == nil {
-		open = memo.opener() // the later passes read the decoded snapshot from memory
+		open = memo.opener() // the out-of-memory replay reads the decoded snapshot from memory
 	}
 	if err != nil {
-		return nil, nil, err
+		if log != nil {
+			_ = log.Close()
+		}
+		return nil, nil, nil, err
 	}
+	tr, err := analyzeRequests(name, open, c, log, snap, opts, &warns)
+	if err != nil {
+		_ = log.Close()
+		return nil, nil, nil, err
+	}
+	tr.Info = info
+	return tr, warns, log, nil
+}
+
+// analyzeRequests runs the stages after the statistics pass over the request log.
+func analyzeRequests(name string, open opener, c *stats.Collector, log *requests.Log, snap *trace.Snapshot,
+	opts Options, warns *[]string) (*model.TraceReport, error) {
 	st := c.Finish(opts.Top)
 	if st.Events == 0 {
-		return nil, nil, fmt.Errorf("%s: empty trace: no events", name)
+		return nil, fmt.Errorf("%s: empty trace: no events", name)
 	}
 	opts.events = st.Events
-	warns = append(warns, st.Warnings...)
-	stream := st.RequestLayer
-	rec, err := chooseSizeClasses(name, open, st, stream, opts, &warns)
+	*warns = append(*warns, st.Warnings...)
+	rec, err := chooseSizeClasses(name, log, st, opts, warns)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rec.oom = explainOOM(snap, st.Anomalies.FailedAllocs, func(id uint64) string { return c.CallsiteName(0, id) })
-	outs, err := simulate(open, stream, rec, st, opts)
+	outs, err := simulate(log, st.RequestLayer, rec, st, opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if rec.oom == nil { // the model's out-of-memory within --capacity, when the snapshot has none
-		if rec.oom, err = explainModelOOM(open, stream, rec.torch, outs, opts.Capacity, c.CallsiteName); err != nil {
-			return nil, nil, err
+		if rec.oom, err = explainModelOOM(open, st.RequestLayer, rec.torch, outs, opts.Capacity, c.CallsiteName); err != nil {
+			return nil, err
 		}
 	}
 	for _, o := range outs {
 		if o.Err != nil {
-			warns = append(warns, fmt.Sprintf("%s: %v", name, o.Err))
+			*warns = append(*warns, fmt.Sprintf("%s: %v", name, o.Err))
 		}
 	}
-	tr := assemble(name, st, rec, outs, c.CallsiteName)
-	tr.Info = info
-	return tr, warns, nil
+	return assemble(name, st, rec, outs, c.CallsiteName), nil
 }
 
 // traceInfo returns the metadata of a source that has some (*trace.Reader does).
@@ -155,7 +187,7 @@ func traceInfo(src Source) *model.TraceInfo {
 
 // chooseSizeClasses plans the classes for every candidate threshold, replays the trace through
 // them (sizing pass), keeps the best candidate and fits its arena.
-func chooseSizeClasses(name string, open opener, st *stats.Result, stream requests.Layer, opts Options,
+func chooseSizeClasses(name string, log *requests.Log, st *stats.Result, opts Options,
 	warns *[]string) (*recommendation, error) {
 	plans := make([]sizeclass.Plan, len(sizeclass.Thresholds))
 	cands := make([]whatif.Candidate, len(plans))
@@ -165,16 +197,12 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream reques
 		cands[i] = whatif.Candidate{Threshold: th, Classes: plans[i].Classes, LargePeakLiveBytes: st.LargePeakLiveBytes[i],
 			PerStream: perStream}
 	}
-	var sizings []whatif.Sizing
-	err := open.pass(nil, func(src Source) (err error) {
-		sizings, err = whatif.Size(src, stream, cands, progress(opts, "sizing "+opts.input))
-		return err
-	})
+	sizings, err := whatif.Size(log, cands, progress(opts, "sizing "+opts.input, log.Len()))
 	if err != nil {
 		return nil, err
 	}
 	peakLive := st.Requests.PeakLiveBytes
-	fits, err := fitArenas(open, stream, plans, sizings, contenders(sizings, peakLive), peakLive, opts)
+	fits, err := fitArenas(log, plans, sizings, contenders(sizings, peakLive), peakLive, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +222,7 @@ func chooseSizeClasses(name string, open opener, st *stats.Result, stream reques
 // simulate runs every what-if policy, the recommended pool as record --pool runs it and the
 // PYTORCH_CUDA_ALLOC_CONF search in one pass, then re-simulates the recommended pool with a grown
 // arena while it needed growth beyond its plan (verification).
-func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats.Result, opts Options) ([]whatif.Outcome, error) {
+func simulate(log *requests.Log, stream requests.Layer, rec *recommendation, st *stats.Result, opts Options) ([]whatif.Outcome, error) {
 	policies, withPaged := whatIfPolicies(rec, st, opts.Capacity), false
 	if paged, ok := rec.pagedPolicy(); ok && opts.Arena != ArenaFixed {
 		policies, withPaged = slices.Insert(policies, 1, paged), true
@@ -208,7 +236,7 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 	if opts.PyTorchSearch || stream == requests.Framework || st.Requests.Allocs+st.Requests.Frees <= maxSearchRequests {
 		policies = append(policies, torchCandidates(st, opts.Capacity)...)
 	}
-	outs, err := runPass(open, stream, policies, st, opts, progress(opts, "simulation "+opts.input))
+	outs, err := whatif.Run(log, policies, opts.Capacity, st.Calls, progress(opts, "simulation "+opts.input, log.Len()))
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +256,7 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 		if deferred {
 			again = append(again, recordPoolPolicy(grown))
 		}
-		res, err := runPass(open, stream, again, st, opts, nil)
+		res, err := whatif.Run(log, again, opts.Capacity, st.Calls, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -239,16 +267,6 @@ func simulate(open opener, stream requests.Layer, rec *recommendation, st *stats
 	}
 	rec.recordPool = recordPoolPrediction(rec, recordPool)
 	return outs, nil
-}
-
-// runPass simulates policies over one pass of the trace.
-func runPass(open opener, stream requests.Layer, policies []whatif.Policy, st *stats.Result, opts Options,
-	report func(int)) (outs []whatif.Outcome, err error) {
-	err = open.pass(nil, func(src Source) (err error) {
-		outs, err = whatif.Run(src, stream, policies, opts.Capacity, st.Calls, report)
-		return err
-	})
-	return outs, err
 }
 
 // recordPoolPolicy is p as record --pool runs it inside the program: synchronous frees deferred
@@ -352,14 +370,15 @@ func (a *arenaSearch) sizes() []uint64 {
 	return sizes
 }
 
-// narrow takes the probes of sizes(), ascending, into account.
-func (a *arenaSearch) narrow(probes []whatif.ArenaProbe) {
-	for _, p := range probes {
-		if p.Failures == 0 {
-			a.hi, a.served = min(a.hi, p.Bytes), true
+// narrow takes the probes of sizes(), ascending, into account: whether each of those sizes served
+// every request.
+func (a *arenaSearch) narrow(sizes []uint64, served []bool) {
+	for i, b := range sizes {
+		if served[i] {
+			a.hi, a.served = min(a.hi, b), true
 			break
 		}
-		a.lo = p.Bytes
+		a.lo = b
 	}
 	a.dead = !a.served
 }
@@ -381,12 +400,12 @@ func contenders(sizings []whatif.Sizing, peakLive uint64) []int {
 }
 
 // fitArenas shrinks the arena of every contender (indexes into sizings) to the smallest single
-// region (to 2 MiB) that serves its large requests without growing (whatif.FitArena), when that is
-// smaller than the grown best-fit arena's peak, searching every placement strategy (pool.Fits) of
-// every contender in the same rounds: over the large requests' ops read once into memory
-// (extractLarge), or re-reading the trace every round when they would not fit. It returns each
-// candidate's strategy that needs the least, pool.FitBest on a tie and for the others.
-func fitArenas(open opener, stream requests.Layer, plans []sizeclass.Plan, sizings []whatif.Sizing, which []int,
+// region (to 2 MiB) that serves its large requests without growing (whatif.LargeOps.Serves), when
+// that is smaller than the grown best-fit arena's peak, searching every placement strategy
+// (pool.Fits) of every contender in the same rounds, over the large requests' ops taken from the
+// log once (held in memory or spilled as the budget allows). It returns each candidate's strategy
+// that needs the least, pool.FitBest on a tie and for the others.
+func fitArenas(log *requests.Log, plans []sizeclass.Plan, sizings []whatif.Sizing, which []int,
 	peakLive uint64, opts Options) ([]pool.Fit, error) {
 	searches := make([][]arenaSearch, len(sizings))
 	for _, c := range which {
@@ -396,17 +415,18 @@ func fitArenas(open opener, stream requests.Layer, plans []sizeclass.Plan, sizin
 				hi: sizings[c].ArenaPeakReservedBytes, served: f == pool.FitBest})
 		}
 	}
-	large, err := extractLarge(open, stream, plans, which, opts)
-	if err != nil {
-		return nil, err
-	}
-	for range arenaRounds {
-		if large != nil {
-			arenaRoundInMemory(large, plans, searches)
-		} else if err := arenaRound(open, stream, plans, searches, opts); err != nil {
+	if len(which) > 0 {
+		large, err := extractLarge(log, plans, which, opts)
+		if err != nil {
 			return nil, err
 		}
-		prune(searches, sizings, peakLive)
+		defer large.Close()
+		for range arenaRounds {
+			if err := arenaRound(large, plans, searches); err != nil {
+				return nil, fmt.Errorf("arena fit: %w", err)
+			}
+			prune(searches, sizings, peakLive)
+		}
 	}
 	fits := make([]pool.Fit, len(sizings))
 	for c := range sizings {
@@ -459,110 +479,73 @@ func prune(searches [][]arenaSearch, sizings []whatif.Sizing, peakLive uint64) {
 	}
 }
 
-// arenaRound makes one pass of probes for every search and narrows each by its results.
-func arenaRound(open opener, stream requests.Layer, plans []sizeclass.Plan, searches [][]arenaSearch, opts Options) error {
-	var probes []whatif.ArenaProbe
-	var owners []*arenaSearch
-	var counts []int
-	for c := range searches {
-		for i := range searches[c] {
-			a := &searches[c][i]
-			sizes := a.sizes()
-			for _, b := range sizes {
-				probes = append(probes, whatif.ArenaProbe{Threshold: plans[c].Threshold, Bytes: b, Fit: a.fit})
-			}
-			if len(sizes) > 0 {
-				owners, counts = append(owners, a), append(counts, len(sizes))
-			}
-		}
-	}
-	if len(probes) == 0 {
-		return nil
-	}
-	err := open.pass(nil, func(src Source) (err error) {
-		probes, err = whatif.FitArena(src, stream, probes, progress(opts, "arena "+opts.input))
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	for i, a := range owners {
-		a.narrow(probes[:counts[i]])
-		probes = probes[counts[i]:]
-	}
-	return nil
-}
-
-// maxLargeOpsBytes bounds the memory fitArenas keeps the large requests' ops in; beyond it every
-// round re-reads the trace (arenaRound).
-const maxLargeOpsBytes = 256 << 20
-
-// extractLarge reads, in one pass, the ops of the requests above the least threshold of the
-// contenders (which) into memory, for every round's probes of every contender. It returns nil
-// when there is no contender or the ops would take more than maxLargeOpsBytes.
-func extractLarge(open opener, stream requests.Layer, plans []sizeclass.Plan, which []int,
-	opts Options) (*whatif.LargeOps, error) {
-	if len(which) == 0 {
-		return nil, nil
-	}
+// extractLarge takes, in one read of the log, the ops of the requests above the least threshold of
+// the contenders (which): every round's probes of every contender read them.
+func extractLarge(log *requests.Log, plans []sizeclass.Plan, which []int, opts Options) (*whatif.LargeOps, error) {
 	th := plans[which[0]].Threshold
 	for _, c := range which {
 		th = min(th, plans[c].Threshold)
 	}
-	var large *whatif.LargeOps
-	err := open.pass(nil, func(src Source) (err error) {
-		large, err = whatif.ExtractLarge(src, stream, th, maxLargeOpsBytes, progress(opts, "arena "+opts.input))
-		return err
-	})
-	if errors.Is(err, whatif.ErrLargeOpsBudget) {
-		return nil, nil
-	}
+	large, err := whatif.ExtractLarge(log, th, opts.budget, opts.SpillDir, progress(opts, "arena "+opts.input, log.Len()))
 	if err != nil {
 		return nil, fmt.Errorf("arena fit: %w", err)
 	}
 	return large, nil
 }
 
-// arenaRoundInMemory is arenaRound over the large ops held in memory: each search tries its sizes
-// in ascending order and stops at the first that serves everything, the only results narrow reads;
-// each probe stops at its first failure. The searches run in parallel.
-func arenaRoundInMemory(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]arenaSearch) {
-	jobs := make(chan func())
+// arenaRound makes one round of probes of every search over the large ops and narrows each by
+// them: each search tries its sizes in ascending order and stops at the first that serves
+// everything, the only result narrow reads; each probe stops at its first failure. The searches
+// run in parallel. It returns the first error reading the ops.
+func arenaRound(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]arenaSearch) error {
+	jobs := make(chan func() error)
+	errs := make(chan error, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
+			var first error
 			for job := range jobs {
-				job()
+				if err := job(); err != nil && first == nil {
+					first = err
+				}
 			}
+			errs <- first
 		})
 	}
 	for c := range searches {
 		for i := range searches[c] {
 			a, th := &searches[c][i], plans[c].Threshold
-			jobs <- func() { a.probeInMemory(large, th) }
+			jobs <- func() error { return a.probe(large, th) }
 		}
 	}
 	close(jobs)
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// probeInMemory makes the probes of one round of the search over large's ops and narrows it by
-// them: the sizes up to the first that serves every request above threshold.
-func (a *arenaSearch) probeInMemory(large *whatif.LargeOps, threshold uint64) {
+// probe makes the probes of one round of the search over large's ops and narrows it by them: the
+// sizes up to the first that serves every request above threshold.
+func (a *arenaSearch) probe(large *whatif.LargeOps, threshold uint64) error {
 	sizes := a.sizes()
 	if len(sizes) == 0 {
-		return // as arenaRound: a search with nothing to try is left as it is
+		return nil // a search with nothing to try is left as it is
 	}
-	tried := make([]whatif.ArenaProbe, 0, len(sizes))
+	var served []bool
 	for _, b := range sizes {
-		p := whatif.ArenaProbe{Threshold: threshold, Bytes: b, Fit: a.fit}
-		if !large.Serves(p) {
-			p.Failures = 1 // at least one: narrow reads only whether it is 0
+		ok, err := large.Serves(whatif.ArenaProbe{Threshold: threshold, Bytes: b, Fit: a.fit})
+		if err != nil {
+			return err
 		}
-		tried = append(tried, p)
-		if p.Failures == 0 {
+		if served = append(served, ok); ok {
 			break // narrow reads nothing beyond the first size that serves
 		}
 	}
-	a.narrow(tried)
+	a.narrow(sizes[:len(served)], served)
+	return nil
 }

@@ -35,11 +35,11 @@ func forEachInput(n int, f func(i int) error) error {
 	return nil
 }
 
-// analyzeRanks compares the inputs and builds the pool for every rank from the combined analysis'
+// analyzeRanks compares the inputs (their request logs, in order) and builds the pool for every rank from the combined analysis'
 // classes: each class gets the most slots any rank needs, the arena the largest peak of large
 // requests any rank has (whatif.Size on each rank); then the pool is simulated on each rank, and
 // its arena grown by what the ranks still had to add (fragmentation), until none has to.
-func analyzeRanks(inputs []Input, perFile []*model.TraceReport, combined *model.TraceReport, opts Options) (*model.Ranks, error) {
+func analyzeRanks(inputs []Input, logs []*requests.Log, perFile []*model.TraceReport, combined *model.TraceReport, opts Options) (*model.Ranks, error) {
 	rk := &model.Ranks{}
 	for i, tr := range perFile {
 		row := model.RankRow{Name: inputs[i].Name, Events: tr.Events, PeakLiveBytes: tr.Requests.PeakLiveBytes}
@@ -53,12 +53,12 @@ func analyzeRanks(inputs []Input, perFile []*model.TraceReport, combined *model.
 	if combined.Config == nil || combined.Config.SizeClass == nil {
 		return rk, nil
 	}
-	cfg, err := sharedConfig(inputs, perFile, combined.Config)
+	cfg, err := sharedConfig(inputs, logs, combined.Config)
 	if err != nil {
 		return nil, err
 	}
 	for range 2 {
-		extra, err := verifyShared(inputs, perFile, cfg, rk, opts)
+		extra, err := verifyShared(inputs, logs, cfg, rk, opts)
 		if err != nil || extra == 0 {
 			rk.Config = cfg
 			rk.Fits = err == nil && allServed(rk.Rows)
@@ -73,7 +73,7 @@ func analyzeRanks(inputs []Input, perFile []*model.TraceReport, combined *model.
 }
 
 // sharedConfig sizes the combined analysis' classes and arena for every rank.
-func sharedConfig(inputs []Input, perFile []*model.TraceReport, base *pool.Config) (*pool.Config, error) {
+func sharedConfig(inputs []Input, logs []*requests.Log, base *pool.Config) (*pool.Config, error) {
 	sc := *base.SizeClass
 	sizes := make([]uint64, len(sc.Classes))
 	for i, c := range sc.Classes {
@@ -81,13 +81,8 @@ func sharedConfig(inputs []Input, perFile []*model.TraceReport, base *pool.Confi
 	}
 	sizings := make([]whatif.Sizing, len(inputs))
 	err := forEachInput(len(inputs), func(i int) error {
-		src, err := inputs[i].Open()
-		if err != nil {
-			return err
-		}
-		defer closeSource(src, nil)
 		cand := whatif.Candidate{Threshold: sc.LargeThreshold, Classes: sizes, PerStream: sc.PerStream}
-		out, err := whatif.Size(src, requests.Layer(perFile[i].RequestLayer), []whatif.Candidate{cand}, nil)
+		out, err := whatif.Size(logs[i], []whatif.Candidate{cand}, nil)
 		if err == nil && out[0].Err != nil {
 			err = fmt.Errorf("%s: %w", inputs[i].Name, out[0].Err)
 		}
@@ -117,17 +112,12 @@ func sharedConfig(inputs []Input, perFile []*model.TraceReport, base *pool.Confi
 
 // verifyShared simulates cfg on every rank into the rows, and returns the most bytes a rank
 // reserved beyond the plan (0 when none grew).
-func verifyShared(inputs []Input, perFile []*model.TraceReport, cfg *pool.Config, rk *model.Ranks, opts Options) (uint64, error) {
+func verifyShared(inputs []Input, logs []*requests.Log, cfg *pool.Config, rk *model.Ranks, opts Options) (uint64, error) {
 	plan := cfg.PlanBytes()
 	extra := make([]uint64, len(inputs))
 	p := whatif.Policy{Name: "every rank", Config: *cfg}
 	err := forEachInput(len(inputs), func(i int) error {
-		src, err := inputs[i].Open()
-		if err != nil {
-			return err
-		}
-		defer closeSource(src, nil)
-		outs, err := whatif.Run(src, requests.Layer(perFile[i].RequestLayer), []whatif.Policy{p}, opts.Capacity, nil, nil)
+		outs, err := whatif.Run(logs[i], []whatif.Policy{p}, opts.Capacity, nil, nil)
 		if err != nil {
 			return err
 		}

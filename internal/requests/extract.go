@@ -345,12 +345,20 @@ func scan(src Source, keep bool) (*Trace, error) {
 	if !keep {
 		ops = nil
 	}
-	if x.sizes.Len() > math.MaxUint32-1 || len(x.streams) > MaxStreams {
-		return nil, fmt.Errorf("trace has %d live blocks at once and %d streams; at most %d and %d can be replayed",
-			x.sizes.Len(), len(x.streams), uint32(math.MaxUint32-1), MaxStreams)
+	if err := x.checkReplayable(); err != nil {
+		return nil, err
 	}
 	s := x.Stats()
 	return &Trace{Ops: ops, Slots: x.Slots(), Streams: x.handles, Stats: s, Warnings: Warnings(&s)}, nil
+}
+
+// checkReplayable returns an error when the ops cannot index the blocks or streams x found.
+func (x *Extractor) checkReplayable() error {
+	if x.sizes.Len() > math.MaxUint32-1 || len(x.streams) > MaxStreams {
+		return fmt.Errorf("trace has %d live blocks at once and %d streams; at most %d and %d can be replayed",
+			x.sizes.Len(), len(x.streams), uint32(math.MaxUint32-1), MaxStreams)
+	}
+	return nil
 }
 
 // LayerChoice chooses the layer whose events are a trace's requests: the framework's when the trace

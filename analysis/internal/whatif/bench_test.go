@@ -2,15 +2,13 @@ package whatif
 
 import (
 	"errors"
-	"github.com/allocscope/allocscope/internal/requests"
 	"io"
-	"sync"
 	"testing"
 
 	"github.com/allocscope/allocscope/analysis/internal/benchutil"
 	"github.com/allocscope/allocscope/analysis/internal/synth"
+	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
-	"github.com/allocscope/allocscope/trace"
 )
 
 // benchEvents is the number of events of one benchmark iteration.
@@ -35,13 +33,16 @@ func benchPolicies() []Policy {
 		{Name: "stream-ordered", Config: cfg(pool.PolicyStreamOrdered)}, {Name: "raw", Config: cfg(pool.PolicyRaw)}}
 }
 
-// benchRun replays the source each iteration makes through each policy alone, in events per second.
-func benchRun(b *testing.B, source func() requests.Source) {
+// BenchmarkPolicy measures each policy's simulation of a synthetic trace as analyze runs it, alone:
+// the trace is decoded into its request log once, outside the timing, and each iteration replays
+// the log through the policy. Mevents/s counts the trace's events.
+func BenchmarkPolicy(b *testing.B) {
+	log := decoded(b, synth.New(benchEvents))
 	for _, p := range benchPolicies() {
 		b.Run(p.Name, func(b *testing.B) {
 			cpu := benchutil.CPU()
 			for b.Loop() {
-				outs, err := Run(source(), requests.Device, []Policy{p}, 0, nil, nil)
+				outs, err := Run(log, []Policy{p}, 0, nil, nil)
 				if err != nil || outs[0].Err != nil {
 					b.Fatal(err, outs[0].Err)
 				}
@@ -49,61 +50,6 @@ func benchRun(b *testing.B, source func() requests.Source) {
 			benchutil.Report(b, benchEvents, benchutil.CPU()-cpu)
 		})
 	}
-}
-
-// BenchmarkPolicy measures each policy's simulation of a synthetic trace generated on the fly, in
-// events per second (the generator's time included).
-func BenchmarkPolicy(b *testing.B) {
-	benchRun(b, func() requests.Source { return synth.New(benchEvents) })
-}
-
-// BenchmarkPolicyInMemory is BenchmarkPolicy on the same events generated beforehand and held in
-// memory, so that the policy's own cost (plus Run's batch copy) is what is measured.
-func BenchmarkPolicyInMemory(b *testing.B) {
-	events := memEvents(b)
-	benchRun(b, func() requests.Source { return &memSource{events: events} })
-}
-
-var (
-	memOnce   sync.Once
-	memAll    []trace.Event
-	memGenErr error
-)
-
-// memEvents returns the synthetic trace of BenchmarkPolicy, generated once.
-func memEvents(b *testing.B) []trace.Event {
-	memOnce.Do(func() {
-		src := synth.New(benchEvents)
-		for {
-			batch, err := src.Next()
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					memGenErr = err
-				}
-				return
-			}
-			memAll = append(memAll, batch...)
-		}
-	})
-	if memGenErr != nil {
-		b.Fatal(memGenErr)
-	}
-	return memAll
-}
-
-// memSource yields events held in memory in batches like synth's.
-type memSource struct {
-	events []trace.Event
-	at     int
-}
-
-func (s *memSource) Next() ([]trace.Event, error) {
-	if s.at == len(s.events) {
-		return nil, io.EOF
-	}
-	n := min(8192, len(s.events)-s.at)
-	s.at += n
-	return s.events[s.at-n : s.at], nil
 }
 
 // BenchmarkPolicyReplay measures one policy's own work as analyze runs it: the synthetic trace is

@@ -90,13 +90,13 @@ func directMap(t *testing.T, events []trace.Event, cfg pool.Config, calls uint64
 // waited at the peak or went on and came back (a log of 50 ops).
 func TestPeakMap(t *testing.T) {
 	events := waveTrace(6000)
-	outs, err := Run(&chunks{events: events, n: 100}, requests.Device, mappedPolicies(), 0, nil, nil)
+	outs, err := Run(decoded(t, &chunks{events: events, n: 100}), mappedPolicies(), 0, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func(n int) { mapLogOps = n }(mapLogOps)
 	mapLogOps = 50
-	short, err := Run(&chunks{events: events, n: 100}, requests.Device, mappedPolicies(), 0, nil, nil)
+	short, err := Run(decoded(t, &chunks{events: events, n: 100}), mappedPolicies(), 0, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

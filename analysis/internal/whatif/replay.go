@@ -120,18 +120,17 @@ func (r *replayer) finish() Outcome {
 	return r.out
 }
 
-// Run replays the requests of layer in src through every policy (each on its own simulated address
-// space holding at most capacity bytes, 0 = unbounded), the policies in parallel, and returns their
-// outcomes in the order given. progress, when not nil, is called after each batch.
-func Run(src requests.Source, layer requests.Layer, policies []Policy, capacity uint64, est Durations,
-	progress func(events int)) ([]Outcome, error) {
+// Run replays the requests of log through every policy (each on its own simulated address space
+// holding at most capacity bytes, 0 = unbounded), the policies in parallel, and returns their
+// outcomes in the order given. progress, when not nil, is called after each batch with its ops.
+func Run(log *requests.Log, policies []Policy, capacity uint64, est Durations, progress func(ops int)) ([]Outcome, error) {
 	rs := make([]*replayer, len(policies))
 	sites := false
 	for i, p := range policies {
 		rs[i] = newReplayer(p, capacity, est)
 		sites = sites || rs[i].mapper != nil
 	}
-	err := forEachBatch(src, layer, len(rs), sites, func(i int, b opBatch) { rs[i].batch(b) }, progress)
+	err := forEachBatch(log, len(rs), sites, func(i int, b opBatch) { rs[i].batch(b) }, progress)
 	out := make([]Outcome, len(rs))
 	for i, r := range rs {
 		out[i] = r.finish()
@@ -149,12 +148,10 @@ type opBatch struct {
 // worker serves one batch of ops.
 type worker func(i int, b opBatch)
 
-// forEachBatch reads src to the end and hands the ops of every batch (layer's requests, see package
-// requests), with their sites when sites is set, to workers 0..n-1 at once, each on its own
-// goroutine, waiting for all of them before handing out the next batch. While the workers run it
-// reads the next batch (by column when src is a requests.ColumnSource) and extracts its ops into the
-// other of two buffers.
-func forEachBatch(src requests.Source, layer requests.Layer, n int, sites bool, work worker, progress func(int)) error {
+// forEachBatch reads log to the end and hands every batch of its ops, with their sites when sites
+// is set, to workers 0..n-1 at once, each on its own goroutine, waiting for all of them before
+// handing out the next batch. While the workers run it reads the next batch.
+func forEachBatch(log *requests.Log, n int, sites bool, work worker, progress func(int)) error {
 	chans := make([]chan opBatch, n)
 	var wg, done sync.WaitGroup
 	for i := range chans {
@@ -174,49 +171,26 @@ func forEachBatch(src requests.Source, layer requests.Layer, n int, sites bool, 
 		}
 		done.Wait()
 	}()
-	x := requests.NewExtractor(layer)
-	var bufs [2]opBatch
-	events, err := extractNext(src, x, &bufs[0], sites)
-	for cur := 0; ; cur ^= 1 {
-		if events > 0 {
-			wg.Add(n)
-			for _, c := range chans {
-				c <- bufs[cur]
-			}
-		}
-		var nextEvents int
-		var nextErr error
-		if err == nil {
-			nextEvents, nextErr = extractNext(src, x, &bufs[cur^1], sites)
-		}
-		if events > 0 {
-			wg.Wait()
-			if progress != nil {
-				progress(events)
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		events, err = nextEvents, nextErr
+	r := log.Reader()
+	next := func() (opBatch, error) {
+		ops, ss, err := r.Next(sites)
+		return opBatch{ops: ops, sites: ss, handles: log.Handles()}, err
 	}
-}
-
-// extractNext reads the next batch of src and puts its ops (and their sites when sites is set) into
-// ob, reusing its storage; it returns the number of events read and src's error.
-func extractNext(src requests.Source, x *requests.Extractor, ob *opBatch, sites bool) (int, error) {
-	b, err := requests.NextBatch(src)
-	if b.Len() == 0 {
-		return 0, err
+	b, err := next()
+	for err == nil {
+		wg.Add(n)
+		for _, c := range chans {
+			c <- b
+		}
+		nb, nerr := next() // the reader keeps b valid while it reads this one
+		wg.Wait()
+		if progress != nil {
+			progress(len(b.ops))
+		}
+		b, err = nb, nerr
 	}
-	if sites {
-		ob.ops, ob.sites = x.AppendBatchSites(b, ob.ops[:0], ob.sites[:0])
-	} else {
-		ob.ops = x.AppendBatch(b, ob.ops[:0])
+	if errors.Is(err, io.EOF) {
+		return nil
 	}
-	ob.handles = x.Handles()
-	return b.Len(), err
+	return err
 }

@@ -40,7 +40,7 @@ func (fixedDurations) Free(size uint64) float64  { return 500 }
 
 func TestRunRaw(t *testing.T) {
 	raw := Policy{Name: "raw", Config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyRaw}}
-	outs, err := Run(&source{events: small()}, requests.Device, []Policy{raw}, 0, fixedDurations{}, nil)
+	outs, err := Run(decoded(t, &source{events: small()}), []Policy{raw}, 0, fixedDurations{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestRunRaw(t *testing.T) {
 
 func TestRunCapacityFailures(t *testing.T) {
 	raw := Policy{Name: "raw", Config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyRaw}}
-	outs, err := Run(&source{events: small()}, requests.Device, []Policy{raw}, 2<<20, nil, nil)
+	outs, err := Run(decoded(t, &source{events: small()}), []Policy{raw}, 2<<20, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestSizeSlotsAndArena(t *testing.T) {
 	events := append(small(), ev(trace.OpAlloc, 0x5000, 900), ev(trace.OpAlloc, 0x6000, 100))
 	cands := []Candidate{{Threshold: 4096, Classes: []uint64{1024}, LargePeakLiveBytes: 3 << 20},
 		{Threshold: 1 << 20, Classes: []uint64{1024, 5120}, LargePeakLiveBytes: 3 << 20}}
-	sz, err := Size(&source{events: events}, requests.Device, cands, nil)
+	sz, err := Size(decoded(t, &source{events: events}), cands, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,29 +92,30 @@ func TestSizeSlotsAndArena(t *testing.T) {
 	}
 }
 
-// TestFitArena: 4 MiB A and B, free A, then 6 MiB C. With FitBest C does not fit the 4 MiB hole
+// TestArenaServes: 4 MiB A and B, free A, then 6 MiB C. With FitBest C does not fit the 4 MiB hole
 // A left, so a single region needs 4 + 4 + 6 = 14 MiB although at most 10 MiB are live; with
 // FitBestAged B goes to the region's top, A's hole merges with the gap and 10 MiB serve.
-func TestFitArena(t *testing.T) {
+func TestArenaServes(t *testing.T) {
 	events := []trace.Event{ev(trace.OpAlloc, 0x1000, 4<<20), ev(trace.OpAlloc, 0x2000, 4<<20),
 		ev(trace.OpFree, 0x1000, 0), ev(trace.OpAlloc, 0x3000, 6<<20), ev(trace.OpAlloc, 0x4000, 1000)}
-	var in []ArenaProbe
-	for _, f := range []pool.Fit{pool.FitBest, pool.FitBestAged} {
-		for _, mb := range []uint64{8, 10, 12, 14, 16} {
-			in = append(in, ArenaProbe{Threshold: 4096, Bytes: mb << 20, Fit: f})
-		}
-	}
-	probes, err := FitArena(&source{events: events}, requests.Device, in, nil)
+	log := decoded(t, &source{events: events})
+	large, err := ExtractLarge(log, 4096, nil, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []uint64{1, 1, 1, 0, 0, 1, 0, 0, 0, 0}
-	for i, p := range probes {
-		if p.Bytes != in[i].Bytes || p.Fit != in[i].Fit || p.Failures != want[i] {
-			t.Errorf("%s arena of %d MiB: %d failures, want %d", p.Fit, p.Bytes>>20, p.Failures, want[i])
+	defer large.Close()
+	want := []bool{false, false, false, true, true, false, true, true, true, true}
+	i := 0
+	for _, f := range []pool.Fit{pool.FitBest, pool.FitBestAged} {
+		for _, mb := range []uint64{8, 10, 12, 14, 16} {
+			p := ArenaProbe{Threshold: 4096, Bytes: mb << 20, Fit: f}
+			if got, err := large.Serves(p); got != want[i] || err != nil {
+				t.Errorf("%s arena of %d MiB serves: %v, %v; want %v", f, mb, got, err, want[i])
+			}
+			i++
 		}
 	}
-	sz, err := Size(&source{events: events}, requests.Device, []Candidate{{Threshold: 4096, Classes: []uint64{1024},
+	sz, err := Size(log, []Candidate{{Threshold: 4096, Classes: []uint64{1024},
 		LargePeakLiveBytes: 10 << 20}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,6 @@
 package whatif
 
 import (
-	"slices"
-
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -87,10 +85,10 @@ type Candidate struct {
 	PerStream          bool     // the pool keeps freed slots per stream (pool.SizeClassConfig.PerStream)
 }
 
-// Size replays src through every candidate at once: it counts the slots each class needs and
+// Size replays log through every candidate at once: it counts the slots each class needs and
 // simulates each candidate's large-request arena. A candidate whose arena cannot be simulated has
-// its Err set; the error returned is the source's.
-func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress func(int)) ([]Sizing, error) {
+// its Err set; the error returned is the log's.
+func Size(log *requests.Log, cands []Candidate, progress func(int)) ([]Sizing, error) {
 	var workers []func(opBatch)
 	counters := make([]*slotCounter, len(cands))
 	arenas := make([]*replayer, len(cands))
@@ -106,7 +104,7 @@ func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress
 		counters[i], arenas[i] = c, r
 		workers = append(workers, c.batch, r.batch)
 	}
-	err := forEachBatch(src, layer, len(workers), false, func(i int, b opBatch) { workers[i](b) }, progress)
+	err := forEachBatch(log, len(workers), false, func(i int, b opBatch) { workers[i](b) }, progress)
 	out := make([]Sizing, len(cands))
 	for i, c := range counters {
 		o := arenas[i].finish()
@@ -116,51 +114,11 @@ func Size(src requests.Source, layer requests.Layer, cands []Candidate, progress
 	return out, err
 }
 
-// ArenaProbe is one fixed-size arena tried by FitArena.
+// ArenaProbe is one fixed-size arena tried by LargeOps.Serves.
 type ArenaProbe struct {
 	Threshold uint64   // it serves the requests above this size
 	Bytes     uint64   // the arena's one region, never grown
 	Fit       pool.Fit // its placement strategy
-	Failures  uint64   // large requests it could not serve (set by FitArena)
-}
-
-// FitArena replays the requests above each probe's Threshold through the given arenas at once,
-// each a single best-fit region of Bytes that may not grow, placing blocks by its Fit, and returns
-// the probes with their Failures set. A single region fragments less than a grown one, so the
-// smallest size that fails nothing is usually below the peak of an arena that grows on demand.
-func FitArena(src requests.Source, layer requests.Layer, probes []ArenaProbe, progress func(int)) ([]ArenaProbe, error) {
-	rs := make([]*replayer, len(probes))
-	var groups []*largeFilter
-	byThreshold := map[uint64]*largeFilter{}
-	for i, p := range probes {
-		cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
-			BestFit: &pool.BestFitConfig{InitialBytes: p.Bytes, MaximumBytes: p.Bytes, Fit: p.Fit}}
-		rs[i] = newReplayer(Policy{Name: "arena", Config: cfg}, 0, nil)
-		g := byThreshold[p.Threshold]
-		if g == nil {
-			g = &largeFilter{threshold: p.Threshold}
-			byThreshold[p.Threshold] = g
-			groups = append(groups, g)
-		}
-		g.probes = append(g.probes, i)
-	}
-	// One worker per threshold filters each batch once for all the probes of that threshold.
-	err := forEachBatch(src, layer, len(groups), false, func(i int, b opBatch) {
-		g := groups[i]
-		large := opBatch{ops: g.filter(b.ops), handles: b.handles}
-		for _, p := range g.probes {
-			rs[p].batch(large)
-		}
-	}, progress)
-	out := slices.Clone(probes)
-	for i, r := range rs {
-		o := r.finish()
-		out[i].Failures = o.Stats.Failures
-		if o.Err != nil {
-			out[i].Failures = ^uint64(0)
-		}
-	}
-	return out, err
 }
 
 // largeFilter keeps, of a trace's ops, the allocations above threshold and the frees of the
@@ -168,7 +126,6 @@ func FitArena(src requests.Source, layer requests.Layer, probes []ArenaProbe, pr
 // use to a best-fit arena).
 type largeFilter struct {
 	threshold uint64
-	probes    []int  // the probes it feeds
 	live      []bool // by slot: a block of a large allocation not freed yet
 	out       []requests.Op
 }

@@ -92,9 +92,17 @@ func simulatedOps(t *testing.T, path string) ([]requests.Op, []uint64) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	log, st, err := requests.Decode(r, nil, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	if st.Layer != layer {
+		t.Fatalf("the request log has the %s layer, the statistics chose %s", st.Layer, layer)
+	}
 	var ops []requests.Op
 	var handles []uint64
-	err = forEachBatch(r, layer, 1, false, func(_ int, b opBatch) {
+	err = forEachBatch(log, 1, false, func(_ int, b opBatch) {
 		ops = append(ops, b.ops...)
 		handles = b.handles
 	}, nil)

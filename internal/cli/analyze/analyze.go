@@ -33,6 +33,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // options are the command's flags.
 type options struct {
 	capacity   uint64
+	memory     uint64
 	json       bool
 	html       string
 	emitConfig string
@@ -76,6 +77,8 @@ trace is analyzed.`,
 	f := cmd.Flags()
 	command.BytesVar(f, &opt.capacity, "capacity", 0,
 		"device memory the simulated policies may hold: 81920, 512MiB, 80GiB, 1.5GB (default unbounded)")
+	command.BytesVar(f, &opt.memory, "memory", 0,
+		"memory the decoded requests of the traces may hold; the rest is spilled to $TMPDIR (default 1GiB)")
 	f.BoolVar(&opt.json, "json", false, "print the report as JSON instead of text")
 	f.StringVar(&opt.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
 	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json)")
@@ -124,7 +127,7 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 	bar := newProgress(stderr, !opt.quiet && (opt.progress || command.IsTerminal(stderr)))
 	rep, err := analysis.Analyze(inputs, analysis.Options{Capacity: opt.capacity, Top: opt.top, K: opt.k,
 		Arena: arena, PoolHeadroom: opt.headroom, PyTorchSearch: opt.torchConf, Detail: opt.html != "",
-		Progress: bar.update})
+		MemoryBytes: opt.memory, Progress: bar.update})
 	bar.finish()
 	if err != nil {
 		return err
