@@ -3,9 +3,13 @@
 // package pool), and terminal, JSON and HTML reports.
 //
 // It works in stages, like benchstat: the statistics pass reads every event once in bounded memory
-// (it grows with the live allocations and distinct sizes, not with the events); the size classes
-// are chosen from its result; a sizing pass replays the trace through the classes; a simulation
-// pass replays it through every policy. Each pass reopens the input, so an Input is a way to open
+// (it grows with the live allocations and distinct sizes, not with the events) and decodes the
+// requests into their compact log (16 bytes and a site index each), held in memory up to
+// Options.MemoryBytes and spilled to a temporary file beyond; the size classes are chosen from the
+// statistics; then a sizing pass replays the log through every candidate's classes, the arena
+// fitting replays its large requests, and a simulation pass replays it through every policy at
+// once, each policy on its own goroutine. Only the statistics pass reads the input, and the
+// out-of-memory explanation within a capacity, which replays the events; an Input is a way to open
 // a Source, not a Source. Problems that do not stop the analysis are returned as warnings.
 package analysis
 

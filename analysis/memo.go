@@ -9,10 +9,10 @@ import (
 // memoBatch is the batch size of a memorized source.
 const memoBatch = 4096
 
-// memoSource copies the events of a source as they are read, so that the later passes of the
-// analysis read them from memory. analyzeStream uses it for PyTorch snapshots, which are decoded
-// whole into memory anyway: without it every pass would unpickle the file again. (Arrow traces
-// stream and may not fit in memory: they are read again.)
+// memoSource copies the events of a source as they are read, so that a later replay of the events
+// reads them from memory. analyzeStream uses it for PyTorch snapshots analyzed within a capacity,
+// whose out-of-memory replay (explainModelOOM) would otherwise unpickle the file again; every
+// other pass reads the request log.
 type memoSource struct {
 	Source
 	events []trace.Event

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
@@ -119,8 +120,10 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		info = traceInfo(src)
 		if s, ok := src.(snapshotSource); ok && s.Snapshot() != nil {
 			snap = s.Snapshot()
-			memo = &memoSource{Source: src}
-			src = memo
+			if opts.Capacity > 0 { // only explainModelOOM reads the events again
+				memo = &memoSource{Source: src}
+				src = memo
+			}
 		}
 		c, log, err = collect(src, opts)
 		return err
@@ -493,11 +496,37 @@ func extractLarge(log *requests.Log, plans []sizeclass.Plan, which []int, opts O
 	return large, nil
 }
 
-// arenaRound makes one round of probes of every search over the large ops and narrows each by
-// them: each search tries its sizes in ascending order and stops at the first that serves
-// everything, the only result narrow reads; each probe stops at its first failure. The searches
-// run in parallel. It returns the first error reading the ops.
+// roundSearch is one search's part of a round of probes: its sizes, ascending, the outcome of
+// each, and the index of the smallest size found to serve (len(sizes) while none has).
+type roundSearch struct {
+	search    *arenaSearch
+	threshold uint64
+	sizes     []uint64
+	served    []bool
+	first     atomic.Int64
+}
+
+// arenaRound makes one round of probes of every search over the large ops and narrows each search
+// by them. Each probe is a job; the jobs go to GOMAXPROCS workers by rank (every search's smallest
+// size first, then every search's second, ...). A probe stops at its arena's first failure, and is
+// skipped, or stopped, once a smaller size of its search has served everything: narrow reads the
+// sizes only up to the first that serves, and those run to their end or first failure whatever
+// happens. So each search narrows exactly as by trying its sizes one after another, and with more
+// cores than searches a round takes about as long as its longest probe. It returns the first error
+// reading the ops.
 func arenaRound(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]arenaSearch) error {
+	var rounds []*roundSearch
+	ranks := 0
+	for c := range searches {
+		for i := range searches[c] {
+			if sizes := searches[c][i].sizes(); len(sizes) > 0 {
+				r := &roundSearch{search: &searches[c][i], threshold: plans[c].Threshold, sizes: sizes,
+					served: make([]bool, len(sizes))}
+				r.first.Store(int64(len(sizes)))
+				rounds, ranks = append(rounds, r), max(ranks, len(sizes))
+			}
+		}
+	}
 	jobs := make(chan func() error)
 	errs := make(chan error, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
@@ -512,10 +541,11 @@ func arenaRound(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]are
 			errs <- first
 		})
 	}
-	for c := range searches {
-		for i := range searches[c] {
-			a, th := &searches[c][i], plans[c].Threshold
-			jobs <- func() error { return a.probe(large, th) }
+	for k := range ranks {
+		for _, r := range rounds {
+			if k < len(r.sizes) {
+				jobs <- func() error { return r.probe(large, k) }
+			}
 		}
 	}
 	close(jobs)
@@ -526,26 +556,29 @@ func arenaRound(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]are
 			return err
 		}
 	}
+	for _, r := range rounds {
+		n := min(int(r.first.Load())+1, len(r.sizes))
+		r.search.narrow(r.sizes[:n], r.served[:n])
+	}
 	return nil
 }
 
-// probe makes the probes of one round of the search over large's ops and narrows it by them: the
-// sizes up to the first that serves every request above threshold.
-func (a *arenaSearch) probe(large *whatif.LargeOps, threshold uint64) error {
-	sizes := a.sizes()
-	if len(sizes) == 0 {
-		return nil // a search with nothing to try is left as it is
+// probe tries the search's size k, unless a smaller size has served everything.
+func (r *roundSearch) probe(large *whatif.LargeOps, k int) error {
+	moot := func() bool { return r.first.Load() < int64(k) }
+	if moot() {
+		return nil
 	}
-	var served []bool
-	for _, b := range sizes {
-		ok, err := large.Serves(whatif.ArenaProbe{Threshold: threshold, Bytes: b, Fit: a.fit})
-		if err != nil {
-			return err
-		}
-		if served = append(served, ok); ok {
-			break // narrow reads nothing beyond the first size that serves
+	p := whatif.ArenaProbe{Threshold: r.threshold, Bytes: r.sizes[k], Fit: r.search.fit}
+	ok, err := large.Serves(p, moot)
+	if err != nil || !ok {
+		return err
+	}
+	r.served[k] = true
+	for {
+		first := r.first.Load()
+		if first <= int64(k) || r.first.CompareAndSwap(first, int64(k)) {
+			return nil
 		}
 	}
-	a.narrow(sizes[:len(served)], served)
-	return nil
 }

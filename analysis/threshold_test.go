@@ -3,9 +3,14 @@ package analysis
 import (
 	"errors"
 	"reflect"
+	"runtime"
 	"testing"
 
+	"github.com/allocscope/allocscope/analysis/internal/sizeclass"
+	"github.com/allocscope/allocscope/analysis/internal/synth"
 	"github.com/allocscope/allocscope/analysis/internal/whatif"
+	"github.com/allocscope/allocscope/internal/requests"
+	"github.com/allocscope/allocscope/pool"
 )
 
 // sizing is a candidate of classBytes in one class slot and an arena of arena bytes for large
@@ -68,5 +73,69 @@ func TestPrune(t *testing.T) {
 	got := []bool{searches[0][0].dead, searches[1][0].dead, searches[1][1].dead, searches[2][0].dead}
 	if want := []bool{false, true, true, false}; !reflect.DeepEqual(got, want) {
 		t.Errorf("dead = %v, want %v", got, want)
+	}
+}
+
+// A round of probes on many workers narrows every search exactly as trying its sizes one after
+// another does (sizes ascending, up to the first that serves), on the large requests of a
+// synthetic trace: three thresholds, both strategies, ranges around the grown arena's peak.
+func TestArenaRoundNarrowsAsOneAfterAnother(t *testing.T) {
+	log, _, err := requests.Decode(synth.New(40_000), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	thresholds := []uint64{4096, 65536, 1 << 20}
+	var cands []whatif.Candidate
+	plans := make([]sizeclass.Plan, len(thresholds))
+	for i, th := range thresholds {
+		cands, plans[i] = append(cands, whatif.Candidate{Threshold: th}), sizeclass.Plan{Threshold: th}
+	}
+	sz, err := whatif.Size(log, cands, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := whatif.ExtractLarge(log, 4096, nil, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer large.Close()
+	searches, want := make([][]arenaSearch, len(thresholds)), make([][]arenaSearch, len(thresholds))
+	for c := range thresholds {
+		for _, f := range pool.Fits {
+			a := arenaSearch{fit: f, lo: pool.AlignUp(sz[c].LargePeakLiveBytes, 2*mib) - 2*mib,
+				hi: sz[c].ArenaPeakReservedBytes + 16*mib}
+			searches[c], want[c] = append(searches[c], a), append(want[c], a)
+		}
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	for round := range arenaRounds {
+		if err := arenaRound(large, plans, searches); err != nil {
+			t.Fatal(err)
+		}
+		for c := range want {
+			for i := range want[c] {
+				a := &want[c][i]
+				sizes, served := a.sizes(), []bool{}
+				for _, b := range sizes {
+					ok, err := large.Serves(whatif.ArenaProbe{Threshold: thresholds[c], Bytes: b, Fit: a.fit}, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if served = append(served, ok); ok {
+						break
+					}
+				}
+				if len(sizes) > 0 {
+					a.narrow(sizes[:len(served)], served)
+				}
+			}
+		}
+		if !reflect.DeepEqual(searches, want) {
+			t.Fatalf("round %d: %+v, one after another %+v", round, searches, want)
+		}
+	}
+	if a := searches[0][0]; !a.served || a.hi-a.lo != 2*mib {
+		t.Errorf("the search did not end at 2 MiB: %+v", a)
 	}
 }

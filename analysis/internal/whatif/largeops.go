@@ -53,8 +53,9 @@ func (l *LargeOps) Len() uint64 { return l.log.Len() }
 func (l *LargeOps) Close() error { return l.log.Close() }
 
 // Serves reports whether p's arena serves every request of l above p.Threshold (at or above
-// l.Threshold) without failing one. It stops at the arena's first failure. The error is the log's.
-func (l *LargeOps) Serves(p ArenaProbe) (bool, error) {
+// l.Threshold) without failing one. It stops at the arena's first failure, and with false as soon
+// as stop, when not nil, returns true (it asks every largeChunk ops). The error is the log's.
+func (l *LargeOps) Serves(p ArenaProbe, stop func() bool) (bool, error) {
 	cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 		BestFit: &pool.BestFitConfig{InitialBytes: p.Bytes, MaximumBytes: p.Bytes, Fit: p.Fit}}
 	r := newReplayer(Policy{Name: "arena", Config: cfg}, 0, nil)
@@ -72,7 +73,7 @@ func (l *LargeOps) Serves(p ArenaProbe) (bool, error) {
 			k := min(len(ops), largeChunk)
 			r.batch(opBatch{ops: f.filter(ops[:k]), handles: l.log.Handles()})
 			ops = ops[k:]
-			if r.alloc == nil || r.alloc.Stats().Failures > 0 {
+			if r.alloc == nil || r.alloc.Stats().Failures > 0 || (stop != nil && stop()) {
 				r.finish()
 				return false, nil // failures only grow; a policy that panicked has its Err
 			}

@@ -63,12 +63,15 @@ func TestServesMatchesAFullReplay(t *testing.T) {
 				p := ArenaProbe{Threshold: th, Bytes: pool.AlignUp(sz[i].LargePeakLiveBytes*pct/100, 2<<20), Fit: f}
 				want := failures(t, log, p) == 0
 				for _, large := range []*LargeOps{inMemory, spilled} {
-					if got, err := large.Serves(p); got != want || err != nil {
+					if got, err := large.Serves(p, nil); got != want || err != nil {
 						t.Errorf("%+v: Serves = %v, %v; a full replay serves: %v", p, got, err, want)
 					}
 				}
 				if want {
 					served++
+					if got, err := inMemory.Serves(p, func() bool { return true }); got || err != nil {
+						t.Errorf("%+v: stopped at once, Serves = %v, %v; want false", p, got, err)
+					}
 				}
 			}
 		}

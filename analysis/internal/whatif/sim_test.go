@@ -109,7 +109,7 @@ func TestArenaServes(t *testing.T) {
 	for _, f := range []pool.Fit{pool.FitBest, pool.FitBestAged} {
 		for _, mb := range []uint64{8, 10, 12, 14, 16} {
 			p := ArenaProbe{Threshold: 4096, Bytes: mb << 20, Fit: f}
-			if got, err := large.Serves(p); got != want[i] || err != nil {
+			if got, err := large.Serves(p, nil); got != want[i] || err != nil {
 				t.Errorf("%s arena of %d MiB serves: %v, %v; want %v", f, mb, got, err, want[i])
 			}
 			i++
