@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -507,54 +508,53 @@ type roundSearch struct {
 }
 
 // arenaRound makes one round of probes of every search over the large ops and narrows each search
-// by them. Each probe is a job; the jobs go to GOMAXPROCS workers by rank (every search's smallest
-// size first, then every search's second, ...). A probe stops at its arena's first failure, and is
-// skipped, or stopped, once a smaller size of its search has served everything: narrow reads the
-// sizes only up to the first that serves, and those run to their end or first failure whatever
-// happens. So each search narrows exactly as by trying its sizes one after another, and with more
-// cores than searches a round takes about as long as its longest probe. It returns the first error
-// reading the ops.
+// by them. Each search tries its sizes in ascending order on lanes of its own, as many as there are
+// cores per search (at least one), lane l taking the sizes l, l+lanes, ...; at most GOMAXPROCS
+// probes run at once. A probe stops at its arena's first failure, and is skipped, or stopped, once
+// a smaller size of its search has served everything: narrow reads the sizes only up to the first
+// that serves, and those run to their end or first failure whatever happens. So each search
+// narrows exactly as by trying its sizes one after another, on one core each when there are fewer
+// cores than searches, and faster when there are more. It returns the first error reading the ops.
 func arenaRound(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]arenaSearch) error {
 	var rounds []*roundSearch
-	ranks := 0
 	for c := range searches {
 		for i := range searches[c] {
 			if sizes := searches[c][i].sizes(); len(sizes) > 0 {
 				r := &roundSearch{search: &searches[c][i], threshold: plans[c].Threshold, sizes: sizes,
 					served: make([]bool, len(sizes))}
 				r.first.Store(int64(len(sizes)))
-				rounds, ranks = append(rounds, r), max(ranks, len(sizes))
+				rounds = append(rounds, r)
 			}
 		}
 	}
-	jobs := make(chan func() error)
-	errs := make(chan error, runtime.GOMAXPROCS(0))
+	if len(rounds) == 0 {
+		return nil
+	}
+	cores := runtime.GOMAXPROCS(0)
+	lanes, slots := max(1, cores/len(rounds)), make(chan struct{}, cores)
+	var mu sync.Mutex
+	var first error
 	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			var first error
-			for job := range jobs {
-				if err := job(); err != nil && first == nil {
-					first = err
+	for _, r := range rounds {
+		for lane := range lanes {
+			wg.Go(func() {
+				for k := lane; k < len(r.sizes); k += lanes {
+					slots <- struct{}{}
+					err := r.probe(large, k)
+					<-slots
+					if err != nil {
+						mu.Lock()
+						first = cmp.Or(first, err)
+						mu.Unlock()
+						return
+					}
 				}
-			}
-			errs <- first
-		})
-	}
-	for k := range ranks {
-		for _, r := range rounds {
-			if k < len(r.sizes) {
-				jobs <- func() error { return r.probe(large, k) }
-			}
+			})
 		}
 	}
-	close(jobs)
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
+	if first != nil {
+		return first
 	}
 	for _, r := range rounds {
 		n := min(int(r.first.Load())+1, len(r.sizes))
