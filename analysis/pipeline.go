@@ -156,12 +156,14 @@ func analyzeRequests(name string, open opener, c *stats.Collector, log *requests
 	}
 	opts.events = st.Events
 	*warns = append(*warns, st.Warnings...)
+	models := startModels(log, st.RequestLayer, st, opts)
 	rec, err := chooseSizeClasses(name, log, st, opts, warns)
 	if err != nil {
+		_, _, _ = models.wait() // it reads the log, which the caller closes
 		return nil, err
 	}
 	rec.oom = explainOOM(snap, st.Anomalies.FailedAllocs, func(id uint64) string { return c.CallsiteName(0, id) })
-	outs, err := simulate(log, st.RequestLayer, rec, st, opts)
+	outs, err := simulate(log, st.RequestLayer, rec, st, models, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -223,11 +225,47 @@ func chooseSizeClasses(name string, log *requests.Log, st *stats.Result, opts Op
 	return rec, nil
 }
 
-// simulate runs every what-if policy, the recommended pool as record --pool runs it and the
-// PYTORCH_CUDA_ALLOC_CONF search in one pass, then re-simulates the recommended pool with a grown
-// arena while it needed growth beyond its plan (verification).
-func simulate(log *requests.Log, stream requests.Layer, rec *recommendation, st *stats.Result, opts Options) ([]whatif.Outcome, error) {
-	policies, withPaged := whatIfPolicies(rec, st, opts.Capacity), false
+// modelRun is the simulation of the policies that need only the statistics (modelPolicies and the
+// PYTORCH_CUDA_ALLOC_CONF search), started while the size classes are chosen: on a machine with
+// cores to spare it overlaps the sizing and the arena fitting.
+type modelRun struct {
+	models int // policies of modelPolicies; the search's follow
+	done   chan struct{}
+	outs   []whatif.Outcome
+	err    error
+}
+
+// startModels starts the simulation of the policies that need only the statistics.
+func startModels(log *requests.Log, stream requests.Layer, st *stats.Result, opts Options) *modelRun {
+	policies := modelPolicies(st, opts.Capacity)
+	m := &modelRun{models: len(policies), done: make(chan struct{})}
+	if opts.PyTorchSearch || stream == requests.Framework || st.Requests.Allocs+st.Requests.Frees <= maxSearchRequests {
+		policies = append(policies, torchCandidates(st, opts.Capacity)...)
+	}
+	go func() {
+		defer close(m.done)
+		m.outs, m.err = whatif.Run(log, policies, opts.Capacity, st.Calls, nil)
+	}()
+	return m
+}
+
+// wait returns the outcomes of modelPolicies and those of the search.
+func (m *modelRun) wait() (models, search []whatif.Outcome, err error) {
+	<-m.done
+	if m.err != nil {
+		return nil, nil, m.err
+	}
+	return m.outs[:m.models], m.outs[m.models:], nil
+}
+
+// simulate runs the policies that depend on the recommendation (recommendedPolicies, the paged
+// variant, the recommended pool as record --pool runs it) in one pass, takes the model policies'
+// and the search's outcomes from models, then re-simulates the recommended pool with a grown arena
+// while it needed growth beyond its plan (verification). The outcomes are the what-if policies'
+// in the report's order: the recommended pool, the paged variant if any, RMM's, the models.
+func simulate(log *requests.Log, stream requests.Layer, rec *recommendation, st *stats.Result, models *modelRun,
+	opts Options) ([]whatif.Outcome, error) {
+	policies, withPaged := recommendedPolicies(rec), false
 	if paged, ok := rec.pagedPolicy(); ok && opts.Arena != ArenaFixed {
 		policies, withPaged = slices.Insert(policies, 1, paged), true
 	}
@@ -236,21 +274,18 @@ func simulate(log *requests.Log, stream requests.Layer, rec *recommendation, st 
 	if deferred {
 		policies = append(policies, recordPoolPolicy(rec.policy()))
 	}
-	search := len(policies)
-	if opts.PyTorchSearch || stream == requests.Framework || st.Requests.Allocs+st.Requests.Frees <= maxSearchRequests {
-		policies = append(policies, torchCandidates(st, opts.Capacity)...)
-	}
 	outs, err := whatif.Run(log, policies, opts.Capacity, st.Calls, progress(opts, "simulation "+opts.input, log.Len()))
-	if err != nil {
+	modelOuts, search, merr := models.wait() // whatever happened: the models read the log
+	if err = cmp.Or(err, merr); err != nil {
 		return nil, err
 	}
-	rec.torch = torchSearch(outs[search:], opts.Capacity)
+	rec.torch = torchSearch(search, opts.Capacity)
 	if o := rec.oom; o != nil && o.RequestedBytes < o.CapacityBytes {
 		// conservative: the setting's peak and the failed request together within what PyTorch could hold
-		o.Fits = bestWithin(outs[search:], o.CapacityBytes-o.RequestedBytes)
+		o.Fits = bestWithin(search, o.CapacityBytes-o.RequestedBytes)
 	}
-	recordPool := outs[whatIfs:search] // empty or the one deferred simulation
-	outs = outs[:whatIfs]
+	recordPool := outs[whatIfs:] // empty or the one deferred simulation
+	outs = append(outs[:whatIfs:whatIfs], modelOuts...)
 	for range maxVerifyPasses {
 		grown, ok := rec.growArena(outs[0])
 		if !ok {

@@ -174,8 +174,20 @@ func (r *recommendation) classBytes() uint64 {
 	return n
 }
 
-// whatIfPolicies lists the policies to simulate; the first is the recommended one.
-func whatIfPolicies(rec *recommendation, st *stats.Result, capacity uint64) []whatif.Policy {
+// recommendedPolicies lists the what-if policies that depend on the recommendation: the recommended
+// pool and RMM's.
+func recommendedPolicies(rec *recommendation) []whatif.Policy {
+	// RMM's pool: one best-fit coalescing arena for every request, first region the recommended
+	// pool's size (growing on demand beyond it).
+	bestfit := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
+		BestFit: &pool.BestFitConfig{InitialBytes: pool.AlignUp(rec.classBytes()+rec.config.SizeClass.ArenaBytes, 2*mib)}}
+	return []whatif.Policy{rec.policy(),
+		{Name: "bestfit", Settings: "initial " + render.Bytes(bestfit.BestFit.InitialBytes) + " (RMM pool)", Config: bestfit}}
+}
+
+// modelPolicies lists the what-if policies that need only the statistics: PyTorch's allocator,
+// CUDA's stream-ordered pool and raw cudaMalloc. They follow recommendedPolicies in the report.
+func modelPolicies(st *stats.Result, capacity uint64) []whatif.Policy {
 	cfg := func(p pool.Policy) pool.Config { return pool.Config{Version: pool.ConfigVersion, Policy: p} }
 	torch := func(name string, t pool.PyTorchConfig) whatif.Policy {
 		c := cfg(pool.PolicyPyTorch)
@@ -183,17 +195,11 @@ func whatIfPolicies(rec *recommendation, st *stats.Result, capacity uint64) []wh
 		c.PyTorch = &t
 		return whatif.Policy{Name: name, Settings: allocConf(t), Config: c, Map: name == "pytorch"}
 	}
-	bestfit := cfg(pool.PolicyBestFit)
-	// RMM's pool: one best-fit coalescing arena for every request, first region the recommended
-	// pool's size (growing on demand beyond it).
-	bestfit.BestFit = &pool.BestFitConfig{InitialBytes: pool.AlignUp(rec.classBytes()+rec.config.SizeClass.ArenaBytes, 2*mib)}
 	ordered := cfg(pool.PolicyStreamOrdered)
 	ordered.StreamOrdered = &pool.StreamOrderedConfig{}
 	keep := cfg(pool.PolicyStreamOrdered)
 	keep.StreamOrdered = &pool.StreamOrderedConfig{ReleaseThresholdBytes: neverRelease}
 	return []whatif.Policy{
-		rec.policy(),
-		{Name: "bestfit", Settings: "initial " + render.Bytes(bestfit.BestFit.InitialBytes) + " (RMM pool)", Config: bestfit},
 		torch("pytorch", pool.PyTorchConfig{}),
 		torch("pytorch-expandable", pool.PyTorchConfig{ExpandableSegments: true}),
 		torch("pytorch-tuned", pool.PyTorchConfig{MaxSplitSizeMB: maxSplitMB(st), RoundupPower2Divisions: 4}),
