@@ -533,23 +533,26 @@ func extractLarge(log *requests.Log, plans []sizeclass.Plan, which []int, opts O
 }
 
 // roundSearch is one search's part of a round of probes: its sizes, ascending, the outcome of
-// each, and the index of the smallest size found to serve (len(sizes) while none has).
+// each, and the index of the smallest size found to serve (len(sizes) while none has); next and
+// running are the scheduler's (guarded by its lock).
 type roundSearch struct {
 	search    *arenaSearch
 	threshold uint64
 	sizes     []uint64
 	served    []bool
 	first     atomic.Int64
+	next      int // the smallest size not started
+	running   int // probes running
 }
 
 // arenaRound makes one round of probes of every search over the large ops and narrows each search
-// by them. Each search tries its sizes in ascending order on lanes of its own, as many as there are
-// cores per search (at least one), lane l taking the sizes l, l+lanes, ...; at most GOMAXPROCS
-// probes run at once. A probe stops at its arena's first failure, and is skipped, or stopped, once
-// a smaller size of its search has served everything: narrow reads the sizes only up to the first
-// that serves, and those run to their end or first failure whatever happens. So each search
-// narrows exactly as by trying its sizes one after another, on one core each when there are fewer
-// cores than searches, and faster when there are more. It returns the first error reading the ops.
+// by them. GOMAXPROCS workers take probes one at a time: the smallest size not started of the
+// search with the fewest probes running (so each search gets a core while there are fewer cores
+// than searches, and the cores left over try its next sizes at once). A probe stops at its arena's
+// first failure, and is skipped, or stopped, once a smaller size of its search has served
+// everything: narrow reads the sizes only up to the first that serves, and those run to their end
+// or first failure whatever happens. So each search narrows exactly as by trying its sizes one
+// after another. It returns the first error reading the ops.
 func arenaRound(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]arenaSearch) error {
 	var rounds []*roundSearch
 	for c := range searches {
@@ -562,30 +565,21 @@ func arenaRound(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]are
 			}
 		}
 	}
-	if len(rounds) == 0 {
-		return nil
-	}
-	cores := runtime.GOMAXPROCS(0)
-	lanes, slots := max(1, cores/len(rounds)), make(chan struct{}, cores)
 	var mu sync.Mutex
 	var first error
 	var wg sync.WaitGroup
-	for _, r := range rounds {
-		for lane := range lanes {
-			wg.Go(func() {
-				for k := lane; k < len(r.sizes); k += lanes {
-					slots <- struct{}{}
-					err := r.probe(large, k)
-					<-slots
-					if err != nil {
-						mu.Lock()
-						first = cmp.Or(first, err)
-						mu.Unlock()
-						return
-					}
-				}
-			})
-		}
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			for r, k := nextProbe(rounds); r != nil && first == nil; r, k = nextProbe(rounds) {
+				mu.Unlock()
+				err := r.probe(large, k)
+				mu.Lock()
+				r.running--
+				first = cmp.Or(first, err)
+			}
+		})
 	}
 	wg.Wait()
 	if first != nil {
@@ -596,6 +590,23 @@ func arenaRound(large *whatif.LargeOps, plans []sizeclass.Plan, searches [][]are
 		r.search.narrow(r.sizes[:n], r.served[:n])
 	}
 	return nil
+}
+
+// nextProbe returns the search and size to probe next (nil when none is left) and counts it as
+// running; the caller holds the scheduler's lock.
+func nextProbe(rounds []*roundSearch) (*roundSearch, int) {
+	var best *roundSearch
+	for _, r := range rounds {
+		if r.next <= int(r.first.Load()) && r.next < len(r.sizes) && (best == nil || r.running < best.running) {
+			best = r
+		}
+	}
+	if best == nil {
+		return nil, 0
+	}
+	best.next++
+	best.running++
+	return best, best.next - 1
 }
 
 // probe tries the search's size k, unless a smaller size has served everything.

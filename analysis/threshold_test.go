@@ -76,7 +76,7 @@ func TestPrune(t *testing.T) {
 	}
 }
 
-// A round of probes on many lanes narrows every search exactly as trying its sizes one after
+// A round of probes on many workers narrows every search exactly as trying its sizes one after
 // another does (sizes ascending, up to the first that serves), on the large requests of a
 // synthetic trace: three thresholds, both strategies, ranges around the grown arena's peak.
 func TestArenaRoundNarrowsAsOneAfterAnother(t *testing.T) {
@@ -108,7 +108,7 @@ func TestArenaRoundNarrowsAsOneAfterAnother(t *testing.T) {
 			searches[c], want[c] = append(searches[c], a), append(want[c], a)
 		}
 	}
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(32)) // five lanes a search
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(32)) // more workers than searches: sizes run at once
 	for round := range arenaRounds {
 		if err := arenaRound(large, plans, searches); err != nil {
 			t.Fatal(err)
