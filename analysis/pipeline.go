@@ -91,14 +91,17 @@ func collect(src Source, opts Options) (*stats.Collector, *requests.Log, error) 
 		c.Add(b)
 		if derr := <-decoded; derr != nil {
 			d.Close()
-			return nil, nil, derr
+			return nil, nil, fmt.Errorf("%s: %w", opts.input, derr)
 		}
 		if report != nil && len(b) > 0 {
 			report(len(b))
 		}
 		if errors.Is(err, io.EOF) {
 			log, _, err := d.Finish()
-			return c, log, err
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", opts.input, err)
+			}
+			return c, log, nil
 		}
 		if err != nil {
 			d.Close()

@@ -158,6 +158,7 @@ func TestAnalyzeUsageErrors(t *testing.T) {
 		{[]string{"--bogus", path}, "analyze: unknown flag: --bogus\n"},
 		{[]string{"--capacity", "lots", path}, `analyze: --capacity: "lots" is not a byte count (examples: 81920, 512MiB, 80GiB)` + "\n"},
 		{[]string{"--capacity", "-1GiB", path}, `analyze: --capacity: "-1GiB" is not a byte count (examples: 81920, 512MiB, 80GiB)` + "\n"},
+		{[]string{"--memory", "plenty", path}, `analyze: --memory: "plenty" is not a byte count (examples: 81920, 512MiB, 80GiB)` + "\n"},
 		{[]string{"--top", "many", path}, `analyze: --top: "many" is not an integer` + "\n"},
 		{[]string{"--top", "-1", path}, "analyze: --top and --k must not be negative\n"},
 		{[]string{"--arena", "elastic", path}, `analyze: --arena: "elastic" is not one of auto, fixed, paged` + "\n"},
