@@ -76,7 +76,6 @@ type Options struct {
 	SpillDir    string
 
 	input  string           // base name of the input being analyzed, for Progress
-	events uint64           // its events, once the statistics pass counted them, for Progress
 	budget *requests.Budget // MemoryBytes, shared by every input's logs
 }
 

@@ -157,7 +157,6 @@ func analyzeRequests(name string, open opener, c *stats.Collector, log *requests
 	if st.Events == 0 {
 		return nil, fmt.Errorf("%s: empty trace: no events", name)
 	}
-	opts.events = st.Events
 	*warns = append(*warns, st.Warnings...)
 	models := startModels(log, st.RequestLayer, st, opts)
 	rec, err := chooseSizeClasses(name, log, st, opts, warns)

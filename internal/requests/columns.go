@@ -51,25 +51,6 @@ func (x *Extractor) AppendBatch(b Batch, ops []Op) []Op {
 	return ops
 }
 
-// AppendBatchSites is AppendSites for a batch of either form.
-func (x *Extractor) AppendBatchSites(b Batch, ops []Op, sites []Site) ([]Op, []Site) {
-	c := b.cols
-	if c == nil {
-		return x.AppendSites(b.events, ops, sites)
-	}
-	ordered := streamOrderedFunctions(c.Functions)
-	var e trace.Event
-	for i := range c.Len() {
-		ruleFields(c, i, &e)
-		n := len(ops)
-		ops = x.appendRequest(&e, blockingCandidate(&e) && !ordered[c.Function[i]], ops)
-		for range len(ops) - n {
-			sites = append(sites, Site{PID: e.PID, Callsite: c.Callsite[i]})
-		}
-	}
-	return ops, sites
-}
-
 // streamOrderedFunctions returns streamOrdered of each function: Synchronizes(e) is
 // blockingCandidate(e) && !ordered[function index], without a string search per event.
 func streamOrderedFunctions(functions []string) []bool {

@@ -86,8 +86,8 @@ func TestColumnsExtractSameOnTestdata(t *testing.T) {
 	}
 }
 
-// AppendBatch and AppendBatchSites make, batch by batch, the ops and sites that Append and
-// AppendSites make of the same events, for both layers.
+// AppendBatch makes, batch by batch, the ops that Append makes of the same events, for both
+// layers.
 func TestAppendBatchSameOps(t *testing.T) {
 	events := allFieldsVary(mixedEvents(30_000, 5))
 	r, err := trace.Open(writeEvents(t, events, 1000))
@@ -97,7 +97,6 @@ func TestAppendBatchSameOps(t *testing.T) {
 	defer r.Close()
 	for _, layer := range []Layer{Framework, Device} {
 		byColumn, byEvent := NewExtractor(layer), NewExtractor(layer)
-		sitesColumn, sitesEvent := NewExtractor(layer), NewExtractor(layer)
 		for i := 0; ; i++ {
 			b, err := NextBatch(r)
 			if err == io.EOF {
@@ -108,11 +107,8 @@ func TestAppendBatchSameOps(t *testing.T) {
 			}
 			batch := events[i*1000 : (i+1)*1000]
 			got, want := byColumn.AppendBatch(b, nil), byEvent.Append(batch, nil)
-			gotOps, gotSites := sitesColumn.AppendBatchSites(b, nil, nil)
-			wantOps, wantSites := sitesEvent.AppendSites(batch, nil, nil)
-			if !slices.Equal(got, want) || !slices.Equal(gotOps, want) || !slices.Equal(wantOps, want) || !slices.Equal(gotSites, wantSites) {
-				t.Fatalf("%s batch %d: by column %d ops, %d sites; by event %d ops, %d sites", layer, i,
-					len(got), len(gotSites), len(want), len(wantSites))
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s batch %d: by column %d ops; by event %d ops", layer, i, len(got), len(want))
 			}
 		}
 		if byColumn.Stats() != byEvent.Stats() || !slices.Equal(byColumn.Handles(), byEvent.Handles()) {
