@@ -211,3 +211,38 @@ func TestSpilledAnalysisSameReport(t *testing.T) {
 		}
 	}
 }
+
+// Every stage reports its progress in order, never going back, and ends at its total: the events
+// of the trace in the statistics pass (which knows no total yet), then the requests of its log.
+func TestProgressEndsAtEveryStagesTotal(t *testing.T) {
+	path := filepath.Join("..", "testdata", "pytorch-train.arrow")
+	type seen struct{ calls, done, total uint64 }
+	stages := map[string]*seen{}
+	var order []string
+	progress := func(stage string, done, total uint64) {
+		s := stages[stage]
+		if s == nil {
+			s = &seen{}
+			stages[stage], order = s, append(order, stage)
+		}
+		if done < s.done || (s.calls > 0 && total != s.total) {
+			t.Errorf("%s: %d of %d after %d of %d", stage, done, total, s.done, s.total)
+		}
+		s.calls, s.done, s.total = s.calls+1, done, total
+	}
+	in := Input{Name: path, Open: func() (Source, error) { return trace.Open(path) }}
+	r, err := Analyze([]Input{in}, Options{Progress: progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, stage := range order {
+		s := stages[stage]
+		got = append(got, fmt.Sprintf("%s %d/%d", stage, s.done, s.total))
+	}
+	want := []string{"statistics pytorch-train.arrow 1787/0", "sizing pytorch-train.arrow 1785/1785",
+		"arena pytorch-train.arrow 1785/1785", "simulation pytorch-train.arrow 1785/1785"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") || r.Combined.Events != 1787 {
+		t.Errorf("stages %q (%d events), want %q", got, r.Combined.Events, want)
+	}
+}

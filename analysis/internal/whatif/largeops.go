@@ -28,7 +28,7 @@ func ExtractLarge(log *requests.Log, threshold uint64, budget *requests.Budget, 
 	f := &largeFilter{threshold: threshold}
 	large := requests.NewLog(budget, dir)
 	var appendErr error
-	err := forEachBatch(log, 1, false, func(_ int, b opBatch) {
+	err := forEachBatch(log, 1, nil, func(_ int, b opBatch) {
 		if appendErr == nil {
 			appendErr = large.Append(f.filter(b.ops), nil)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/allocscope/allocscope/internal/requests"
@@ -125,12 +126,11 @@ func (r *replayer) finish() Outcome {
 // outcomes in the order given. progress, when not nil, is called after each batch with its ops.
 func Run(log *requests.Log, policies []Policy, capacity uint64, est Durations, progress func(ops int)) ([]Outcome, error) {
 	rs := make([]*replayer, len(policies))
-	sites := false
 	for i, p := range policies {
 		rs[i] = newReplayer(p, capacity, est)
-		sites = sites || rs[i].mapper != nil
 	}
-	err := forEachBatch(log, len(rs), sites, func(i int, b opBatch) { rs[i].batch(b) }, progress)
+	mapped := func(i int) bool { return rs[i].mapper != nil }
+	err := forEachBatch(log, len(rs), mapped, func(i int, b opBatch) { rs[i].batch(b) }, progress)
 	out := make([]Outcome, len(rs))
 	for i, r := range rs {
 		out[i] = r.finish()
@@ -148,49 +148,48 @@ type opBatch struct {
 // worker serves one batch of ops.
 type worker func(i int, b opBatch)
 
-// forEachBatch reads log to the end and hands every batch of its ops, with their sites when sites
-// is set, to workers 0..n-1 at once, each on its own goroutine, waiting for all of them before
-// handing out the next batch. While the workers run it reads the next batch.
-func forEachBatch(log *requests.Log, n int, sites bool, work worker, progress func(int)) error {
-	chans := make([]chan opBatch, n)
-	var wg, done sync.WaitGroup
-	for i := range chans {
-		chans[i] = make(chan opBatch)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			for b := range chans[i] {
-				work(i, b)
-				wg.Done()
+// forEachBatch hands every batch of log's ops, in order, to each of the workers 0..n-1, each on its
+// own goroutine with its own reader of the log, so that none waits for another; the batches carry
+// their sites for the workers sites names (nil: none). progress, when not nil, is called with the
+// ops that every worker has served since its last call. It returns the first error reading the log.
+func forEachBatch(log *requests.Log, n int, sites func(i int) bool, work worker, progress func(int)) error {
+	served := make([]uint64, n) // ops each worker served, guarded by mu
+	var mu sync.Mutex
+	var reported uint64
+	report := func(i, ops int) {
+		mu.Lock()
+		defer mu.Unlock()
+		served[i] += uint64(ops)
+		if least := slices.Min(served); least > reported {
+			progress(int(least - reported))
+			reported = least
+		}
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r, withSites := log.Reader(), sites != nil && sites(i)
+			for {
+				ops, ss, err := r.Next(withSites)
+				if err != nil {
+					if !errors.Is(err, io.EOF) {
+						errs[i] = err
+					}
+					return
+				}
+				work(i, opBatch{ops: ops, sites: ss, handles: log.Handles()})
+				if progress != nil {
+					report(i, len(ops))
+				}
 			}
-		}()
+		})
 	}
-	defer func() {
-		for _, c := range chans {
-			close(c)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
-		done.Wait()
-	}()
-	r := log.Reader()
-	next := func() (opBatch, error) {
-		ops, ss, err := r.Next(sites)
-		return opBatch{ops: ops, sites: ss, handles: log.Handles()}, err
 	}
-	b, err := next()
-	for err == nil {
-		wg.Add(n)
-		for _, c := range chans {
-			c <- b
-		}
-		nb, nerr := next() // the reader keeps b valid while it reads this one
-		wg.Wait()
-		if progress != nil {
-			progress(len(b.ops))
-		}
-		b, err = nb, nerr
-	}
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	return err
+	return nil
 }

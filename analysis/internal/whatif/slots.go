@@ -104,7 +104,7 @@ func Size(log *requests.Log, cands []Candidate, progress func(int)) ([]Sizing, e
 		counters[i], arenas[i] = c, r
 		workers = append(workers, c.batch, r.batch)
 	}
-	err := forEachBatch(log, len(workers), false, func(i int, b opBatch) { workers[i](b) }, progress)
+	err := forEachBatch(log, len(workers), nil, func(i int, b opBatch) { workers[i](b) }, progress)
 	out := make([]Sizing, len(cands))
 	for i, c := range counters {
 		o := arenas[i].finish()

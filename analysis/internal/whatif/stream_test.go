@@ -102,7 +102,7 @@ func simulatedOps(t *testing.T, path string) ([]requests.Op, []uint64) {
 	}
 	var ops []requests.Op
 	var handles []uint64
-	err = forEachBatch(log, 1, false, func(_ int, b opBatch) {
+	err = forEachBatch(log, 1, nil, func(_ int, b opBatch) {
 		ops = append(ops, b.ops...)
 		handles = b.handles
 	}, nil)
