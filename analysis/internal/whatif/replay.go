@@ -123,7 +123,8 @@ func (r *replayer) finish() Outcome {
 
 // Run replays the requests of log through every policy (each on its own simulated address space
 // holding at most capacity bytes, 0 = unbounded), the policies in parallel, and returns their
-// outcomes in the order given. progress, when not nil, is called after each batch with its ops.
+// outcomes in the order given. progress, when not nil, is called with the ops every policy has
+// replayed since its last call.
 func Run(log *requests.Log, policies []Policy, capacity uint64, est Durations, progress func(ops int)) ([]Outcome, error) {
 	rs := make([]*replayer, len(policies))
 	for i, p := range policies {
@@ -142,7 +143,7 @@ func Run(log *requests.Log, policies []Policy, capacity uint64, est Durations, p
 type opBatch struct {
 	ops     []requests.Op
 	sites   []requests.Site // the site of each op, when forEachBatch was asked for them; else nil
-	handles []uint64        // stream index → recorded stream handle (later batches only append)
+	handles []uint64        // stream index → recorded stream handle, the log's whole table
 }
 
 // worker serves one batch of ops.
