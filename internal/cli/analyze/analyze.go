@@ -77,8 +77,8 @@ trace is analyzed.`,
 	f := cmd.Flags()
 	command.BytesVar(f, &opt.capacity, "capacity", 0,
 		"device memory the simulated policies may hold: 81920, 512MiB, 80GiB, 1.5GB (default unbounded)")
-	command.BytesVar(f, &opt.memory, "memory", 0,
-		"memory the decoded requests of the traces may hold; the rest is spilled to $TMPDIR (default 1GiB)")
+	command.BytesVar(f, &opt.memory, "memory", analysis.DefaultMemoryBytes,
+		"memory the decoded requests of the traces may hold; the rest is spilled to $TMPDIR (0: all of it)")
 	f.BoolVar(&opt.json, "json", false, "print the report as JSON instead of text")
 	f.StringVar(&opt.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
 	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json)")
@@ -127,7 +127,7 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 	bar := newProgress(stderr, !opt.quiet && (opt.progress || command.IsTerminal(stderr)))
 	rep, err := analysis.Analyze(inputs, analysis.Options{Capacity: opt.capacity, Top: opt.top, K: opt.k,
 		Arena: arena, PoolHeadroom: opt.headroom, PyTorchSearch: opt.torchConf, Detail: opt.html != "",
-		MemoryBytes: opt.memory, Progress: bar.update})
+		MemoryBytes: max(opt.memory, 1), Progress: bar.update}) // 1 byte holds no chunk of the log
 	bar.finish()
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 // bundledTrace is the bundled PyTorch training trace of the repository.
 var bundledTrace = filepath.Join("..", "..", "..", "testdata", "pytorch-train.arrow")
 
-// With --memory 1 the requests spill whole to $TMPDIR, and the report is the one made in memory;
+// With --memory 0 the requests spill whole to $TMPDIR, and the report is the one made in memory;
 // the spill file is gone at the end.
 func TestAnalyzeSpillsBeyondMemory(t *testing.T) {
 	tmp := t.TempDir()
@@ -23,7 +23,7 @@ func TestAnalyzeSpillsBeyondMemory(t *testing.T) {
 	if code != 0 || stderr != "" {
 		t.Fatalf("in memory: exit %d, stderr %q", code, stderr)
 	}
-	code, spilled, stderr := runMain("--json", "--memory", "1", bundledTrace)
+	code, spilled, stderr := runMain("--json", "--memory", "0", bundledTrace)
 	if code != 0 || stderr != "" || spilled != inMemory || len(spilled) < 10_000 {
 		t.Fatalf("spilled: exit %d, stderr %q, %d bytes of report (%d in memory): equal %v", code, stderr,
 			len(spilled), len(inMemory), spilled == inMemory)

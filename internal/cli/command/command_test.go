@@ -80,3 +80,12 @@ func TestCheckWritable(t *testing.T) {
 		t.Errorf("CheckWritable(%s) = %v", missing, err)
 	}
 }
+
+// A byte flag's default shows with its unit when that is exact, else in bytes; 0 shows as 0.
+func TestBytesDefaultInHelp(t *testing.T) {
+	for n, want := range map[uint64]string{1 << 30: "1 GiB", 1536: "1.5 KiB", 1100: "1100", 0: "0", 1000: "1000 B"} {
+		if got := (*bytesValue)(&n).String(); got != want {
+			t.Errorf("%d shows as %q, want %q", n, got, want)
+		}
+	}
+}

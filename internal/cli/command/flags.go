@@ -17,8 +17,17 @@ import (
 // bytesValue is a pflag.Value holding a byte count, read by units.ParseBytes.
 type bytesValue uint64
 
-// String writes the count in bytes, as --help shows a default.
-func (b *bytesValue) String() string { return strconv.FormatUint(uint64(*b), 10) }
+// String writes the count as --help shows a default: with its unit when that is exact ("1 GiB"),
+// else in bytes.
+func (b *bytesValue) String() string {
+	n := uint64(*b)
+	if s := units.FormatBytes(n); n > 0 {
+		if back, err := units.ParseBytes(s); err == nil && back == n {
+			return s
+		}
+	}
+	return strconv.FormatUint(n, 10)
+}
 
 // Set reads s with units.ParseBytes.
 func (b *bytesValue) Set(s string) error {
