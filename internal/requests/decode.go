@@ -28,7 +28,7 @@ type decodedLayer struct {
 func NewDecoder(budget *Budget, dir string) *Decoder {
 	d := &Decoder{}
 	for i, layer := range []Layer{Framework, Device} {
-		d.layers[i] = decodedLayer{x: NewExtractor(layer), log: NewLog(budget, dir)}
+		d.layers[i] = decodedLayer{x: NewExtractor(layer), log: NewLog(budget, dir, true)}
 	}
 	return d
 }

@@ -71,6 +71,7 @@ type logChunk struct {
 type Log struct {
 	budget   *Budget
 	dir      string
+	hasSites bool // the chunks keep a site index per op
 	chunks   []logChunk
 	cur      logChunk // being filled: its ops and sites have room for logChunkOps
 	held     int64    // bytes taken from budget
@@ -88,9 +89,10 @@ type Log struct {
 }
 
 // NewLog returns an empty log holding what budget allows in memory and spilling the rest to a
-// file in dir ("" = os.TempDir()).
-func NewLog(budget *Budget, dir string) *Log {
-	return &Log{budget: budget, dir: dir, siteIdx: map[Site]uint32{{}: 0}, sites: []Site{{}}}
+// file in dir ("" = os.TempDir()). With hasSites it keeps the site of each op (4 bytes more an
+// op); without, it drops the sites it is given and its readers return none.
+func NewLog(budget *Budget, dir string, hasSites bool) *Log {
+	return &Log{budget: budget, dir: dir, hasSites: hasSites, siteIdx: map[Site]uint32{{}: 0}, sites: []Site{{}}}
 }
 
 // Append adds ops at the end of the log, with the site of each: sites is parallel to ops, or nil
@@ -108,12 +110,14 @@ func (l *Log) Append(ops []Op, sites []Site) error {
 		}
 		k := min(len(ops), logChunkOps-len(l.cur.ops))
 		l.cur.ops = append(l.cur.ops, ops[:k]...)
-		for i := range k {
-			var idx uint32
-			if sites != nil {
-				idx = l.intern(sites[i])
+		if l.hasSites {
+			for i := range k {
+				var idx uint32
+				if sites != nil {
+					idx = l.intern(sites[i])
+				}
+				l.cur.sites = append(l.cur.sites, idx)
 			}
-			l.cur.sites = append(l.cur.sites, idx)
 		}
 		ops, l.n = ops[k:], l.n+uint64(k)
 		if sites != nil {
@@ -151,7 +155,7 @@ func (l *Log) store() error {
 	if c.n == 0 {
 		return nil
 	}
-	bytes := int64(c.n) * (opBytes + siteIndexBytes)
+	bytes := int64(c.n)*opBytes + int64(len(c.sites))*siteIndexBytes
 	if l.budget.take(bytes) {
 		l.held += bytes
 		l.chunks, l.cur = append(l.chunks, c), logChunk{}
@@ -241,7 +245,8 @@ type LogReader struct {
 	sites [2][]Site
 }
 
-// Next returns the next chunk's ops and, with withSites, the site of each (else nil), and io.EOF
+// Next returns the next chunk's ops and, with withSites, the site of each (else, or when the log
+// keeps no sites, nil), and io.EOF
 // after the last chunk. What it returns stays valid until the second call after it, so that a
 // caller may read the next chunk while the last one is still in use.
 func (r *LogReader) Next(withSites bool) ([]Op, []Site, error) {
@@ -260,7 +265,7 @@ func (r *LogReader) Next(withSites bool) ([]Op, []Site, error) {
 			return nil, nil, err
 		}
 	}
-	if !withSites {
+	if !withSites || !l.hasSites {
 		return c.ops, nil, nil
 	}
 	sites := r.sites[turn][:0]
@@ -273,10 +278,14 @@ func (r *LogReader) Next(withSites bool) ([]Op, []Site, error) {
 
 // load reads the spilled chunk c into b.
 func (r *LogReader) load(c logChunk, b *logChunk) (logChunk, error) {
-	if cap(b.ops) < c.n {
-		b.ops, b.sites = make([]Op, c.n), make([]uint32, c.n)
+	sites := 0 // site indexes to read
+	if r.log.hasSites {
+		sites = c.n
 	}
-	b.ops, b.sites, b.n = b.ops[:c.n], b.sites[:c.n], c.n
+	if cap(b.ops) < c.n || cap(b.sites) < sites {
+		b.ops, b.sites = make([]Op, c.n), make([]uint32, sites)
+	}
+	b.ops, b.sites, b.n = b.ops[:c.n], b.sites[:sites], c.n
 	off := c.off
 	for _, dst := range [][]byte{opsBytes(b.ops), indexBytes(b.sites)} {
 		if _, err := r.log.file.ReadAt(dst, off); err != nil {

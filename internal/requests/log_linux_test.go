@@ -18,7 +18,7 @@ func TestLogSpillOnAFullDisk(t *testing.T) {
 		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 2 << 20, Max: 2 << 20}); err != nil {
 			t.Fatal(err)
 		}
-		l := NewLog(NewBudget(0), dir)
+		l := NewLog(NewBudget(0), dir, true)
 		ops, _ := logOps(logChunkOps)
 		var err error
 		for i := 0; i < 10 && err == nil; i++ {

@@ -51,7 +51,7 @@ func TestLogReadsBackWhatWasAppended(t *testing.T) {
 		bytes   uint64 // the budget's
 		spilled int64
 	}{{nil, 0, 0}, {NewBudget(0), 0, n * 20}, {NewBudget(2*chunkBytes + 19), 2*chunkBytes + 19, (n - 2*logChunkOps) * 20}} {
-		l := NewLog(c.budget, t.TempDir())
+		l := NewLog(c.budget, t.TempDir(), true)
 		for start := 0; start < n; start += 7777 {
 			end := min(n, start+7777)
 			if err := l.Append(ops[start:end], sites[start:end]); err != nil {
@@ -87,7 +87,7 @@ func TestLogReadsBackWhatWasAppended(t *testing.T) {
 // A batch read stays valid while the next one is read, spilled or not, as forEachBatch needs.
 func TestLogBatchValidUntilTheCallAfterNext(t *testing.T) {
 	ops, sites := logOps(3 * logChunkOps)
-	l := NewLog(NewBudget(0), t.TempDir())
+	l := NewLog(NewBudget(0), t.TempDir(), true)
 	if err := l.Append(ops, sites); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestLogBatchValidUntilTheCallAfterNext(t *testing.T) {
 // to after it, or spilling to a directory that does not exist says so.
 func TestLogMisuseAndUnknownSites(t *testing.T) {
 	ops, _ := logOps(100)
-	l := NewLog(nil, "")
+	l := NewLog(nil, "", true)
 	if err := l.Append(ops, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestLogMisuseAndUnknownSites(t *testing.T) {
 	if err := l.Append(ops, nil); err == nil || err.Error() != "append to a finished request log" {
 		t.Errorf("append after Finish: %v", err)
 	}
-	missing := NewLog(NewBudget(0), "/nonexistent/dir")
+	missing := NewLog(NewBudget(0), "/nonexistent/dir", true)
 	err := missing.Append(make([]Op, logChunkOps), nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "spill the request stream: open /nonexistent/dir/allocscope-requests-") {
 		t.Errorf("spill to a missing directory: %v", err)
@@ -193,4 +193,26 @@ func foldSyncs(ops []Op, sites []Site) ([]Op, []Site) {
 		}
 	}
 	return outOps, outSites
+}
+
+// A log made without sites keeps 16 bytes an op, spilled or not, and its readers return no sites.
+func TestLogWithoutSites(t *testing.T) {
+	ops, sites := logOps(logChunkOps + 5)
+	for _, c := range []struct {
+		budget  *Budget
+		spilled int64
+	}{{NewBudget(uint64(logChunkOps) * 16), 5 * 16}, {NewBudget(0), (logChunkOps + 5) * 16}} {
+		l := NewLog(c.budget, t.TempDir(), false)
+		if err := l.Append(ops, sites); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Finish(nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		gotOps, gotSites := readAll(t, l, true)
+		if !slices.Equal(gotOps, ops) || gotSites != nil || l.SpilledBytes() != c.spilled {
+			t.Errorf("%d ops back, sites %v, %d bytes spilled (want %d)", len(gotOps), gotSites != nil, l.SpilledBytes(), c.spilled)
+		}
+		l.Close()
+	}
 }

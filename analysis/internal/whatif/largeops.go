@@ -26,7 +26,7 @@ type LargeOps struct {
 func ExtractLarge(log *requests.Log, threshold uint64, budget *requests.Budget, dir string,
 	progress func(int)) (*LargeOps, error) {
 	f := &largeFilter{threshold: threshold}
-	large := requests.NewLog(budget, dir)
+	large := requests.NewLog(budget, dir, false) // an arena needs no sites
 	var appendErr error
 	err := forEachBatch(log, 1, nil, func(_ int, b opBatch) {
 		if appendErr == nil {
