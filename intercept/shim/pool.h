@@ -204,6 +204,14 @@ struct cp_node {
 
 struct cp_region { uint64_t addr, size; };
 
+/* A free node's entry in the arena's order, its sort key beside its id, so that a search reads the
+ * order's few lines, not a node per step. */
+struct cp_okey {
+	uint64_t size, addr, stream;
+	int32_t id;
+	uint8_t tagged;
+};
+
 struct cp_pool {
 	/* what every request reads first, together at the start */
 	int closed;
@@ -219,7 +227,7 @@ struct cp_pool {
 	struct cp_vec streams; /* struct cp_stream_lists, with per_stream */
 	/* the arena */
 	struct cp_vec nodes;   /* struct cp_node */
-	struct cp_vec order;   /* int32 node ids of free nodes, by (tagged, stream, size, addr) */
+	struct cp_vec order;   /* struct cp_okey of the free nodes, by (tagged, stream, size, addr) */
 	struct cp_vec owned;   /* struct cp_region: segments the arena reserved itself, by address */
 	struct cp_vec live;    /* open addressing: struct cp_live, for arena blocks */
 	size_t nlive;
@@ -228,7 +236,13 @@ struct cp_pool {
 	struct cp_book book;   /* where the tables above lie */
 };
 
-struct cp_deferred { uint64_t addr, stream; };
+/* A deferred block: its address and stream, and for a class slot, its requested-bytes word and
+ * class, so that making it reusable looks nothing up (arena blocks: req NULL). */
+struct cp_deferred {
+	uint64_t addr, stream;
+	uint64_t *req;
+	int cls;
+};
 
 struct cp_live { uint64_t addr; uint64_t req; int32_t node; uint8_t used, pending; };
 
@@ -267,7 +281,7 @@ static int cp_release(struct cp_pool *p, uint64_t addr, uint64_t size) {
 #define CP_NODE(p, id) CP_AT(&(p)->nodes, struct cp_node, id)
 
 /* cp_key_less orders free nodes by owner (untagged first, then stream), size, address. */
-static int cp_key_less(const struct cp_node *a, uint8_t tagged, uint64_t stream, uint64_t size, uint64_t addr) {
+static inline int cp_key_less(const struct cp_okey *a, uint8_t tagged, uint64_t stream, uint64_t size, uint64_t addr) {
 	if (a->tagged != tagged)
 		return !a->tagged;
 	if (a->stream != stream)
@@ -282,7 +296,7 @@ static size_t cp_lower(struct cp_pool *p, uint8_t tagged, uint64_t stream, uint6
 	size_t lo = 0, hi = p->order.len;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		if (cp_key_less(&CP_NODE(p, CP_AT(&p->order, int32_t, mid)), tagged, stream, size, addr))
+		if (cp_key_less(&CP_AT(&p->order, struct cp_okey, mid), tagged, stream, size, addr))
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -295,9 +309,9 @@ static int cp_attach(struct cp_pool *p, int32_t id) {
 	if (cp_vec_reserve(&p->order, p->order.len + 1) != 0)
 		return -1;
 	size_t at = cp_lower(p, n->tagged, n->stream, n->size, n->addr);
-	int32_t *o = (int32_t *)p->order.data;
+	struct cp_okey *o = (struct cp_okey *)p->order.data;
 	memmove(o + at + 1, o + at, (p->order.len - at) * sizeof *o);
-	o[at] = id;
+	o[at] = (struct cp_okey){n->size, n->addr, n->stream, id, n->tagged};
 	p->order.len++;
 	return 0;
 }
@@ -305,8 +319,8 @@ static int cp_attach(struct cp_pool *p, int32_t id) {
 static void cp_detach(struct cp_pool *p, int32_t id) {
 	struct cp_node *n = &CP_NODE(p, id);
 	size_t at = cp_lower(p, n->tagged, n->stream, n->size, n->addr);
-	int32_t *o = (int32_t *)p->order.data;
-	if (at < p->order.len && o[at] == id) {
+	struct cp_okey *o = (struct cp_okey *)p->order.data;
+	if (at < p->order.len && o[at].id == id) {
 		memmove(o + at, o + at + 1, (p->order.len - at - 1) * sizeof *o);
 		p->order.len--;
 	}
@@ -424,9 +438,8 @@ static int32_t cp_best_fit(struct cp_pool *p, uint8_t tagged, uint64_t stream, u
 	size_t at = cp_lower(p, tagged, stream, size, 0);
 	if (at == p->order.len)
 		return CP_NIL;
-	int32_t id = CP_AT(&p->order, int32_t, at);
-	struct cp_node *n = &CP_NODE(p, id);
-	return n->tagged == tagged && n->stream == stream ? id : CP_NIL;
+	const struct cp_okey *k = &CP_AT(&p->order, struct cp_okey, at);
+	return k->tagged == tagged && k->stream == stream ? k->id : CP_NIL;
 }
 
 static int cp_add_segment(struct cp_pool *p, uint64_t addr, uint64_t size) {
@@ -625,7 +638,7 @@ static inline void cp_prefetch(const struct cp_pool *p) {
 
 /* ---- the classes ---------------------------------------------------------------------------------- */
 
-static int cp_class_for(struct cp_pool *p, uint64_t size) {
+static inline int cp_class_for(const struct cp_pool *p, uint64_t size) {
 	if (size > p->cfg.threshold)
 		return -1;
 	int lo = 0, hi = p->cfg.nclasses;
@@ -687,6 +700,56 @@ static struct cp_slab_ref *cp_slab_for(struct cp_pool *p, uint64_t addr) {
 static inline uint64_t *cp_slot_word(const struct cp_slab_ref *r, uint64_t addr) {
 	uint64_t off = addr - r->base, slot = off / r->size;
 	return slot * r->size == off ? &r->req[slot] : NULL;
+}
+
+/* ---- prefetching before the lock ------------------------------------------------------------------ */
+
+/* A served call may ask for the lines its request will read before it takes the pool's lock, so
+ * that their misses overlap the lock's and each other's instead of following one another (after a
+ * program's own code evicted them). These functions read only what cp_init set for good (the
+ * configuration, the class table's place) and, racily, tables' places and lengths that they use
+ * only as addresses to prefetch: a prefetch never faults, and a stale address only wastes it. */
+
+#define CP_PREFETCH_LINES 16 /* the most lines of a table prefetched at once */
+
+static inline void *cp_racy_data(const struct cp_vec *v) { return __atomic_load_n((void *const *)&v->data, __ATOMIC_RELAXED); }
+static inline size_t cp_racy_len(const struct cp_vec *v) { return __atomic_load_n(&v->len, __ATOMIC_RELAXED); }
+
+/* cp_prefetch_lines asks for the first bytes of data, up to CP_PREFETCH_LINES lines. */
+static inline void cp_prefetch_lines(const char *data, size_t bytes) {
+	if (data == NULL)
+		return;
+	if (bytes > CP_PREFETCH_LINES * CP_LINE)
+		bytes = CP_PREFETCH_LINES * CP_LINE;
+	for (size_t o = 0; o < bytes; o += CP_LINE)
+		__builtin_prefetch(data + o, 1);
+}
+
+/* cp_prefetch_alloc asks for what a request of size bytes reads: its class and the top of the
+ * class's free list, or the arena's order of free spans. */
+static inline void cp_prefetch_alloc(const struct cp_pool *p, uint64_t size) {
+	int ci = cp_class_for(p, size > 1 ? size : 1);
+	if (ci < 0) {
+		cp_prefetch_lines(cp_racy_data(&p->order), cp_racy_len(&p->order) * sizeof(struct cp_okey));
+		return;
+	}
+	const struct cp_vec *f = &p->classes[ci].free;
+	__builtin_prefetch(&p->classes[ci], 1);
+	const struct cp_slot *top = cp_racy_data(f);
+	size_t n = cp_racy_len(f);
+	if (top != NULL && n > 0)
+		__builtin_prefetch(top + n - 1, 1);
+}
+
+/* cp_prefetch_free asks for what a free of addr reads: the slab index, and the live arena block's
+ * entry. */
+static inline void cp_prefetch_free(const struct cp_pool *p, uint64_t addr) {
+	cp_prefetch_lines(cp_racy_data(&p->bases), cp_racy_len(&p->bases) * sizeof(uint64_t));
+	cp_prefetch_lines(cp_racy_data(&p->slabs), cp_racy_len(&p->slabs) * sizeof(struct cp_slab_ref));
+	const struct cp_live *live = cp_racy_data(&p->live);
+	size_t n = cp_racy_len(&p->live);
+	if (live != NULL && n > 0)
+		__builtin_prefetch(live + cp_hash(addr, n - 1), 1);
 }
 
 /* cp_stream_lists returns the per-stream free lists of stream, made when create is set. */
@@ -808,7 +871,7 @@ static size_t cp_book_bytes(const struct cp_config *cfg) {
 	b += CP_LINES(cp_vec_cap(slabs) * sizeof(struct cp_slab_ref)) + CP_LINES(cp_vec_cap(slabs) * sizeof(uint64_t));
 	b += CP_LINES(cp_vec_cap(1) * sizeof(struct cp_region)) * 2;
 	b += CP_LINES(cp_vec_cap(slots + 64) * sizeof(struct cp_deferred));
-	b += CP_LINES(cp_vec_cap(64) * sizeof(struct cp_node)) + CP_LINES(cp_vec_cap(64) * sizeof(int32_t));
+	b += CP_LINES(cp_vec_cap(64) * sizeof(struct cp_node)) + CP_LINES(cp_vec_cap(64) * sizeof(struct cp_okey));
 	if (cfg->arena_bytes > 0)
 		b += CP_LINES(1024 * sizeof(struct cp_live));
 	b += b / 4 + (64 << 10);
@@ -830,7 +893,7 @@ static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_ups
 		size_t elem;
 	} vecs[] = {{&p->slabs, sizeof(struct cp_slab_ref)}, {&p->bases, sizeof(uint64_t)},
 		    {&p->regions, sizeof(struct cp_region)}, {&p->streams, sizeof(struct cp_stream_lists)},
-		    {&p->nodes, sizeof(struct cp_node)}, {&p->order, sizeof(int32_t)},
+		    {&p->nodes, sizeof(struct cp_node)}, {&p->order, sizeof(struct cp_okey)},
 		    {&p->owned, sizeof(struct cp_region)}, {&p->live, sizeof(struct cp_live)},
 		    {&p->deferred, sizeof(struct cp_deferred)}};
 	for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
@@ -876,12 +939,16 @@ static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_ups
 
 static int cp_alloc_now(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t *addr);
 static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream);
+static int cp_free_slot(struct cp_pool *p, uint64_t addr, uint64_t stream, uint64_t *r, int cls);
 
 /* cp_synced makes every deferred block reusable: the device has synchronized. */
 static void cp_synced(struct cp_pool *p) {
 	for (size_t i = 0; i < p->deferred.len; i++) {
 		struct cp_deferred *q = &CP_AT(&p->deferred, struct cp_deferred, i);
-		cp_free(p, q->addr, q->stream);
+		if (q->req != NULL)
+			cp_free_slot(p, q->addr, q->stream, q->req, q->cls);
+		else
+			cp_free(p, q->addr, q->stream);
 	}
 	p->deferred.len = 0;
 }
@@ -955,19 +1022,7 @@ static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
 		uint64_t *r = cp_slot_word(sl, addr);
 		if (r == NULL || *r == 0)
 			return CP_UNKNOWN;
-		req = (*r & ~CP_PENDING_BIT) - 1;
-		blk = sl->size;
-		*r = 0;
-		struct cp_slot s = {addr, r};
-		struct cp_vec *list = &p->classes[sl->cls].free;
-		if (p->cfg.per_stream) {
-			struct cp_stream_lists *l = cp_stream(p, stream, 1);
-			if (l == NULL)
-				return CP_ERR;
-			list = &l->free[sl->cls];
-		}
-		if (cp_push_list(list, s) != 0)
-			return CP_ERR;
+		return cp_free_slot(p, addr, stream, r, sl->cls);
 	}
 	p->s.frees++;
 	p->s.live_bytes -= req;
@@ -975,11 +1030,33 @@ static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
 	return CP_OK;
 }
 
+/* cp_free_slot takes back the live slot of class cls at addr, whose requested-bytes word is r. */
+static int cp_free_slot(struct cp_pool *p, uint64_t addr, uint64_t stream, uint64_t *r, int cls) {
+	uint64_t req = (*r & ~CP_PENDING_BIT) - 1;
+	*r = 0;
+	struct cp_slot s = {addr, r};
+	struct cp_vec *list = &p->classes[cls].free;
+	if (p->cfg.per_stream) {
+		struct cp_stream_lists *l = cp_stream(p, stream, 1);
+		if (l == NULL)
+			return CP_ERR;
+		list = &l->free[cls];
+	}
+	if (cp_push_list(list, s) != 0)
+		return CP_ERR;
+	p->s.frees++;
+	p->s.live_bytes -= req;
+	p->s.block_bytes -= p->classes[cls].size;
+	return CP_OK;
+}
+
 /* cp_mark_pending marks the live block at addr as freed by the program but not reusable yet (the
  * device may still use it): CP_OK, CP_PENDING when it is marked already (a double free), CP_UNKNOWN
- * when no live block of the pool starts at addr. cp_free takes a marked block back. */
-static int cp_mark_pending(struct cp_pool *p, uint64_t addr) {
+ * when no live block of the pool starts at addr. On CP_OK a class slot's word and class go into q
+ * (q->req stays NULL for an arena block). cp_synced takes marked blocks back. */
+static int cp_mark_pending(struct cp_pool *p, uint64_t addr, struct cp_deferred *q) {
 	struct cp_slab_ref *sl = cp_slab_for(p, addr);
+	q->req = NULL;
 	if (sl == NULL) {
 		struct cp_live *e = cp_live_find(p, addr);
 		if (e == NULL)
@@ -995,6 +1072,7 @@ static int cp_mark_pending(struct cp_pool *p, uint64_t addr) {
 	if (*r & CP_PENDING_BIT)
 		return CP_PENDING;
 	*r |= CP_PENDING_BIT;
+	q->req = r, q->cls = sl->cls;
 	return CP_OK;
 }
 
@@ -1005,9 +1083,10 @@ static int cp_mark_pending(struct cp_pool *p, uint64_t addr) {
 static int cp_defer_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
 	if (cp_vec_reserve(&p->deferred, p->deferred.len + 1) != 0)
 		return CP_ERR;
-	int r = cp_mark_pending(p, addr);
+	struct cp_deferred q = {addr, stream, NULL, 0};
+	int r = cp_mark_pending(p, addr, &q);
 	if (r == CP_OK)
-		CP_AT(&p->deferred, struct cp_deferred, p->deferred.len++) = (struct cp_deferred){addr, stream};
+		CP_AT(&p->deferred, struct cp_deferred, p->deferred.len++) = q;
 	return r;
 }
 
