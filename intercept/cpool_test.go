@@ -25,10 +25,14 @@ func TestCPoolMatchesPool(t *testing.T) {
 }
 
 // TestCPoolMatchesPoolBeyondItsBook: the same with a book too small for the plan (its tables move
-// to mappings of their own as they grow) and with none at all.
+// to mappings of their own as they grow), with none at all, and with a book made beforehand (as
+// record --pool makes it at cuInit) that fits the plan or is too small for it.
 func TestCPoolMatchesPoolBeyondItsBook(t *testing.T) {
 	for _, limit := range []string{"4096", "0"} {
 		t.Run("book "+limit, func(t *testing.T) { comparePools(t, buildCPoolDriverWith(t, "-DCP_BOOK_LIMIT="+limit)) })
+	}
+	for _, extra := range []string{"0", "-8192"} {
+		t.Run("given book "+extra, func(t *testing.T) { comparePools(t, buildCPoolDriverWith(t, "-DCP_GIVEN_BOOK="+extra)) })
 	}
 }
 

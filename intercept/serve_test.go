@@ -15,8 +15,14 @@ import (
 // last; the program's 2,059 calls reach the driver as one allocation (the pool's plan) and are all
 // recorded, marked as the pool's (trace.Event.Pool). Without the pool the fake driver reuses at once and every call reaches it.
 func TestServedFromPool(t *testing.T) {
+	t.Run("after cuInit", func(t *testing.T) { testServedFromPool(t) })
+	// The host side of the pool is readied at cuInit; a program that never calls it is served the same.
+	t.Run("without cuInit", func(t *testing.T) { testServedFromPool(t, "FAKECUDA_NO_INIT=1") })
+}
+
+func testServedFromPool(t *testing.T, extraEnv ...string) {
 	dir := newLogDir(t)
-	got := runServed(t, dir, sizeClassPool(t), "pooled")
+	got := runServed(t, dir, sizeClassPool(t), "pooled", extraEnv...)
 	want := "reused before a sync: no\nreused after a sync: yes\nsecond free: 1\n" +
 		"a full class with frees pending: syncs 0, barriers 1\nreused a pending block: yes\nexported a pool block: 0\n" +
 		"driver allocation calls: 1\n"

@@ -359,6 +359,18 @@ BODY cudaError_t b_cudaDeviceSynchronize(cudaDeviceSynchronize_fn f, int fid, vo
 	errno = e;
 	return r;
 }
+/* The driver's initialization: record --pool readies the host side of its first pool (serve_prepare).
+ * Not logged. */
+typedef CUresult (*cuInit_fn)(unsigned);
+BODY CUresult b_cuInit(cuInit_fn f, int fid, void *cs, unsigned flags) {
+	(void)fid, (void)cs;
+	CUresult r = f(flags);
+	int e = errno;
+	if (r == 0)
+		serve_prepare();
+	errno = e;
+	return r;
+}
 BODY CUresult b_cuCtxSynchronize(cuCtxSynchronize_fn f, int fid, void *cs, int unused) {
 	(void)fid, (void)cs, (void)unused;
 	CUresult r = f();

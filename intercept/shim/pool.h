@@ -881,10 +881,17 @@ static size_t cp_book_bytes(const struct cp_config *cfg) {
 	return b;
 }
 
-/* cp_init builds the pool of cfg over up and reserves its plan: CP_OK or an error (the pool is then
- * not usable; cp_close gives back what it reserved). */
-static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_upstream up) {
+/* cp_init_book builds the pool of cfg over up and reserves its plan: CP_OK or an error (the pool is
+ * then not usable; cp_close gives back what it reserved). Its tables go into book, a book made
+ * beforehand with cp_book_open (so that making the pool pays for none of its pages), when it holds
+ * cp_book_bytes(cfg); otherwise book is closed and the pool makes its own. */
+static int cp_init_book(struct cp_pool *p, const struct cp_config *cfg, struct cp_upstream up, struct cp_book book) {
 	memset(p, 0, sizeof *p);
+	if (book.base == NULL || book.size < cp_book_bytes(cfg)) {
+		cp_book_close(&book);
+		cp_book_open(&book, cp_book_bytes(cfg)); /* without one, every table maps its own pages */
+	}
+	p->book = (struct cp_book){book.base, book.size, 0};
 	p->cfg = *cfg;
 	p->up = up;
 	p->recycled = CP_NIL;
@@ -902,7 +909,6 @@ static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_ups
 		p->cfg.align = 512;
 	if (p->cfg.nclasses < 0 || p->cfg.nclasses > CP_MAX_CLASSES)
 		return CP_ERR;
-	cp_book_open(&p->book, cp_book_bytes(cfg)); /* without one, every table maps its own pages */
 	uint64_t total = cp_round(cfg->arena_bytes, p->cfg.align);
 	for (int i = 0; i < cfg->nclasses; i++) {
 		struct cp_class *c = &p->classes[i];
@@ -935,6 +941,11 @@ static int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_ups
 	}
 	cp_note_peak(p);
 	return cp_presize(p) == 0 ? CP_OK : CP_ERR;
+}
+
+/* cp_init is cp_init_book with a book of the pool's own. */
+static inline int cp_init(struct cp_pool *p, const struct cp_config *cfg, struct cp_upstream up) {
+	return cp_init_book(p, cfg, up, (struct cp_book){NULL, 0, 0});
 }
 
 static int cp_alloc_now(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t *addr);

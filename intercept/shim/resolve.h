@@ -87,6 +87,7 @@ enum { P_NEXT, P_DLSYM, P_GPA, P_EP, NPATHS };
 	  (CUdeviceptr * p, size_t n, size_t al, CUdeviceptr ad, unsigned long long fl), (p, n, al, ad, fl)) \
 	D(cuMemAddressFree, cuMemAddressFree, (CUdeviceptr p, size_t n), (p, n))                         \
 	D(cuCtxSynchronize, cuCtxSynchronize, (void), (0))                                               \
+	D(cuInit, cuInit, (unsigned fl), (fl))                                                           \
 	D(cuStreamDestroy_v2, cuStreamDestroy_v2, (CUstream s), (s))                                     \
 	D(cuStreamCreate, cuStreamCreate, (CUstream * s, unsigned fl), (s, fl))                          \
 	D(cuStreamCreateWithPriority, cuStreamCreateWithPriority, (CUstream * s, unsigned fl, int pr),   \
@@ -288,6 +289,7 @@ BODY cudaError_t b_cudaGetDriverEntryPointByVersion(cudaGetDriverEntryPointByVer
 #define FID_ARG_cudaGetDriverEntryPointByVersion 0
 #define FID_ARG_cudaDeviceSynchronize 0
 #define FID_ARG_cuCtxSynchronize 0
+#define FID_ARG_cuInit 0
 #define FID_ARG_cudaStreamDestroy 0
 #define FID_ARG_cuStreamDestroy_v2 0
 #define FID_ARG_cuStreamCreate 0
@@ -427,6 +429,7 @@ static int variant_versioned(const char *sym, long version, unsigned long long f
 		{"cuMemAddressReserve", 0, V_cuMemAddressReserve, -1, -1},
 		{"cuMemAddressFree", 0, V_cuMemAddressFree, -1, -1},
 		{"cuCtxSynchronize", 0, V_cuCtxSynchronize, -1, -1},
+		{"cuInit", 2000, V_cuInit, -1, -1},
 		{"cuStreamDestroy", 4000, V_cuStreamDestroy_v2, -1, -1},
 		{"cuStreamCreate", 0, V_cuStreamCreate, -1, -1},
 		{"cuStreamCreateWithPriority", 0, V_cuStreamCreateWithPriority, -1, -1},

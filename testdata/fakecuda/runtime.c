@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define RUNTIME_VERSION 13000
 #define cudaErrorInitializationError 3
@@ -48,6 +49,12 @@ static void runtime_init(void) {
 	}
 	PFN_cuGetProcAddress_v2 boot = (PFN_cuGetProcAddress_v2)dlsym(h, "cuGetProcAddress_v2");
 	if (boot == NULL || boot("cuGetProcAddress", (void **)&drv.getProcAddress, RUNTIME_VERSION, 0, NULL) != 0)
+		return;
+	/* The real runtime initializes the driver first; FAKECUDA_NO_INIT=1 leaves it out, as a program
+	 * that reaches the driver without cuInit (only the fake allows that). */
+	CUresult (*init)(unsigned int) = NULL;
+	resolve("cuInit", &init);
+	if (getenv("FAKECUDA_NO_INIT") == NULL && (init == NULL || init(0) != CUDA_SUCCESS))
 		return;
 	resolve("cuCtxSetCurrent", &drv.ctxSetCurrent);
 	resolve("cuCtxSynchronize", &drv.ctxSynchronize);

@@ -132,7 +132,17 @@ int main(int argc, char **argv) {
 	static struct cp_pool pool;
 	if (read_config(&cfg) != 0)
 		return 2;
-	int err = cp_init(&pool, &cfg, (struct cp_upstream){bump_reserve, bump_release, NULL, always_synced});
+	struct cp_upstream up = {bump_reserve, bump_release, NULL, always_synced};
+#ifdef CP_GIVEN_BOOK /* the tables in a book made beforehand, as record --pool makes it at cuInit, of
+		      * cp_book_bytes plus CP_GIVEN_BOOK bytes (too small when negative: not used) */
+	struct cp_book book = {NULL, 0, 0};
+	long want = (long)cp_book_bytes(&cfg) + (CP_GIVEN_BOOK);
+	if (want > 0 && cp_book_open(&book, (size_t)want) != 0)
+		return 2;
+	int err = cp_init_book(&pool, &cfg, up, book);
+#else
+	int err = cp_init(&pool, &cfg, up);
+#endif
 	if (err != CP_OK) {
 		printf("init E%d\n", err);
 		return 0;
