@@ -60,23 +60,31 @@ func testServedFromPool(t *testing.T, extraEnv ...string) {
 // record --pool orders the device before it reuses blocks freed with cudaFree
 // (testdata/progs/barriers.c): with a barrier on the legacy stream while the program made no
 // non-blocking stream, not at all while a blocking stream captures a graph (the pool grows: one more
-// driver allocation), with a barrier for a second, blocking stream, and with a synchronization once a
-// non-blocking stream exists. The driver sees the pool's plan, then one growth.
+// driver allocation), with a barrier for a second, blocking stream, and with a join barrier once a
+// non-blocking stream exists: an event recorded on it, the legacy stream made to wait for it, the
+// barrier, the stream made to wait for the barrier. While the non-blocking stream captures, the pool
+// grows again; once it is destroyed, the next join waits for the event recorded on it then. The
+// driver sees the pool's plan, then two growths.
 func TestServedBarriers(t *testing.T) {
 	dir := newLogDir(t)
 	got := runServed(t, dir, sizeClassPool(t), "barriers")
 	want := `a full class with frees pending: syncs 0, barriers 1, driver calls 1
 the same while a blocking stream captures: syncs 0, barriers 0, driver calls 1
 a second stream, blocking: syncs 0, barriers 1, driver calls 0
-a non-blocking stream made, a stream destroyed: syncs 1, barriers 0, driver calls 0
+a non-blocking stream made, a stream destroyed: syncs 0, barriers 1, driver calls 0
+a full class, one non-blocking stream: syncs 0, barriers 1, driver calls 0
+  the join: events 1, stream waits 2
+the same while a non-blocking stream captures: syncs 0, barriers 0, driver calls 1
+the non-blocking stream destroyed, then a stream-ordered call: syncs 0, barriers 1, driver calls 0
+  the join: events 1, stream waits 1
 `
 	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
 		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
 	}
 	_, sum := convertDir(t, dir)
-	if p := sum.Pool; p == nil || p.Syncs != 3 || p.Barriers != 2 || p.StreamsApart != 1 || p.Fallbacks != 1 ||
-		p.Reservations != 2 {
-		t.Errorf("pool activity %+v; want 3 orderings, 2 of them barriers, 1 non-blocking stream, 1 growth", p)
+	if p := sum.Pool; p == nil || p.Syncs != 5 || p.Barriers != 5 || p.StreamsApart != 1 || p.Fallbacks != 2 ||
+		p.Reservations != 3 {
+		t.Errorf("pool activity %+v; want 5 orderings, all barriers, 1 non-blocking stream, 2 growths", p)
 	}
 }
 
@@ -105,8 +113,9 @@ func TestServedKnowsTheDevice(t *testing.T) {
 
 // record --pool serves the stream-ordered calls with CUDA's stream-ordered rules
 // (testdata/progs/streams.c, on a fake driver where stream work completes only when waited for):
-// reuse at once on the stream that freed a block; one synchronization when a second stream appears
-// (or a stream is destroyed); from then on an event per stream-ordered free, a GPU-side wait when
+// reuse at once on the stream that freed a block; one ordering when a second stream appears (or a
+// stream is destroyed): a join barrier on device 0, where the program made a non-blocking stream (an
+// event on it, two stream waits), a synchronization once two devices have pools; from then on an event per stream-ordered free, a GPU-side wait when
 // another stream gets the block, a host wait when cudaMalloc gets it, nothing after a device
 // synchronization. Per-thread default streams of two threads are two streams.
 func TestServedStreamOrdered(t *testing.T) {
@@ -115,7 +124,7 @@ func TestServedStreamOrdered(t *testing.T) {
 	want := `start: syncs 0, events 0, stream waits 0, host waits 0
 reused at once on the same stream: yes
 one stream: syncs 0, events 0, stream waits 0, host waits 0
-a second stream: syncs 1, events 0, stream waits 0, host waits 0
+a second stream: syncs 0, events 1, stream waits 2, host waits 0
 reused on another stream: yes
 freed on S1, handed out on S2: syncs 0, events 1, stream waits 1, host waits 0
 reused on the same stream: yes
@@ -232,7 +241,7 @@ func TestServedPerStreamNeedsNoEvents(t *testing.T) {
 	want := `start: syncs 0, events 0, stream waits 0, host waits 0
 reused at once on the same stream: yes
 one stream: syncs 0, events 0, stream waits 0, host waits 0
-a second stream: syncs 1, events 0, stream waits 0, host waits 0
+a second stream: syncs 0, events 1, stream waits 2, host waits 0
 reused on another stream: no
 freed on S1, handed out on S2: syncs 0, events 0, stream waits 0, host waits 0
 reused on the same stream: yes

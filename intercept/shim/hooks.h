@@ -410,12 +410,16 @@ typedef cudaError_t (*cudaStreamDestroy_fn)(cudaStream_t);
 typedef CUresult (*cuStreamDestroy_v2_fn)(CUstream);
 BODY cudaError_t b_cudaStreamDestroy(cudaStreamDestroy_fn f, int fid, void *cs, cudaStream_t s) {
 	(void)fid, (void)cs;
-	serve_stream_destroyed();
+	int e = errno;
+	serve_stream_destroyed(PTR(s));
+	errno = e;
 	return f(s);
 }
 BODY CUresult b_cuStreamDestroy_v2(cuStreamDestroy_v2_fn f, int fid, void *cs, CUstream s) {
 	(void)fid, (void)cs;
-	serve_stream_destroyed();
+	int e = errno;
+	serve_stream_destroyed(PTR(s));
+	errno = e;
 	return f(s);
 }
 /* Calls that may leave a thread without a context (current_device): not logged. */
@@ -451,26 +455,39 @@ BODY CUresult b_cuDevicePrimaryCtxReset(cuDevicePrimaryCtxReset_fn f, int fid, v
 	return f(d);
 }
 /* A stream made by the program: a non-blocking one (and every stream of a green context) runs apart
- * from the legacy stream, so record --pool's barriers stop ordering all the device's work. Counted
- * before the call: a barrier never relies on a stream being made at that moment. Not logged. */
+ * from the legacy stream, so record --pool's barriers stop ordering all the device's work; a join
+ * barrier orders the non-blocking streams it knows (serve_join). Counted before the call, noted
+ * after it: an ordering never relies on a stream being made at that moment. Not logged. */
 typedef CUresult (*cuStreamCreate_fn)(CUstream *, unsigned);
 typedef CUresult (*cuStreamCreateWithPriority_fn)(CUstream *, unsigned, int);
 typedef CUresult (*cuGreenCtxStreamCreate_fn)(CUstream *, void *, unsigned, int);
 BODY CUresult b_cuStreamCreate(cuStreamCreate_fn f, int fid, void *cs, CUstream *s, unsigned flags) {
 	(void)fid, (void)cs;
-	serve_stream_created(flags & CU_STREAM_NON_BLOCKING);
-	return f(s, flags);
+	int apart = flags & CU_STREAM_NON_BLOCKING;
+	serve_stream_making(apart, 0);
+	CUresult r = f(s, flags);
+	int e = errno;
+	if (apart)
+		serve_stream_made(r == 0 && s != NULL ? PTR(*s) : 0);
+	errno = e;
+	return r;
 }
 BODY CUresult b_cuStreamCreateWithPriority(cuStreamCreateWithPriority_fn f, int fid, void *cs, CUstream *s,
 					   unsigned flags, int priority) {
 	(void)fid, (void)cs;
-	serve_stream_created(flags & CU_STREAM_NON_BLOCKING);
-	return f(s, flags, priority);
+	int apart = flags & CU_STREAM_NON_BLOCKING;
+	serve_stream_making(apart, 0);
+	CUresult r = f(s, flags, priority);
+	int e = errno;
+	if (apart)
+		serve_stream_made(r == 0 && s != NULL ? PTR(*s) : 0);
+	errno = e;
+	return r;
 }
 BODY CUresult b_cuGreenCtxStreamCreate(cuGreenCtxStreamCreate_fn f, int fid, void *cs, CUstream *s, void *g,
 				       unsigned flags, int priority) {
 	(void)fid, (void)cs;
-	serve_stream_created(1);
+	serve_stream_making(1, 1);
 	return f(s, g, flags, priority);
 }
 BODY CUresult b_cuMemAllocPitch_v2(cuMemAllocPitch_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t *pitch,

@@ -130,11 +130,84 @@ static void pool_note_peak(uint64_t v) {
 		;
 }
 
+/* serve_one_pool reports whether at most one device has a pool: work on another device cannot use
+ * the blocks of this one's. */
+static int serve_one_pool(void) { return __builtin_popcountll(__atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE)) <= 1; }
+
 /* serve_barrier_holds reports whether an event on the legacy stream orders all the device's work:
  * no stream runs apart from it, and no other device has a pool whose blocks its work may use. */
-static int serve_barrier_holds(void) {
-	return __atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) == 0 &&
-	       __builtin_popcountll(__atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE)) <= 1;
+static int serve_barrier_holds(void) { return __atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) == 0 && serve_one_pool(); }
+
+/* The non-blocking streams the program made and has not destroyed, so that a join barrier can order
+ * their work with everybody's (serve_join), and events recorded on those it destroyed (their work may
+ * still run), which the next join waits for. While a stream is being made, after one could not be
+ * noted (more than APART_MAX, an event that could not be recorded, a stream made or destroyed from
+ * a signal handler inside the pool) or once a green context made a stream, the pool synchronizes
+ * the device instead. */
+#define APART_MAX 256
+static struct {
+	pthread_mutex_t mu;
+	unsigned making;         /* non-blocking streams being made */
+	int lost;                /* one went unnoted: no more joins */
+	size_t n, left;
+	uint64_t stream[APART_MAX];
+	void *event[APART_MAX];  /* recorded on stream[i] at a join; made on first use */
+	void *gone[APART_MAX];   /* recorded on destroyed streams (left of them); made on first use */
+} g_apart = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, {0}, {0}, {0}};
+
+enum { JOIN_NO, JOIN_DONE, JOIN_CAPTURING };
+
+/* serve_join_locked records a join barrier (g_apart's lock held): an event on every non-blocking
+ * stream, the legacy stream made to wait for them all, the barrier event recorded on it (CUDA
+ * starts it after all earlier work of every blocking stream too), and every non-blocking stream
+ * made to wait for the barrier (every blocking stream's later work waits for it anyway). JOIN_NO
+ * when it cannot (the caller synchronizes the device; waits already queued only add order). */
+static int serve_join_locked(struct served *s) {
+	if (g_apart.making != 0 || __atomic_load_n(&g_apart.lost, __ATOMIC_ACQUIRE) || g_real_event.is_capturing == NULL)
+		return JOIN_NO;
+	size_t n = g_apart.n;
+	for (size_t i = 0; i < n; i++) {
+		int status = 0;
+		if (g_real_event.is_capturing((CUstream)(uintptr_t)g_apart.stream[i], &status) != 0)
+			return JOIN_NO;
+		if (status != 0) /* CU_STREAM_CAPTURE_STATUS_NONE: an event would join the graph instead */
+			return JOIN_CAPTURING;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (g_apart.event[i] == NULL && g_real_event.create(&g_apart.event[i], 0x2 /* DISABLE_TIMING */) != 0) {
+			g_apart.event[i] = NULL;
+			return JOIN_NO;
+		}
+	if (s->barrier == NULL && g_real_event.create(&s->barrier, 0x2) != 0) {
+		s->barrier = NULL;
+		return JOIN_NO;
+	}
+	CUstream legacy = (CUstream)(uintptr_t)STREAM_LEGACY;
+	for (size_t i = 0; i < g_apart.left; i++)
+		if (g_real_event.wait(legacy, g_apart.gone[i], 0) != 0)
+			return JOIN_NO;
+	for (size_t i = 0; i < n; i++)
+		if (g_real_event.record(g_apart.event[i], (CUstream)(uintptr_t)g_apart.stream[i]) != 0 ||
+		    g_real_event.wait(legacy, g_apart.event[i], 0) != 0)
+			return JOIN_NO;
+	if (g_real_event.record(s->barrier, legacy) != 0)
+		return JOIN_NO;
+	for (size_t i = 0; i < n; i++)
+		if (g_real_event.wait((CUstream)(uintptr_t)g_apart.stream[i], s->barrier, 0) != 0)
+			return JOIN_NO;
+	g_apart.left = 0;
+	return JOIN_DONE;
+}
+
+/* serve_join orders all the device's work with a join barrier, when the non-blocking streams are
+ * all known and only one device has a pool. */
+static int serve_join(struct served *s) {
+	if (__atomic_load_n(&g_apart.lost, __ATOMIC_ACQUIRE) || !serve_one_pool())
+		return JOIN_NO;
+	pthread_mutex_lock(&g_apart.mu);
+	int r = serve_join_locked(s);
+	pthread_mutex_unlock(&g_apart.mu);
+	return r;
 }
 
 /* serve_barrier records s's barrier event on the legacy stream: 1 on success. */
@@ -154,16 +227,22 @@ static int serve_capturing(void) {
 }
 
 /* serve_order makes all work issued so far on the device of s come before all work issued from now
- * on, for the pool, counted and timed: a barrier where it holds, else a synchronization of the
- * device. 1 on success; 0 (nothing done) while a blocking stream captures a graph. */
+ * on, for the pool, counted and timed: a barrier where it holds, a join barrier where the program
+ * made non-blocking streams, else a synchronization of the device. 1 on success; 0 (nothing done)
+ * while a stream captures a graph. */
 static int serve_order(struct served *s) {
 	if (serve_capturing())
 		return 0;
 	int64_t t0 = now_ns(CLOCK_MONOTONIC);
-	int ok;
+	int ok, join = JOIN_NO;
 	if (serve_barrier_holds() && serve_barrier(s)) {
 		ok = 1;
 		POOL_COUNT(barriers, 1);
+	} else if (__atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) != 0 && (join = serve_join(s)) == JOIN_DONE) {
+		ok = 1;
+		POOL_COUNT(barriers, 1);
+	} else if (join == JOIN_CAPTURING) {
+		return 0;
 	} else {
 		ok = g_real_sync() == 0;
 	}
@@ -566,16 +645,71 @@ static void serve_exported(uint64_t addr) {
 	}
 }
 
-/* serve_stream_destroyed notes that the program destroyed a stream: its handle may name a new stream
- * while the old one's work still runs. */
-static void serve_stream_destroyed(void) { __atomic_add_fetch(&g_sv.destroyed, 1, __ATOMIC_ACQ_REL); }
+/* serve_apart_lock takes g_apart's lock for a stream hook: 1, or 0 when the thread is inside the pool
+ * (a signal handler interrupted it, maybe while it holds that lock): the hook then gives up on joins. */
+static int serve_apart_lock(void) {
+	if (t_serving) {
+		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+		return 0;
+	}
+	pthread_mutex_lock(&g_apart.mu);
+	return 1;
+}
 
-/* serve_stream_created notes that the program makes a stream; apart: a non-blocking one. */
-static void serve_stream_created(int apart) {
+/* serve_stream_destroyed notes, before the call, that the program destroys stream: its handle may
+ * name a new stream while the old one's work still runs. A non-blocking one leaves the joins' list,
+ * and an event recorded on it now stands for its work until the next join waits for it. */
+static void serve_stream_destroyed(uint64_t stream) {
+	__atomic_add_fetch(&g_sv.destroyed, 1, __ATOMIC_ACQ_REL);
+	if (stream == 0 || !__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || __atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) == 0)
+		return;
+	serve_resolve();
+	if (!serve_apart_lock())
+		return;
+	for (size_t i = 0; i < g_apart.n; i++) {
+		if (g_apart.stream[i] != stream)
+			continue;
+		void **e = &g_apart.gone[g_apart.left];
+		if (g_apart.left < APART_MAX && g_real_event.record != NULL &&
+		    (*e != NULL || g_real_event.create(e, 0x2 /* DISABLE_TIMING */) == 0) &&
+		    g_real_event.record(*e, (CUstream)(uintptr_t)stream) == 0)
+			g_apart.left++;
+		else
+			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+		g_apart.stream[i] = g_apart.stream[--g_apart.n];
+		break;
+	}
+	pthread_mutex_unlock(&g_apart.mu);
+}
+
+/* serve_stream_making notes, before the call, that the program makes a stream; apart: a non-blocking
+ * one, green: of a green context (a join barrier does not order those). */
+static void serve_stream_making(int apart, int green) {
 	if (!apart)
 		return;
 	__atomic_add_fetch(&g_sv.apart, 1, __ATOMIC_ACQ_REL);
 	POOL_COUNT(streams_apart, 1);
+	if (green) {
+		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+		return;
+	}
+	if (__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) && serve_apart_lock()) {
+		g_apart.making++;
+		pthread_mutex_unlock(&g_apart.mu);
+	}
+}
+
+/* serve_stream_made notes the outcome of a call serve_stream_making(1, 0) announced: stream, or 0
+ * when the call failed. */
+static void serve_stream_made(uint64_t stream) {
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || !serve_apart_lock())
+		return;
+	g_apart.making--;
+	if (stream != 0 && g_apart.n < APART_MAX)
+		g_apart.stream[g_apart.n++] = stream;
+	else if (stream != 0)
+		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&g_apart.mu);
 }
 
 /* serve_forget drops the parent's pools in a forked child. */
@@ -590,6 +724,10 @@ static void serve_forget(void) {
 		s->barrier = NULL;
 		pthread_mutex_init(&s->mu, NULL);
 	}
+	pthread_mutex_init(&g_apart.mu, NULL); /* the parent's streams and events are not the child's */
+	g_apart.making = 0, g_apart.n = g_apart.left = 0;
+	memset(g_apart.event, 0, sizeof g_apart.event);
+	memset(g_apart.gone, 0, sizeof g_apart.gone);
 	t_serving = 0;
 }
 

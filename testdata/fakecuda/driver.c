@@ -239,7 +239,7 @@ static CUresult i_cuStreamSynchronize(CUstream s) {
 }
 static CUresult i_cuStreamDestroy_v2(CUstream s) { (void)s; return CUDA_SUCCESS; }
 static long streams_made;
-static int capturing; /* fakecuda_capture: a blocking stream captures */
+static int capturing; /* fakecuda_capture: 1, a blocking stream captures; 2, every other stream does */
 static CUresult i_cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int priority) {
 	(void)flags, (void)priority;
 	if (s == NULL)
@@ -251,8 +251,9 @@ static CUresult i_cuStreamCreate(CUstream *s, unsigned int flags) { return i_cuS
 static CUresult i_cuStreamIsCapturing(CUstream s, int *status) {
 	if (status == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*status = 0;
-	return s == (CUstream)0x1 && __atomic_load_n(&capturing, __ATOMIC_RELAXED) ? 906 : CUDA_SUCCESS;
+	int c = __atomic_load_n(&capturing, __ATOMIC_RELAXED);
+	*status = c == 2 && s != (CUstream)0x1 && s != (CUstream)0x2 && s != NULL; /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
+	return s == (CUstream)0x1 && c == 1 ? 906 : CUDA_SUCCESS;
 }
 static CUresult i_cuIpcGetMemHandle(void *h, CUdeviceptr p) {
 	if (h == NULL || which_region(p) != R_DEVICE)

@@ -88,7 +88,8 @@ CUresult cuStreamDestroy_v2(CUstream s);
 /* Handles 0x100000, 0x100100, ... of the fake's own making; the flags are kept by nobody. */
 CUresult cuStreamCreate(CUstream *s, unsigned int flags);
 CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int priority);
-/* On CU_STREAM_LEGACY (0x1) while fakecuda_capture(1) holds: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (906). */
+/* On CU_STREAM_LEGACY (0x1) while fakecuda_capture(1) holds: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (906); on
+ * every other stream but 0x2 while fakecuda_capture(2) holds: status 1 (CU_STREAM_CAPTURE_STATUS_ACTIVE). */
 CUresult cuStreamIsCapturing(CUstream s, int *status);
 CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p); /* fake: writes p into the 64-byte handle */
 CUresult cuEventCreate(CUevent *e, unsigned int flags);
@@ -134,7 +135,8 @@ void fakecuda_events(long *recorded, long *stream_waits, long *host_waits);
 long fakecuda_barriers(void);
 /* Fake only: cuCtxGetDevice calls, all threads. */
 long fakecuda_ctx_queries(void);
-/* Fake only: whether a blocking stream captures a graph, as cuStreamIsCapturing(CU_STREAM_LEGACY) tells. */
+/* Fake only: whether a stream captures a graph: 1, a blocking one, as cuStreamIsCapturing(CU_STREAM_LEGACY)
+ * tells; 2, every stream other than the legacy and per-thread ones (status CU_STREAM_CAPTURE_STATUS_ACTIVE); 0, none. */
 void fakecuda_capture(int on);
 
 typedef CUresult (*PFN_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, void *);

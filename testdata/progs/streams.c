@@ -1,13 +1,14 @@
 /* What `record --pool` does with stream-ordered calls, on the fake driver (where work on a stream
  * completes only when the program waits for it). Device 0: a block freed on the only stream is
  * reused at once on it, with no synchronization and no event; the second stream makes the pool
- * synchronize once; from then on every stream-ordered free records an event, a block freed on one
+ * order the device once; from then on every stream-ordered free records an event, a block freed on one
  * stream and handed out on another makes that stream wait for the event (on the GPU, not the host),
  * a block handed out on the stream that freed it waits for nothing, and one handed out by cudaMalloc
  * makes the host wait. After cudaDeviceSynchronize nothing waits. Device 1: destroying the only
  * stream makes the pool synchronize once before its handle is used again. Device 2: the per-thread
  * default streams of two threads are two streams. The program makes a non-blocking stream first, so the
- * pool's orderings are synchronizations of the device (barriers.c has the other case). Prints one line per fact (counts since the line
+ * pool's ordering on device 0 is a join barrier (barriers.c has the details), and once two devices
+ * have pools, a synchronization of the device. Prints one line per fact (counts since the line
  * before: the last free of each part is counted in the next), exits 0. */
 #include "fakecuda.h"
 
@@ -39,7 +40,7 @@ static void *per_thread(void *arg) {
 int main(void) {
 	void *a, *b, *c, *d, *e, *f;
 	cudaSetDevice(0);
-	cudaStream_t apart; /* S1 and S2 run apart from the legacy stream: every ordering is a synchronization */
+	cudaStream_t apart; /* runs apart from the legacy stream: the orderings join it */
 	cudaStreamCreateWithFlags(&apart, 1 /* cudaStreamNonBlocking */);
 	changes("start");
 	cudaMallocAsync(&a, 4000, S1);
