@@ -8,6 +8,7 @@
 //   two threads' per-thread streams, no   expect 0
 //   two threads' per-thread streams, yes  expect 1
 //   non-blocking spinner, barrier         expect 0 (why a non-blocking stream turns barriers off)
+//   spinner on a blocking stream destroyed before the barrier  expect 1 (its work still counts)
 // and record --pool's join barrier over the non-blocking streams it knows (an event on each, the
 // legacy stream waiting for them and for the events recorded on destroyed ones, the barrier, each
 // non-blocking stream waiting for it):
@@ -121,6 +122,13 @@ int main() {
   printf("two threads' per-thread streams, no barrier: %d\n", run_case(other_thread, nullptr, cudaStreamPerThread));
   printf("two threads' per-thread streams, barrier: %d\n", run_case(other_thread, barrier, cudaStreamPerThread));
   printf("non-blocking spinner, barrier: %d\n", run_case(on_apart, barrier, s2));
+  auto on_destroyed = [&] {
+    cudaStream_t tmp;
+    CHECK(cudaStreamCreate(&tmp));
+    spin_then_set<<<1, 1, 0, tmp>>>(g_flag);
+    CHECK(cudaStreamDestroy(tmp));
+  };
+  printf("spinner on a blocking stream destroyed before the barrier: %d\n", run_case(on_destroyed, barrier, s2));
   g_apart = {apart, apart2};
   printf("non-blocking spinner and reader, no join: %d\n", run_case(on_apart, nullptr, apart2));
   printf("non-blocking spinner, join, blocking reader: %d\n", run_case(on_apart, join, s2));
