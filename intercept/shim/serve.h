@@ -340,6 +340,14 @@ static int serve_resolve(void) {
 	return 1;
 }
 
+/* serve_on reports whether record --pool serves this process, for a hook that does not log (and so
+ * may run before the shim's constructor, from another library's). */
+static int serve_on(void) {
+	if (!__atomic_load_n(&g_init_done, __ATOMIC_ACQUIRE))
+		shim_init();
+	return __atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE);
+}
+
 /* The host side of the first pool made, readied when the program initializes the driver (cuInit),
  * so that its first allocation pays only for the device region: the driver functions the pools
  * use, whether the process sees one device, and a book for the plan's tables, whose pages cost
@@ -353,7 +361,7 @@ static struct {
 /* serve_prepare readies g_spare, once; called after a successful cuInit. */
 static void serve_prepare(void) {
 	int none = SPARE_NONE;
-	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) ||
+	if (!serve_on() ||
 	    !__atomic_compare_exchange_n(&g_spare.state, &none, SPARE_MAKING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return;
 	serve_resolve();
@@ -646,14 +654,22 @@ static void serve_exported(uint64_t addr) {
 }
 
 /* serve_apart_lock takes g_apart's lock for a stream hook: 1, or 0 when the thread is inside the pool
- * (a signal handler interrupted it, maybe while it holds that lock): the hook then gives up on joins. */
+ * (a signal handler interrupted it, maybe while it holds that lock): the hook then gives up on joins.
+ * While the hook holds the lock, the thread counts as inside the pool, so that a signal handler's
+ * allocations go to CUDA instead of waiting for the lock. serve_apart_unlock gives it back. */
 static int serve_apart_lock(void) {
 	if (t_serving) {
 		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
 		return 0;
 	}
+	t_serving = 1;
 	pthread_mutex_lock(&g_apart.mu);
 	return 1;
+}
+
+static void serve_apart_unlock(void) {
+	pthread_mutex_unlock(&g_apart.mu);
+	t_serving = 0;
 }
 
 /* serve_stream_destroyed notes, before the call, that the program destroys stream: its handle may
@@ -661,7 +677,7 @@ static int serve_apart_lock(void) {
  * and an event recorded on it now stands for its work until the next join waits for it. */
 static void serve_stream_destroyed(uint64_t stream) {
 	__atomic_add_fetch(&g_sv.destroyed, 1, __ATOMIC_ACQ_REL);
-	if (stream == 0 || !__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || __atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) == 0)
+	if (stream == 0 || !serve_on() || __atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) == 0)
 		return;
 	serve_resolve();
 	if (!serve_apart_lock())
@@ -679,7 +695,7 @@ static void serve_stream_destroyed(uint64_t stream) {
 		g_apart.stream[i] = g_apart.stream[--g_apart.n];
 		break;
 	}
-	pthread_mutex_unlock(&g_apart.mu);
+	serve_apart_unlock();
 }
 
 /* serve_stream_making notes, before the call, that the program makes a stream; apart: a non-blocking
@@ -693,23 +709,23 @@ static void serve_stream_making(int apart, int green) {
 		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
 		return;
 	}
-	if (__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) && serve_apart_lock()) {
+	if (serve_on() && serve_apart_lock()) {
 		g_apart.making++;
-		pthread_mutex_unlock(&g_apart.mu);
+		serve_apart_unlock();
 	}
 }
 
 /* serve_stream_made notes the outcome of a call serve_stream_making(1, 0) announced: stream, or 0
  * when the call failed. */
 static void serve_stream_made(uint64_t stream) {
-	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || !serve_apart_lock())
+	if (!serve_on() || !serve_apart_lock())
 		return;
 	g_apart.making--;
 	if (stream != 0 && g_apart.n < APART_MAX)
 		g_apart.stream[g_apart.n++] = stream;
 	else if (stream != 0)
 		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&g_apart.mu);
+	serve_apart_unlock();
 }
 
 /* serve_forget drops the parent's pools in a forked child. */
