@@ -49,10 +49,12 @@ type PoolActivity struct {
 	PeakReservedBytes uint64 `json:"peak_reserved_bytes"` // the most bytes one pool held reserved
 	IPCExports        int64  `json:"ipc_exports"`         // pool blocks exported with cudaIpcGetMemHandle
 	// Barriers is how many of Syncs were barriers on the legacy stream instead of device
-	// synchronizations: the host did not wait (possible while no stream runs apart from it).
+	// synchronizations: the host did not wait. Once the program made non-blocking streams, such a
+	// barrier is a join: the legacy stream first waits for an event on each of them, and each of
+	// them then waits for the barrier.
 	Barriers int64 `json:"barriers,omitempty"`
-	// StreamsApart counts the non-blocking streams the program made; one is enough to make every
-	// later ordering a device synchronization.
+	// StreamsApart counts the non-blocking streams the program made; with them, an ordering is a
+	// join barrier, or a device synchronization where a join cannot be made (docs/record-pool.md).
 	StreamsApart int64 `json:"streams_apart,omitempty"`
 }
 
