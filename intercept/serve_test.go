@@ -62,15 +62,16 @@ func testServedFromPool(t *testing.T, extraEnv ...string) {
 // non-blocking stream, not at all while a blocking stream captures a graph (the pool grows: one more
 // driver allocation), with a barrier for a second, blocking stream, and with a join barrier once a
 // non-blocking stream exists: an event recorded on it, the legacy stream made to wait for it, the
-// barrier, the stream made to wait for the barrier. While the non-blocking stream captures, the pool
-// grows again; once it is destroyed, the next join waits for the event recorded on it then. The
-// driver sees the pool's plan, then two growths.
+// barrier, the stream made to wait for the barrier; the non-blocking stream, made after barriers, first
+// waits for the last one. While it captures, the pool grows again; once it is destroyed, the next join
+// waits for the event recorded on it then. The driver sees the pool's plan, then two growths.
 func TestServedBarriers(t *testing.T) {
 	dir := newLogDir(t)
 	got := runServed(t, dir, sizeClassPool(t), "barriers")
 	want := `a full class with frees pending: syncs 0, barriers 1, driver calls 1
 the same while a blocking stream captures: syncs 0, barriers 0, driver calls 1
 a second stream, blocking: syncs 0, barriers 1, driver calls 0
+  a non-blocking stream made after barriers waits for the last: events 0, stream waits 1
 a non-blocking stream made, a stream destroyed: syncs 0, barriers 1, driver calls 0
 a full class, one non-blocking stream: syncs 0, barriers 1, driver calls 0
   the join: events 1, stream waits 2
@@ -85,6 +86,54 @@ the non-blocking stream destroyed, then a stream-ordered call: syncs 0, barriers
 	if p := sum.Pool; p == nil || p.Syncs != 5 || p.Barriers != 5 || p.StreamsApart != 1 || p.Fallbacks != 2 ||
 		p.Reservations != 3 {
 		t.Errorf("pool activity %+v; want 5 orderings, all barriers, 1 non-blocking stream, 2 growths", p)
+	}
+}
+
+// When the ordering a second stream needs cannot be made (a non-blocking stream captures a graph),
+// record --pool does not hand that stream the block the first stream freed without an event: the
+// allocation goes to CUDA, and so does its free (testdata/progs/capture_order.c). Once the capture
+// ended, the next call on that stream makes the ordering (a join barrier) and reuses the block.
+func TestServedOrderingNotMade(t *testing.T) {
+	dir := newLogDir(t)
+	got := runServed(t, dir, sizeClassPool(t), "capture_order")
+	want := "while a non-blocking stream captures, S2's block: another; barriers 0, syncs 0\n" +
+		"after the capture, S2's block: the one S1 freed; barriers 1, syncs 0\n"
+	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
+		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	events, sum := convertDir(t, dir)
+	var served, passed int
+	for i := range events {
+		if events[i].Function == "cudaMallocAsync" || events[i].Function == "cudaFreeAsync" {
+			if events[i].Pool {
+				served++
+			} else {
+				passed++
+			}
+		}
+	}
+	if served != 4 || passed != 2 || sum.Pool == nil || sum.Pool.PassedThrough != 1 || sum.Pool.Barriers != 1 {
+		t.Errorf("%d stream-ordered calls served, %d passed to CUDA, pool %+v; want 4 and 2 (S2's first pair), "+
+			"1 request passed, 1 barrier", served, passed, sum.Pool)
+	}
+}
+
+// A non-blocking stream made by another library's constructor before the shim's own has run (a
+// preload ahead of it: testdata/preload/streammaker.c, finding the driver as the runtime does) is
+// known to record --pool: the ordering of testdata/progs/pooled.c is a join barrier (the legacy stream
+// waits for an event on that stream, the stream waits for the barrier), not a plain barrier that
+// would leave the stream's work unordered.
+func TestServedKnowsStreamsMadeBeforeItsConstructor(t *testing.T) {
+	spec, err := PoolSpec(sizeClassPool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := env(t)
+	got := runWith(t, newLogDir(t), []string{e.Shim, e.Preload("streammaker")}, []string{EnvPool + "=" + spec}, "pooled")
+	if !strings.Contains(got.Stdout, "a full class with frees pending: syncs 0, barriers 1\n") ||
+		!strings.HasSuffix(got.Stderr, "streammaker: stream waits 2\n") {
+		t.Errorf("exit %d, stdout\n%s\nstderr %q; want one barrier, a join: 2 stream waits", got.ExitCode, got.Stdout,
+			got.Stderr)
 	}
 }
 

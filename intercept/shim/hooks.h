@@ -31,6 +31,15 @@ static TLS unsigned char t_frame[MAX_DEPTH];
 static struct addr_map g_addrs;   /* device/host/managed addresses */
 static struct addr_map g_handles; /* cuMemCreate handles */
 
+/* shim_enabled reports whether the shim records (and wraps what the program resolves), starting it
+ * first when it runs before the shim's constructor, from another library's: a stream that library
+ * makes then goes through the hooks too. */
+static inline int shim_enabled(void) {
+	if (UNLIKELY(!__atomic_load_n(&g_init_done, __ATOMIC_ACQUIRE)))
+		shim_init();
+	return __atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE);
+}
+
 /* hook_enter returns the depth at which to record this call, or -1 to pass it straight through. */
 static inline int hook_enter(int fid) {
 	if (UNLIKELY(!__atomic_load_n(&g_init_done, __ATOMIC_ACQUIRE)))
@@ -411,16 +420,28 @@ typedef CUresult (*cuStreamDestroy_v2_fn)(CUstream);
 BODY cudaError_t b_cudaStreamDestroy(cudaStreamDestroy_fn f, int fid, void *cs, cudaStream_t s) {
 	(void)fid, (void)cs;
 	int e = errno;
-	serve_stream_destroyed(PTR(s));
+	int held = serve_stream_destroying(PTR(s));
 	errno = e;
-	return f(s);
+	cudaError_t r = f(s);
+	if (held) {
+		e = errno;
+		serve_stream_destroyed(PTR(s), r == 0);
+		errno = e;
+	}
+	return r;
 }
 BODY CUresult b_cuStreamDestroy_v2(cuStreamDestroy_v2_fn f, int fid, void *cs, CUstream s) {
 	(void)fid, (void)cs;
 	int e = errno;
-	serve_stream_destroyed(PTR(s));
+	int held = serve_stream_destroying(PTR(s));
 	errno = e;
-	return f(s);
+	CUresult r = f(s);
+	if (held) {
+		e = errno;
+		serve_stream_destroyed(PTR(s), r == 0);
+		errno = e;
+	}
+	return r;
 }
 /* Calls that may leave a thread without a context (current_device): not logged. */
 typedef CUresult (*cuCtxSetCurrent_fn)(CUcontext);
@@ -461,34 +482,39 @@ BODY CUresult b_cuDevicePrimaryCtxReset(cuDevicePrimaryCtxReset_fn f, int fid, v
 typedef CUresult (*cuStreamCreate_fn)(CUstream *, unsigned);
 typedef CUresult (*cuStreamCreateWithPriority_fn)(CUstream *, unsigned, int);
 typedef CUresult (*cuGreenCtxStreamCreate_fn)(CUstream *, void *, unsigned, int);
+/* STREAM_MADE runs CALL, the making of stream *S, between serve_stream_making and serve_stream_made
+ * when APART (a non-blocking stream), into R; errno stays the call's. */
+#define STREAM_MADE(APART, GREEN, S, CALL, R)                                                              \
+	do {                                                                                             \
+		int e_ = errno;                                                                          \
+		int noted_ = (APART) && serve_stream_making();                                           \
+		errno = e_;                                                                              \
+		R = CALL;                                                                                \
+		if (noted_) {                                                                            \
+			e_ = errno;                                                                      \
+			serve_stream_made(R == 0 && (S) != NULL ? PTR(*(S)) : 0, GREEN);                 \
+			errno = e_;                                                                      \
+		}                                                                                        \
+	} while (0)
 BODY CUresult b_cuStreamCreate(cuStreamCreate_fn f, int fid, void *cs, CUstream *s, unsigned flags) {
 	(void)fid, (void)cs;
-	int apart = flags & CU_STREAM_NON_BLOCKING;
-	serve_stream_making(apart, 0);
-	CUresult r = f(s, flags);
-	int e = errno;
-	if (apart)
-		serve_stream_made(r == 0 && s != NULL ? PTR(*s) : 0);
-	errno = e;
+	CUresult r;
+	STREAM_MADE(flags & CU_STREAM_NON_BLOCKING, 0, s, f(s, flags), r);
 	return r;
 }
 BODY CUresult b_cuStreamCreateWithPriority(cuStreamCreateWithPriority_fn f, int fid, void *cs, CUstream *s,
 					   unsigned flags, int priority) {
 	(void)fid, (void)cs;
-	int apart = flags & CU_STREAM_NON_BLOCKING;
-	serve_stream_making(apart, 0);
-	CUresult r = f(s, flags, priority);
-	int e = errno;
-	if (apart)
-		serve_stream_made(r == 0 && s != NULL ? PTR(*s) : 0);
-	errno = e;
+	CUresult r;
+	STREAM_MADE(flags & CU_STREAM_NON_BLOCKING, 0, s, f(s, flags, priority), r);
 	return r;
 }
 BODY CUresult b_cuGreenCtxStreamCreate(cuGreenCtxStreamCreate_fn f, int fid, void *cs, CUstream *s, void *g,
 				       unsigned flags, int priority) {
 	(void)fid, (void)cs;
-	serve_stream_making(1, 1);
-	return f(s, g, flags, priority);
+	CUresult r;
+	STREAM_MADE(1, 1, s, f(s, g, flags, priority), r);
+	return r;
 }
 BODY CUresult b_cuMemAllocPitch_v2(cuMemAllocPitch_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t *pitch,
 				   size_t w, size_t h, unsigned el) {

@@ -209,7 +209,7 @@ static int export_variant(void *p);
  * the wrapper of path. */
 static void *resolve_versioned(const char *sym, long version, unsigned long long flags, void *real, int path,
 			       const void *resolver) {
-	if (real == NULL || sym == NULL || !__atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE))
+	if (real == NULL || sym == NULL || !shim_enabled())
 		return real;
 	int ev = export_variant(real);
 	if (ev >= 0) {
@@ -476,7 +476,7 @@ HIDDEN void *dlsym_c(void *handle, const char *name) {
 		/* Our own export: visible only if the program could have found the real one. */
 		return real_next(v) != NULL ? p : NULL;
 	}
-	if (!__atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE) || is_wrapper(p))
+	if (!shim_enabled() || is_wrapper(p))
 		return p;
 	return install(v, P_DLSYM, p);
 }

@@ -134,10 +134,6 @@ static void pool_note_peak(uint64_t v) {
  * the blocks of this one's. */
 static int serve_one_pool(void) { return __builtin_popcountll(__atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE)) <= 1; }
 
-/* serve_barrier_holds reports whether an event on the legacy stream orders all the device's work:
- * no stream runs apart from it, and no other device has a pool whose blocks its work may use. */
-static int serve_barrier_holds(void) { return __atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) == 0 && serve_one_pool(); }
-
 /* The non-blocking streams the program made and has not destroyed, so that a join barrier can order
  * their work with everybody's (serve_join), and events recorded on those it destroyed (their work may
  * still run), which the next join waits for. While a stream is being made, after one could not be
@@ -163,16 +159,14 @@ enum { JOIN_NO, JOIN_DONE, JOIN_CAPTURING };
  * made to wait for the barrier (every blocking stream's later work waits for it anyway). JOIN_NO
  * when it cannot (the caller synchronizes the device; waits already queued only add order). */
 static int serve_join_locked(struct served *s) {
+	size_t n = g_apart.n;
+	for (size_t i = 0; i < n && g_real_event.is_capturing != NULL; i++) {
+		int status = 0; /* first, as a synchronization would break a capture too */
+		if (g_real_event.is_capturing((CUstream)(uintptr_t)g_apart.stream[i], &status) == 0 && status != 0)
+			return JOIN_CAPTURING; /* not CU_STREAM_CAPTURE_STATUS_NONE: an event would join the graph */
+	}
 	if (g_apart.making != 0 || __atomic_load_n(&g_apart.lost, __ATOMIC_ACQUIRE) || g_real_event.is_capturing == NULL)
 		return JOIN_NO;
-	size_t n = g_apart.n;
-	for (size_t i = 0; i < n; i++) {
-		int status = 0;
-		if (g_real_event.is_capturing((CUstream)(uintptr_t)g_apart.stream[i], &status) != 0)
-			return JOIN_NO;
-		if (status != 0) /* CU_STREAM_CAPTURE_STATUS_NONE: an event would join the graph instead */
-			return JOIN_CAPTURING;
-	}
 	for (size_t i = 0; i < n; i++)
 		if (g_apart.event[i] == NULL && g_real_event.create(&g_apart.event[i], 0x2 /* DISABLE_TIMING */) != 0) {
 			g_apart.event[i] = NULL;
@@ -199,15 +193,31 @@ static int serve_join_locked(struct served *s) {
 	return JOIN_DONE;
 }
 
-/* serve_join orders all the device's work with a join barrier, when the non-blocking streams are
- * all known and only one device has a pool. */
-static int serve_join(struct served *s) {
-	if (__atomic_load_n(&g_apart.lost, __ATOMIC_ACQUIRE) || !serve_one_pool())
+static int serve_barrier(struct served *s);
+
+/* serve_ordering_barrier orders all the device's work with a barrier while the program made no
+ * non-blocking stream, else with a join barrier, when only one device has a pool: JOIN_DONE,
+ * JOIN_NO (the caller synchronizes) or JOIN_CAPTURING. Under g_apart's lock, so that a stream being
+ * made is either known here or made to wait for this barrier (serve_stream_made). */
+static int serve_ordering_barrier(struct served *s) {
+	if (!serve_one_pool())
 		return JOIN_NO;
 	pthread_mutex_lock(&g_apart.mu);
-	int r = serve_join_locked(s);
+	int r;
+	if (__atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) == 0)
+		r = serve_barrier(s) ? JOIN_DONE : JOIN_NO;
+	else
+		r = serve_join_locked(s);
 	pthread_mutex_unlock(&g_apart.mu);
 	return r;
+}
+
+/* serve_apart_synced notes that the device synchronized: the work of the streams destroyed so far is
+ * done, and no join needs to wait for it. */
+static void serve_apart_synced(void) {
+	pthread_mutex_lock(&g_apart.mu);
+	g_apart.left = 0;
+	pthread_mutex_unlock(&g_apart.mu);
 }
 
 /* serve_barrier records s's barrier event on the legacy stream: 1 on success. */
@@ -234,17 +244,14 @@ static int serve_order(struct served *s) {
 	if (serve_capturing())
 		return 0;
 	int64_t t0 = now_ns(CLOCK_MONOTONIC);
-	int ok, join = JOIN_NO;
-	if (serve_barrier_holds() && serve_barrier(s)) {
-		ok = 1;
-		POOL_COUNT(barriers, 1);
-	} else if (__atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) != 0 && (join = serve_join(s)) == JOIN_DONE) {
-		ok = 1;
-		POOL_COUNT(barriers, 1);
-	} else if (join == JOIN_CAPTURING) {
+	int ok, r = serve_ordering_barrier(s);
+	if (r == JOIN_CAPTURING)
 		return 0;
-	} else {
-		ok = g_real_sync() == 0;
+	if (r == JOIN_DONE) {
+		ok = 1;
+		POOL_COUNT(barriers, 1);
+	} else if ((ok = g_real_sync() == 0)) {
+		serve_apart_synced();
 	}
 	POOL_COUNT(syncs, 1);
 	POOL_COUNT(sync_ns, now_ns(CLOCK_MONOTONIC) - t0);
@@ -366,18 +373,24 @@ static void serve_prepare(void) {
 		return;
 	serve_resolve();
 	one_device();
-	if (cp_book_open(&g_spare.book, cp_book_bytes(&g_serve_cfg)) != 0) {
+	struct cp_book book = {NULL, 0, 0};
+	cp_book_open(&book, cp_book_bytes(&g_serve_cfg));
+	g_spare.book = book;
+	int making = SPARE_MAKING;
+	if (book.base == NULL ||
+	    !__atomic_compare_exchange_n(&g_spare.state, &making, SPARE_READY, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		cp_book_close(&book); /* a pool was made meanwhile, with a book of its own */
 		__atomic_store_n(&g_spare.state, SPARE_TAKEN, __ATOMIC_RELEASE);
-		return;
 	}
-	__atomic_store_n(&g_spare.state, SPARE_READY, __ATOMIC_RELEASE);
 }
 
 /* serve_take_spare returns the book serve_prepare made, once; an empty one when there is none. */
 static struct cp_book serve_take_spare(void) {
-	int ready = SPARE_READY;
+	int ready = SPARE_READY, making = SPARE_MAKING;
 	if (__atomic_compare_exchange_n(&g_spare.state, &ready, SPARE_TAKEN, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return g_spare.book;
+	/* still being made: serve_prepare closes it */
+	__atomic_compare_exchange_n(&g_spare.state, &making, SPARE_TAKEN, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	return (struct cp_book){NULL, 0, 0};
 }
 
@@ -429,27 +442,32 @@ static void serve_synced(struct served *s) {
 }
 
 /* serve_note_stream notes a stream-ordered call on st (or an allocation by a synchronous call): the
- * second stream seen, or a stream destroyed, makes the pool synchronize the device once and track
- * stream-ordered frees with events from then on. */
-static void serve_note_stream(struct served *s, struct stream_ref st) {
+ * second stream seen, or a stream destroyed, makes the pool order the device once and track
+ * stream-ordered frees with events from then on. 1, or 0 when that ordering could not be made (a
+ * stream captures a graph): nothing is noted, the call must not take a reusable block, and the next
+ * call tries again. */
+static int serve_note_stream(struct served *s, struct stream_ref st) {
 	unsigned destroyed = __atomic_load_n(&g_sv.destroyed, __ATOMIC_ACQUIRE);
 	if (s->multi) {
-		if (destroyed != s->destroyed) { /* a stream's free list may pass to a new stream of its handle */
-			s->destroyed = destroyed;
-			if (serve_order(s))
-				serve_synced(s);
-		}
-		return;
+		if (destroyed == s->destroyed)
+			return 1;
+		if (!serve_order(s)) /* a stream's free list may pass to a new stream of its handle */
+			return 0;
+		s->destroyed = destroyed;
+		serve_synced(s);
+		return 1;
 	}
 	if (!s->keyed) {
 		s->keyed = 1, s->only_key = st.key, s->destroyed = destroyed;
-		return;
+		return 1;
 	}
 	if (st.key == s->only_key && destroyed == s->destroyed)
-		return;
+		return 1;
+	if (!serve_order(s))
+		return 0;
 	s->multi = 1, s->destroyed = destroyed;
-	if (serve_order(s))
-		serve_synced(s);
+	serve_synced(s);
+	return 1;
 }
 
 /* serve_guard makes the user of a block just handed out at [addr, addr+size) wait for the work of
@@ -510,7 +528,8 @@ static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct st
 /* serve_take serves size bytes from s (its lock held). Before a growth the pool makes its deferred
  * blocks reusable with one synchronization (cp_alloc); the in-flight entries are then done with. */
 static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uint64_t *addr) {
-	serve_note_stream(s, st);
+	if (!serve_note_stream(s, st))
+		return CP_ERR; /* to CUDA */
 	uint64_t fallbacks = s->pool.s.fallbacks, syncs = s->pool.s.syncs;
 	int err = cp_alloc(&s->pool, size, st.policy, addr);
 	if (s->pool.s.syncs != syncs)
@@ -579,8 +598,7 @@ static int serve_give_back(struct served *s, uint64_t addr, struct stream_ref st
 		*result = 1; /* freed twice: CUDA_ERROR_INVALID_VALUE / cudaErrorInvalidValue */
 		return 1;
 	}
-	if (st.async) {
-		serve_note_stream(s, st);
+	if (st.async && serve_note_stream(s, st)) { /* else the block waits for the next ordering */
 		if (!s->multi || !serve_needs_event(s, st) || serve_track(s, addr, size, st) == 0) {
 			*result = cp_free(&s->pool, addr, st.policy) == CP_OK ? 0 : 1;
 			return 1;
@@ -672,16 +690,25 @@ static void serve_apart_unlock(void) {
 	t_serving = 0;
 }
 
-/* serve_stream_destroyed notes, before the call, that the program destroys stream: its handle may
- * name a new stream while the old one's work still runs. A non-blocking one leaves the joins' list,
- * and an event recorded on it now stands for its work until the next join waits for it. */
-static void serve_stream_destroyed(uint64_t stream) {
+/* serve_stream_destroying notes, before the call, that the program destroys stream: its handle may
+ * name a new stream while the old one's work still runs. An event recorded on a non-blocking one now
+ * stands for its work until the next join waits for it. 1 when it holds g_apart's lock: the caller
+ * makes the call, then gives its outcome to serve_stream_destroyed, which takes the stream off the
+ * joins' list and lets the lock go (a join meanwhile would use a stream being destroyed). */
+static TLS uint64_t t_destroying; /* the stream whose destruction this thread's hook is making */
+
+static int serve_stream_destroying(uint64_t stream) {
 	__atomic_add_fetch(&g_sv.destroyed, 1, __ATOMIC_ACQ_REL);
+	if (t_destroying != 0) { /* the runtime's destroy reaching the driver's: noted already */
+		if (stream != t_destroying) /* a signal handler's: it cannot be noted */
+			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+		return 0;
+	}
 	if (stream == 0 || !serve_on() || __atomic_load_n(&g_sv.apart, __ATOMIC_ACQUIRE) == 0)
-		return;
+		return 0;
 	serve_resolve();
 	if (!serve_apart_lock())
-		return;
+		return 0;
 	for (size_t i = 0; i < g_apart.n; i++) {
 		if (g_apart.stream[i] != stream)
 			continue;
@@ -692,39 +719,65 @@ static void serve_stream_destroyed(uint64_t stream) {
 			g_apart.left++;
 		else
 			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
-		g_apart.stream[i] = g_apart.stream[--g_apart.n];
 		break;
 	}
+	t_destroying = stream;
+	return 1;
+}
+
+/* serve_stream_destroyed ends what serve_stream_destroying started; destroyed: the call succeeded. */
+static void serve_stream_destroyed(uint64_t stream, int destroyed) {
+	for (size_t i = 0; destroyed && i < g_apart.n; i++)
+		if (g_apart.stream[i] == stream) {
+			g_apart.stream[i] = g_apart.stream[--g_apart.n];
+			break;
+		}
+	t_destroying = 0;
 	serve_apart_unlock();
 }
 
-/* serve_stream_making notes, before the call, that the program makes a stream; apart: a non-blocking
- * one, green: of a green context (a join barrier does not order those). */
-static void serve_stream_making(int apart, int green) {
-	if (!apart)
-		return;
-	__atomic_add_fetch(&g_sv.apart, 1, __ATOMIC_ACQ_REL);
+/* serve_stream_making notes, before the call, that the program makes a non-blocking stream: 1 when
+ * the caller is to give the call's outcome to serve_stream_made. Where it cannot be noted, joins end. */
+static int serve_stream_making(void) {
 	POOL_COUNT(streams_apart, 1);
-	if (green) {
+	if (!serve_on() || !serve_apart_lock()) {
+		__atomic_add_fetch(&g_sv.apart, 1, __ATOMIC_ACQ_REL);
 		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
-		return;
+		return 0;
 	}
-	if (serve_on() && serve_apart_lock()) {
-		g_apart.making++;
-		serve_apart_unlock();
+	__atomic_add_fetch(&g_sv.apart, 1, __ATOMIC_ACQ_REL); /* under the lock: see serve_ordering_barrier */
+	g_apart.making++;
+	serve_apart_unlock();
+	return 1;
+}
+
+/* serve_after_barriers makes the new stream wait for the last barrier of every pool: it does not
+ * wait for the legacy stream, and blocks reused after that barrier may have been freed by work that
+ * still runs (g_apart's lock held). Where it cannot, the device is synchronized instead. */
+static void serve_after_barriers(uint64_t stream) {
+	for (uint64_t m = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE); m != 0; m &= m - 1) {
+		void *barrier = g_served[__builtin_ctzll(m)].barrier;
+		if (barrier == NULL || g_real_event.wait((CUstream)(uintptr_t)stream, barrier, 0) == 0)
+			continue;
+		if (g_real_sync == NULL || g_real_sync() != 0)
+			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+		return;
 	}
 }
 
-/* serve_stream_made notes the outcome of a call serve_stream_making(1, 0) announced: stream, or 0
- * when the call failed. */
-static void serve_stream_made(uint64_t stream) {
-	if (!serve_on() || !serve_apart_lock())
+/* serve_stream_made notes the outcome of a call serve_stream_making announced: stream, or 0 when the
+ * call failed; green: a green context's stream, which a join cannot order (joins end). */
+static void serve_stream_made(uint64_t stream, int green) {
+	if (!serve_apart_lock())
 		return;
 	g_apart.making--;
-	if (stream != 0 && g_apart.n < APART_MAX)
-		g_apart.stream[g_apart.n++] = stream;
-	else if (stream != 0)
-		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+	if (stream != 0) {
+		if (!green && g_apart.n < APART_MAX)
+			g_apart.stream[g_apart.n++] = stream;
+		else
+			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+		serve_after_barriers(stream);
+	}
 	serve_apart_unlock();
 }
 

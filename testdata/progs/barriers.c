@@ -6,7 +6,8 @@
  * ordering is a join barrier (an event on each non-blocking stream, the legacy stream waiting for
  * them, the barrier, each non-blocking stream waiting for it), no ordering while a non-blocking
  * stream captures (the pool grows), and a join that waits for an event recorded on a non-blocking
- * stream when it was destroyed. Prints one line per fact (counts since the line before), exits 0.
+ * stream when it was destroyed; a non-blocking stream made after a barrier waits for it (it does not
+ * wait for the legacy stream, and blocks were reused after the barrier). Prints one line per fact (counts since the line before), exits 0.
  * With sizeclass.json's pool: its 512-byte class has 1,024 slots, its 1 MiB class 16; the first
  * line's driver call is the pool's plan. */
 #include "fakecuda.h"
@@ -80,7 +81,9 @@ int main(void) {
 	cudaStreamCreateWithFlags(&blocking, 0);
 	cudaMallocAsync(&a, 4000, blocking);
 	changes("a second stream, blocking");
+	events(NULL);
 	cudaStreamCreateWithFlags(&apart, 1 /* cudaStreamNonBlocking */);
+	events("  a non-blocking stream made after barriers waits for the last");
 	cudaStreamDestroy(blocking);
 	cudaMallocAsync(&b, 4000, apart);
 	changes("a non-blocking stream made, a stream destroyed");
