@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/trace"
 )
 
 // record --pool on the fake driver (testdata/progs/pooled.c): a block freed with cudaFree is reused
@@ -94,14 +95,9 @@ the non-blocking stream destroyed, then a stream-ordered call: syncs 0, barriers
 // allocation goes to CUDA, and so does its free (testdata/progs/capture_order.c). Once the capture
 // ended, the next call on that stream makes the ordering (a join barrier) and reuses the block.
 func TestServedOrderingNotMade(t *testing.T) {
-	dir := newLogDir(t)
-	got := runServed(t, dir, sizeClassPool(t), "capture_order")
-	want := "while a non-blocking stream captures, S2's block: another; barriers 0, syncs 0\n" +
-		"after the capture, S2's block: the one S1 freed; barriers 1, syncs 0\n"
-	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
-		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
-	}
-	events, sum := convertDir(t, dir)
+	events, sum := servedTrace(t, "capture_order",
+		"while a non-blocking stream captures, S2's block: another; barriers 0, syncs 0\n"+
+			"after the capture, S2's block: the one S1 freed; barriers 1, syncs 0\n")
 	var served, passed int
 	for i := range events {
 		if events[i].Function == "cudaMallocAsync" || events[i].Function == "cudaFreeAsync" {
@@ -235,14 +231,9 @@ func TestServedManyThreads(t *testing.T) {
 // pool and reserves its own (one driver call), the parent's pool goes on as before, and both
 // processes' calls are recorded as the pool's.
 func TestServedFork(t *testing.T) {
-	dir := newLogDir(t)
-	got := runServed(t, dir, sizeClassPool(t), "pooled_fork")
-	want := "child: malloc 0, free 0, driver allocation calls 1, same address as the parent's: no\n" +
-		"parent: driver allocation calls 1, free 0, reused its own block: yes\n"
-	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
-		t.Errorf("exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
-	}
-	events, sum := convertDir(t, dir)
+	events, sum := servedTrace(t, "pooled_fork",
+		"child: malloc 0, free 0, driver allocation calls 1, same address as the parent's: no\n"+
+			"parent: driver allocation calls 1, free 0, reused its own block: yes\n")
 	pids := map[uint32]int{}
 	served := 0
 	for i := range events {
@@ -311,6 +302,18 @@ device 2, another thread's default stream: syncs 1, events 0, stream waits 0, ho
 }
 
 // sizeClassPool is the pool the record --pool tests serve from: pool/testdata/sizeclass.json.
+// servedTrace runs the test program name under record --pool with the size-class pool, checks that it
+// exits 0 with stdout want and nothing on stderr, and returns the events and summary of its trace.
+func servedTrace(t *testing.T, name, want string, extraEnv ...string) ([]trace.Event, Summary) {
+	t.Helper()
+	dir := newLogDir(t)
+	got := runServed(t, dir, sizeClassPool(t), name, extraEnv...)
+	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != "" {
+		t.Errorf("%s: exit %d, stdout\n%s\nstderr %q; want\n%s", name, got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	return convertDir(t, dir)
+}
+
 func sizeClassPool(t *testing.T) pool.Config {
 	return loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json"))
 }

@@ -417,30 +417,30 @@ BODY CUresult b_cuIpcGetMemHandle(cuIpcGetMemHandle_fn f, int fid, void *cs, voi
 /* A destroyed stream: its handle may name a new stream while its work still runs. Not logged. */
 typedef cudaError_t (*cudaStreamDestroy_fn)(cudaStream_t);
 typedef CUresult (*cuStreamDestroy_v2_fn)(CUstream);
+/* STREAM_DESTROYED runs CALL, the destruction of stream S, between serve_stream_destroying and
+ * serve_stream_destroyed, into R; errno stays the call's. */
+#define STREAM_DESTROYED(S, CALL, R)                                                                     \
+	do {                                                                                             \
+		int e_ = errno;                                                                          \
+		int held_ = serve_stream_destroying(PTR(S));                                             \
+		errno = e_;                                                                              \
+		R = CALL;                                                                                \
+		if (held_) {                                                                             \
+			e_ = errno;                                                                      \
+			serve_stream_destroyed(PTR(S), R == 0);                                          \
+			errno = e_;                                                                      \
+		}                                                                                        \
+	} while (0)
 BODY cudaError_t b_cudaStreamDestroy(cudaStreamDestroy_fn f, int fid, void *cs, cudaStream_t s) {
 	(void)fid, (void)cs;
-	int e = errno;
-	int held = serve_stream_destroying(PTR(s));
-	errno = e;
-	cudaError_t r = f(s);
-	if (held) {
-		e = errno;
-		serve_stream_destroyed(PTR(s), r == 0);
-		errno = e;
-	}
+	cudaError_t r;
+	STREAM_DESTROYED(s, f(s), r);
 	return r;
 }
 BODY CUresult b_cuStreamDestroy_v2(cuStreamDestroy_v2_fn f, int fid, void *cs, CUstream s) {
 	(void)fid, (void)cs;
-	int e = errno;
-	int held = serve_stream_destroying(PTR(s));
-	errno = e;
-	CUresult r = f(s);
-	if (held) {
-		e = errno;
-		serve_stream_destroyed(PTR(s), r == 0);
-		errno = e;
-	}
+	CUresult r;
+	STREAM_DESTROYED(s, f(s), r);
 	return r;
 }
 /* Calls that may leave a thread without a context (current_device): not logged. */
