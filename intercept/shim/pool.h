@@ -702,56 +702,6 @@ static inline uint64_t *cp_slot_word(const struct cp_slab_ref *r, uint64_t addr)
 	return slot * r->size == off ? &r->req[slot] : NULL;
 }
 
-/* ---- prefetching before the lock ------------------------------------------------------------------ */
-
-/* A served call may ask for the lines its request will read before it takes the pool's lock, so
- * that their misses overlap the lock's and each other's instead of following one another (after a
- * program's own code evicted them). These functions read only what cp_init set for good (the
- * configuration, the class table's place) and, racily, tables' places and lengths that they use
- * only as addresses to prefetch: a prefetch never faults, and a stale address only wastes it. */
-
-#define CP_PREFETCH_LINES 16 /* the most lines of a table prefetched at once */
-
-static inline void *cp_racy_data(const struct cp_vec *v) { return __atomic_load_n((void *const *)&v->data, __ATOMIC_RELAXED); }
-static inline size_t cp_racy_len(const struct cp_vec *v) { return __atomic_load_n(&v->len, __ATOMIC_RELAXED); }
-
-/* cp_prefetch_lines asks for the first bytes of data, up to CP_PREFETCH_LINES lines. */
-static inline void cp_prefetch_lines(const char *data, size_t bytes) {
-	if (data == NULL)
-		return;
-	if (bytes > CP_PREFETCH_LINES * CP_LINE)
-		bytes = CP_PREFETCH_LINES * CP_LINE;
-	for (size_t o = 0; o < bytes; o += CP_LINE)
-		__builtin_prefetch(data + o, 1);
-}
-
-/* cp_prefetch_alloc asks for what a request of size bytes reads: its class and the top of the
- * class's free list, or the arena's order of free spans. */
-static inline void cp_prefetch_alloc(const struct cp_pool *p, uint64_t size) {
-	int ci = cp_class_for(p, size > 1 ? size : 1);
-	if (ci < 0) {
-		cp_prefetch_lines(cp_racy_data(&p->order), cp_racy_len(&p->order) * sizeof(struct cp_okey));
-		return;
-	}
-	const struct cp_vec *f = &p->classes[ci].free;
-	__builtin_prefetch(&p->classes[ci], 1);
-	const struct cp_slot *top = cp_racy_data(f);
-	size_t n = cp_racy_len(f);
-	if (top != NULL && n > 0)
-		__builtin_prefetch(top + n - 1, 1);
-}
-
-/* cp_prefetch_free asks for what a free of addr reads: the slab index, and the live arena block's
- * entry. */
-static inline void cp_prefetch_free(const struct cp_pool *p, uint64_t addr) {
-	cp_prefetch_lines(cp_racy_data(&p->bases), cp_racy_len(&p->bases) * sizeof(uint64_t));
-	cp_prefetch_lines(cp_racy_data(&p->slabs), cp_racy_len(&p->slabs) * sizeof(struct cp_slab_ref));
-	const struct cp_live *live = cp_racy_data(&p->live);
-	size_t n = cp_racy_len(&p->live);
-	if (live != NULL && n > 0)
-		__builtin_prefetch(live + cp_hash(addr, n - 1), 1);
-}
-
 /* cp_stream_lists returns the per-stream free lists of stream, made when create is set. */
 static struct cp_stream_lists *cp_stream(struct cp_pool *p, uint64_t stream, int create) {
 	for (size_t i = 0; i < p->streams.len; i++)

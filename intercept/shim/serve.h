@@ -544,19 +544,14 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
 }
 
 /* serve_prefetch asks for what a served call reads of the first pool in pools (a process's only
- * one, mostly) before the call needs it: the lock and the pool's head (cp_prefetch), then what an
- * allocation of size bytes (free_addr 0) or the free of free_addr reads (cp_prefetch_alloc,
- * cp_prefetch_free). */
-static inline void serve_prefetch(uint64_t pools, uint64_t size, uint64_t free_addr) {
+ * one, mostly) before the call needs it: see cp_prefetch. (Prefetching also what the request
+ * itself reads, its class and free-list top or the slab index, made no difference in programs.) */
+static inline void serve_prefetch(uint64_t pools) {
 	if (pools == 0)
 		return;
 	struct served *s = &g_served[__builtin_ctzll(pools)];
 	__builtin_prefetch(s, 1);
 	cp_prefetch(&s->pool);
-	if (free_addr != 0)
-		cp_prefetch_free(&s->pool, free_addr);
-	else
-		cp_prefetch_alloc(&s->pool, size);
 }
 
 /* serve_alloc serves size bytes on the current device for a call on stream st into *addr: 1, or 0
@@ -566,7 +561,7 @@ static int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_
 	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || size == 0)
 		return 0;
 	__builtin_prefetch(&g_ctx_epoch);
-	serve_prefetch(__atomic_load_n(&g_sv.pools, __ATOMIC_RELAXED), size, 0);
+	serve_prefetch(__atomic_load_n(&g_sv.pools, __ATOMIC_RELAXED));
 	int d = t_serving ? -1 : current_device();
 	if (d < 0 && runtime && !t_serving && __atomic_load_n(&g_served[0].state, __ATOMIC_ACQUIRE) == 1)
 		d = 0; /* a thread's first runtime call: the runtime binds it to device 0, whose pool exists */
@@ -617,7 +612,7 @@ static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
 	int taken = 0;
 	t_serving = 1;
 	uint64_t pools = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE);
-	serve_prefetch(pools, 0, addr);
+	serve_prefetch(pools);
 	for (uint64_t m = pools; m != 0 && !taken; m &= m - 1) {
 		struct served *s = &g_served[__builtin_ctzll(m)];
 		pthread_mutex_lock(&s->mu);
