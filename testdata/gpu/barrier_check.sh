@@ -1,6 +1,7 @@
 #!/bin/bash
-# record --pool's barrier on the GPU machine (docs/record-pool.md): whether an event recorded on the
-# legacy stream orders the device's work as the pool relies on (legacy_barrier.cu), what it costs,
+# record --pool's barriers on the GPU machine (docs/record-pool.md): whether an event recorded on the
+# legacy stream, and the join barrier over non-blocking streams, order the device's work as the pool
+# relies on (legacy_barrier.cu), what they cost,
 # and the time per request of a served cudaMalloc/cudaFree with warm and cold caches (served_cost.cu,
 # recorded without and with the pool). Needs bin/record, bin/liballocscope.so, bin/analyze
 # (testdata/gpu/build_bin.sh). Writes everything under OUT (default /tmp/barrier_check).
