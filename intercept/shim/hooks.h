@@ -42,9 +42,7 @@ static inline int shim_enabled(void) {
 
 /* hook_enter returns the depth at which to record this call, or -1 to pass it straight through. */
 static inline int hook_enter(int fid) {
-	if (UNLIKELY(!__atomic_load_n(&g_init_done, __ATOMIC_ACQUIRE)))
-		shim_init(); /* a call from another library's constructor, before ours ran */
-	if (UNLIKELY(!__atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE)))
+	if (UNLIKELY(!shim_enabled()))
 		return -1;
 	int d = t_depth;
 	if (d > 0) {
@@ -477,8 +475,8 @@ BODY CUresult b_cuDevicePrimaryCtxReset(cuDevicePrimaryCtxReset_fn f, int fid, v
 }
 /* A stream made by the program: a non-blocking one (and every stream of a green context) runs apart
  * from the legacy stream, so record --pool's barriers stop ordering all the device's work; a join
- * barrier orders the non-blocking streams it knows (serve_join). Counted before the call, noted
- * after it: an ordering never relies on a stream being made at that moment. Not logged. */
+ * barrier orders the non-blocking streams it knows (serve_ordering_barrier). Counted before the
+ * call, noted after it: an ordering never relies on a stream being made at that moment. Not logged. */
 typedef CUresult (*cuStreamCreate_fn)(CUstream *, unsigned);
 typedef CUresult (*cuStreamCreateWithPriority_fn)(CUstream *, unsigned, int);
 typedef CUresult (*cuGreenCtxStreamCreate_fn)(CUstream *, void *, unsigned, int);

@@ -135,8 +135,8 @@ static void pool_note_peak(uint64_t v) {
 static int serve_one_pool(void) { return __builtin_popcountll(__atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE)) <= 1; }
 
 /* The non-blocking streams the program made and has not destroyed, so that a join barrier can order
- * their work with everybody's (serve_join), and events recorded on those it destroyed (their work may
- * still run), which the next join waits for. While a stream is being made, after one could not be
+ * their work with everybody's (serve_ordering_barrier), and events recorded on those it destroyed
+ * (their work may still run), which the next join waits for. While a stream is being made, after one could not be
  * noted (more than APART_MAX, an event that could not be recorded, a stream made or destroyed from
  * a signal handler inside the pool) or once a green context made a stream, the pool synchronizes
  * the device instead. */
@@ -152,6 +152,13 @@ static struct {
 } g_apart = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, {0}, {0}, {0}};
 
 enum { JOIN_NO, JOIN_DONE, JOIN_CAPTURING };
+
+/* serve_barrier_event makes s's barrier event on first use: 1 when s has one. */
+static int serve_barrier_event(struct served *s) {
+	if (s->barrier == NULL && g_real_event.create(&s->barrier, 0x2 /* CU_EVENT_DISABLE_TIMING */) != 0)
+		s->barrier = NULL;
+	return s->barrier != NULL;
+}
 
 /* serve_join_locked records a join barrier (g_apart's lock held): an event on every non-blocking
  * stream, the legacy stream made to wait for them all, the barrier event recorded on it (CUDA
@@ -172,10 +179,8 @@ static int serve_join_locked(struct served *s) {
 			g_apart.event[i] = NULL;
 			return JOIN_NO;
 		}
-	if (s->barrier == NULL && g_real_event.create(&s->barrier, 0x2) != 0) {
-		s->barrier = NULL;
+	if (!serve_barrier_event(s))
 		return JOIN_NO;
-	}
 	CUstream legacy = (CUstream)(uintptr_t)STREAM_LEGACY;
 	for (size_t i = 0; i < g_apart.left; i++)
 		if (g_real_event.wait(legacy, g_apart.gone[i], 0) != 0)
@@ -222,11 +227,7 @@ static void serve_apart_synced(void) {
 
 /* serve_barrier records s's barrier event on the legacy stream: 1 on success. */
 static int serve_barrier(struct served *s) {
-	if (s->barrier == NULL && g_real_event.create(&s->barrier, 0x2 /* CU_EVENT_DISABLE_TIMING */) != 0) {
-		s->barrier = NULL;
-		return 0;
-	}
-	return g_real_event.record(s->barrier, (CUstream)(uintptr_t)STREAM_LEGACY) == 0;
+	return serve_barrier_event(s) && g_real_event.record(s->barrier, (CUstream)(uintptr_t)STREAM_LEGACY) == 0;
 }
 
 /* serve_capturing reports whether a blocking stream of the current context captures a graph. */
@@ -350,8 +351,7 @@ static int serve_resolve(void) {
 /* serve_on reports whether record --pool serves this process, for a hook that does not log (and so
  * may run before the shim's constructor, from another library's). */
 static int serve_on(void) {
-	if (!__atomic_load_n(&g_init_done, __ATOMIC_ACQUIRE))
-		shim_init();
+	(void)shim_enabled(); /* starts the shim */
 	return __atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE);
 }
 
