@@ -23,7 +23,7 @@ type Collector struct {
 	native    *tracker
 	framework *tracker
 	events    uint64
-	calls     [][65]*Sketch // by function id and log2 size bucket
+	calls     [][buckets]*Sketch // by function id and log2 size bucket
 	measured  int64         // total duration of native device alloc and free calls
 	segments  uint64
 	segBytes  uint64
@@ -101,7 +101,7 @@ func (c *Collector) nativeCall(e *trace.Event, fn int32) {
 	}
 	bucket := log2Bucket(e.Size)
 	for int(fn) >= len(c.calls) {
-		c.calls = append(c.calls, [65]*Sketch{})
+		c.calls = append(c.calls, [buckets]*Sketch{})
 		c.freeFns = append(c.freeFns, false)
 	}
 	if req == trace.RequestFree {
