@@ -24,7 +24,7 @@ type Collector struct {
 	framework *tracker
 	events    uint64
 	calls     [][buckets]*Sketch // by function id and log2 size bucket
-	measured  int64         // total duration of native device alloc and free calls
+	measured  int64              // total duration of native device alloc and free calls
 	segments  uint64
 	segBytes  uint64
 	maps      uint64
