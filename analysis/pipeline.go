@@ -205,14 +205,24 @@ func chooseSizeClasses(name string, log *requests.Log, st *stats.Result, opts Op
 		cands[i] = whatif.Candidate{Threshold: th, Classes: plans[i].Classes, LargePeakLiveBytes: st.LargePeakLiveBytes[i],
 			PerStream: perStream}
 	}
-	sizings, err := whatif.Size(log, cands, progress(opts, "sizing "+opts.input, log.Len()))
+	same := sameAs(log, cands)
+	sizings, err := sizeOnce(log, cands, same, progress(opts, "sizing "+opts.input, log.Len()))
 	if err != nil {
 		return nil, err
 	}
 	peakLive := st.Requests.PeakLiveBytes
-	fits, err := fitArenas(log, plans, sizings, contenders(sizings, peakLive), peakLive, opts)
+	var which []int // the contenders, each fitted once with those that behave the same
+	for _, c := range contenders(sizings, peakLive) {
+		if same[c] == c {
+			which = append(which, c)
+		}
+	}
+	fits, err := fitArenas(log, plans, sizings, which, peakLive, opts)
 	if err != nil {
 		return nil, err
+	}
+	for c, first := range same {
+		sizings[c].ArenaPeakReservedBytes, fits[c] = sizings[first].ArenaPeakReservedBytes, fits[first]
 	}
 	best := bestCandidate(sizings, peakLive)
 	if err := sizings[best].Err; err != nil {
@@ -225,6 +235,50 @@ func chooseSizeClasses(name string, log *requests.Log, st *stats.Result, opts Op
 			TotalBytes: sz.ClassBytes() + sz.ArenaPeakReservedBytes})
 	}
 	return rec, nil
+}
+
+// sameAs returns, for each candidate, the first candidate that behaves exactly as it does over log
+// (itself when none does): the same classes, the same peak of large live bytes and no allocation
+// of the log between their thresholds, so that the same requests go to the same classes and the
+// rest to the same arena. Their sizings and arena fits are the same, so each is made once. The
+// candidates' thresholds ascend.
+func sameAs(log *requests.Log, cands []whatif.Candidate) []int {
+	same := make([]int, len(cands))
+	for i, c := range cands {
+		same[i] = i
+		if i == 0 {
+			continue
+		}
+		p := cands[i-1]
+		n, ok := log.AllocsBetween(p.Threshold, c.Threshold)
+		if ok && n == 0 && slices.Equal(p.Classes, c.Classes) && p.LargePeakLiveBytes == c.LargePeakLiveBytes &&
+			p.PerStream == c.PerStream {
+			same[i] = same[i-1]
+		}
+	}
+	return same
+}
+
+// sizeOnce sizes, in one pass over log, each candidate that is the first of those that behave the
+// same (same, from sameAs), and gives the others its sizing.
+func sizeOnce(log *requests.Log, cands []whatif.Candidate, same []int, progress func(int)) ([]whatif.Sizing, error) {
+	var firsts []whatif.Candidate
+	at := make([]int, len(cands)) // candidate → its first's index in firsts
+	for i, c := range cands {
+		if same[i] == i {
+			at[i] = len(firsts)
+			firsts = append(firsts, c)
+		}
+	}
+	sized, err := whatif.Size(log, firsts, progress)
+	if err != nil {
+		return nil, err
+	}
+	sizings := make([]whatif.Sizing, len(cands))
+	for i := range cands {
+		sizings[i] = sized[at[same[i]]]
+	}
+	return sizings, nil
 }
 
 // modelRun is the simulation of the policies that need only the statistics (modelPolicies and the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"sync/atomic"
 	"unsafe"
@@ -82,6 +83,7 @@ type Log struct {
 	handles  []uint64
 	slots    int
 	n        uint64
+	allocs   [65]uint64 // allocations by size: in (2^(k-1), 2^k] at k (a size of 1 at 0)
 	file     *os.File
 	size     int64 // bytes spilled
 	finished bool
@@ -110,6 +112,11 @@ func (l *Log) Append(ops []Op, sites []Site) error {
 		}
 		k := min(len(ops), logChunkOps-len(l.cur.ops))
 		l.cur.ops = append(l.cur.ops, ops[:k]...)
+		for _, o := range ops[:k] {
+			if o.IsAlloc() {
+				l.allocs[bits.Len64(o.Size-1)]++
+			}
+		}
 		if l.hasSites {
 			for i := range k {
 				var idx uint32
@@ -130,6 +137,19 @@ func (l *Log) Append(ops []Op, sites []Site) error {
 		}
 	}
 	return nil
+}
+
+// AllocsBetween returns how many allocations of the log ask for more than lo bytes and at most hi,
+// lo < hi; ok is false, and the count 0, unless lo and hi are powers of two: the log counts its
+// allocations per power-of-two range of sizes only.
+func (l *Log) AllocsBetween(lo, hi uint64) (n uint64, ok bool) {
+	if lo >= hi || bits.OnesCount64(lo) != 1 || bits.OnesCount64(hi) != 1 {
+		return 0, false
+	}
+	for k := bits.Len64(lo-1) + 1; k <= bits.Len64(hi-1); k++ {
+		n += l.allocs[k]
+	}
+	return n, true
 }
 
 // intern returns the index of s among the log's sites, adding it if new.

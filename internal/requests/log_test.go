@@ -216,3 +216,35 @@ func TestLogWithoutSites(t *testing.T) {
 		l.Close()
 	}
 }
+
+func TestLogCountsAllocationsBetweenPowersOfTwo(t *testing.T) {
+	l := NewLog(nil, t.TempDir(), false)
+	defer l.Close()
+	var ops []Op
+	for _, size := range []uint64{1, 2, 3, 4096, 4097, 16384, 16385, 1 << 20, 1<<20 + 1} {
+		ops = append(ops, NewOp(size, uint32(len(ops)), 0, false))
+	}
+	ops = append(ops, NewOp(0, 0, 0, false)) // a free: not counted
+	if err := l.Append(ops, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		lo, hi, want uint64
+		ok           bool
+	}{
+		{1, 2, 1, true},             // 2
+		{1, 4096, 3, true},          // 2, 3, 4096
+		{4096, 16384, 2, true},      // 4097, 16384
+		{16384, 1 << 20, 2, true},   // 16385, 1 MiB
+		{1 << 20, 1 << 30, 1, true}, // 1 MiB + 1
+		{1 << 30, 1 << 40, 0, true}, // none
+		{4096, 4096, 0, false},      // not lo < hi
+		{4096, 10000, 0, false},     // not a power of two
+		{3, 4096, 0, false},         // not a power of two
+	} {
+		n, ok := l.AllocsBetween(tc.lo, tc.hi)
+		if n != tc.want || ok != tc.ok {
+			t.Errorf("AllocsBetween(%d, %d) = %d, %v; want %d, %v", tc.lo, tc.hi, n, ok, tc.want, tc.ok)
+		}
+	}
+}
