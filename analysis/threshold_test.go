@@ -11,6 +11,7 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
+	"github.com/allocscope/allocscope/trace"
 )
 
 // sizing is a candidate of classBytes in one class slot and an arena of arena bytes for large
@@ -137,5 +138,65 @@ func TestArenaRoundNarrowsAsOneAfterAnother(t *testing.T) {
 	}
 	if a := searches[0][0]; !a.served || a.hi-a.lo != 2*mib {
 		t.Errorf("the search did not end at 2 MiB: %+v", a)
+	}
+}
+
+// pairsLog is the request log of an allocation and a free of each size, in turn.
+func pairsLog(t *testing.T, sizes ...uint64) *requests.Log {
+	t.Helper()
+	var events []trace.Event
+	for i, size := range sizes {
+		addr := uint64(0x7f0000000000) + uint64(i)<<32
+		events = append(events,
+			trace.Event{Seq: uint64(2*i + 1), Op: trace.OpAlloc, Address: addr, Size: size, Function: "cudaMalloc"},
+			trace.Event{Seq: uint64(2*i + 2), Op: trace.OpFree, Address: addr, Function: "cudaFree"})
+	}
+	log, _, err := requests.Decode(&eventSlice{events: events}, nil, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	return log
+}
+
+// TestSameCandidatesSizedOnce: candidates with the same classes and large peak are one when no
+// allocation lies between their thresholds, and their sizing is what sizing each gives.
+func TestSameCandidatesSizedOnce(t *testing.T) {
+	cands := func(classes ...[]uint64) []whatif.Candidate {
+		var out []whatif.Candidate
+		for i, th := range sizeclass.Thresholds {
+			out = append(out, whatif.Candidate{Threshold: th, Classes: classes[min(i, len(classes)-1)], LargePeakLiveBytes: 2 * mib})
+		}
+		return out
+	}
+	small := []uint64{512, 4096}
+	for _, tc := range []struct {
+		name  string
+		log   *requests.Log
+		cands []whatif.Candidate
+		want  []int
+	}{
+		{"nothing between", pairsLog(t, 512, 4096, 2*mib), cands(small), []int{0, 0, 0, 0, 0}},
+		{"20000 bytes between 16 and 64 KiB", pairsLog(t, 512, 4096, 20000, 2*mib), cands(small), []int{0, 0, 2, 2, 2}},
+		{"1 MiB between 256 KiB and 1 MiB", pairsLog(t, 512, 4096, mib, 2*mib), cands(small), []int{0, 0, 0, 0, 4}},
+		{"other classes", pairsLog(t, 512, 4096, 2*mib), cands(small, small, []uint64{512}), []int{0, 0, 2, 2, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			same := sameAs(tc.log, tc.cands)
+			if !reflect.DeepEqual(same, tc.want) {
+				t.Fatalf("sameAs = %v, want %v", same, tc.want)
+			}
+			once, err := sizeOnce(tc.log, tc.cands, same, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			each, err := whatif.Size(tc.log, tc.cands, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(once, each) {
+				t.Errorf("sized once %+v, each %+v", once, each)
+			}
+		})
 	}
 }
