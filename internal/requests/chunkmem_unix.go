@@ -14,7 +14,7 @@ import (
 // holds the chunk instead.
 func chunkMemory(n int) (ops []Op, sites []uint32, mem []byte) {
 	size := n * int(opBytes+siteIndexBytes)
-	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE|populate)
 	if err != nil {
 		return make([]Op, 0, n), make([]uint32, 0, n), nil
 	}

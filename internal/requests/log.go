@@ -78,8 +78,7 @@ type Log struct {
 	held     int64    // bytes taken from budget
 	siteIdx  map[Site]uint32
 	sites    []Site // index → site; index 0 is the unknown site
-	last     Site   // the last site interned and its index: spares most map lookups
-	lastIdx  uint32
+	cached   [siteCacheSize]cachedSite // sites interned lately: spares most map lookups
 	handles  []uint64
 	slots    int
 	n        uint64
@@ -154,8 +153,9 @@ func (l *Log) AllocsBetween(lo, hi uint64) (n uint64, ok bool) {
 
 // intern returns the index of s among the log's sites, adding it if new.
 func (l *Log) intern(s Site) uint32 {
-	if s == l.last {
-		return l.lastIdx
+	c := &l.cached[(uint64(s.PID)*0x9e3779b97f4a7c15^s.Callsite*0xff51afd7ed558ccd)>>(64-siteCacheBits)]
+	if c.known && c.site == s {
+		return c.idx
 	}
 	idx, ok := l.siteIdx[s]
 	if !ok {
@@ -163,8 +163,22 @@ func (l *Log) intern(s Site) uint32 {
 		l.siteIdx[s] = idx
 		l.sites = append(l.sites, s)
 	}
-	l.last, l.lastIdx = s, idx
+	*c = cachedSite{site: s, idx: idx, known: true}
 	return idx
+}
+
+// siteCacheBits sizes Log's direct-mapped cache of sites: 256 entries, so that a program's
+// allocations and frees, which come from different callsites in turn, mostly hit it.
+const (
+	siteCacheBits = 8
+	siteCacheSize = 1 << siteCacheBits
+)
+
+// cachedSite is an entry of Log's site cache: a site and its index, when known.
+type cachedSite struct {
+	site  Site
+	idx   uint32
+	known bool
 }
 
 // store moves the chunk being filled into the log: kept in memory when the budget has room for
