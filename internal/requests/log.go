@@ -77,7 +77,7 @@ type Log struct {
 	cur      logChunk // being filled: its ops and sites have room for logChunkOps
 	held     int64    // bytes taken from budget
 	siteIdx  map[Site]uint32
-	sites    []Site // index → site; index 0 is the unknown site
+	sites    []Site                    // index → site; index 0 is the unknown site
 	cached   [siteCacheSize]cachedSite // sites interned lately: spares most map lookups
 	handles  []uint64
 	slots    int
