@@ -1,6 +1,7 @@
 package spans
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/allocscope/allocscope/pool/slots"
@@ -29,6 +30,20 @@ type Tree struct {
 type bkey struct{ hi, lo uint64 }
 
 func (a bkey) less(b bkey) bool { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo) }
+
+// lessBit is 1 when a is below b, else 0: the borrow of the 128-bit a - b.
+func (a bkey) lessBit(b bkey) int {
+	_, borrow := bits.Sub64(a.lo, b.lo, 0)
+	_, borrow = bits.Sub64(a.hi, b.hi, borrow)
+	return int(borrow)
+}
+
+// next returns the key right after a, so that a key is below it exactly when it is not above a.
+// Keys never reach the largest value: sizes and addresses stay below 2^64-1.
+func (a bkey) next() bkey {
+	lo, carry := bits.Add64(a.lo, 1, 0)
+	return bkey{a.hi + carry, lo}
+}
 
 // bOrder is the most keys of a leaf and children of an inner node; all but the root hold at
 // least bMinFill.
@@ -131,33 +146,26 @@ type treePath struct {
 // Keys being sorted, those with a lower hi come first, then those with k's hi.
 func (t *Tree) childFor(n int32, k bkey) int32 {
 	nd := t.nodes.At(n)
-	i := int32(1)
-	for i < nd.n && nd.keys[i].hi < k.hi {
-		i++
-	}
-	for i < nd.n && nd.keys[i].hi == k.hi && nd.keys[i].lo <= k.lo {
-		i++
-	}
-	return i - 1
+	return below(nd.keys[1:nd.n], k.next())
 }
 
 // leafPos returns the number of keys of leaf n below k (strict: not above k).
 func (t *Tree) leafPos(n int32, k bkey, strict bool) int32 {
 	nd := t.nodes.At(n)
-	i := int32(0)
-	for i < nd.n && nd.keys[i].hi < k.hi {
-		i++
-	}
 	if strict {
-		for i < nd.n && nd.keys[i].hi == k.hi && nd.keys[i].lo <= k.lo {
-			i++
-		}
-		return i
+		k = k.next()
 	}
-	for i < nd.n && nd.keys[i].hi == k.hi && nd.keys[i].lo < k.lo {
-		i++
+	return below(nd.keys[:nd.n], k)
+}
+
+// below returns the number of keys below k. It compares every key, without a branch on the
+// outcome: a node's keys are few, and where a scan would stop is unpredictable.
+func below(keys []bkey, k bkey) int32 {
+	n := 0
+	for _, key := range keys {
+		n += key.lessBit(k)
 	}
-	return i
+	return int32(n)
 }
 
 // descend walks from owner o's root to the leaf whose range holds k, recording the path.
