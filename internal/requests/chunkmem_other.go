@@ -2,9 +2,9 @@
 
 package requests
 
-// chunkMemory returns room for n ops and their site indexes: the Go heap's here.
-func chunkMemory(n int) (ops []Op, sites []uint32, mem []byte) {
-	return make([]Op, 0, n), make([]uint32, 0, n), nil
+// chunkMemory returns room for n ops, and with sites for their site indexes: the Go heap's here.
+func chunkMemory(n int, withSites bool) (ops []Op, sites []uint32, mem []byte) {
+	return heapChunk(n, withSites)
 }
 
 // freeChunkMemory releases what chunkMemory returned: nothing to do here.

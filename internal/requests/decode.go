@@ -70,6 +70,9 @@ func (d *Decoder) appendAll(appends <-chan appendJob) {
 // Add decodes a batch of events. It returns the error of an earlier batch's append (a spill
 // that failed): the appender runs a few batches behind.
 func (d *Decoder) Add(batch []trace.Event) error {
+	if d.appends == nil {
+		return errors.New("add to a finished or closed request decoder")
+	}
 	for i := range d.layers {
 		select {
 		case <-d.failed:

@@ -107,7 +107,7 @@ func (l *Log) Append(ops []Op, sites []Site) error {
 	}
 	for len(ops) > 0 {
 		if l.cur.ops == nil {
-			l.cur.ops, l.cur.sites, l.cur.mem = chunkMemory(logChunkOps)
+			l.cur.ops, l.cur.sites, l.cur.mem = chunkMemory(logChunkOps, l.hasSites)
 		}
 		k := min(len(ops), logChunkOps-len(l.cur.ops))
 		l.cur.ops = append(l.cur.ops, ops[:k]...)
@@ -179,6 +179,14 @@ type cachedSite struct {
 	site  Site
 	idx   uint32
 	known bool
+}
+
+// heapChunk returns room for n ops, and with sites for their site indexes, on the Go heap.
+func heapChunk(n int, withSites bool) (ops []Op, sites []uint32, mem []byte) {
+	if withSites {
+		sites = make([]uint32, 0, n)
+	}
+	return make([]Op, 0, n), sites, nil
 }
 
 // store moves the chunk being filled into the log: kept in memory when the budget has room for

@@ -248,3 +248,27 @@ func TestLogCountsAllocationsBetweenPowersOfTwo(t *testing.T) {
 		}
 	}
 }
+
+// A decoder refuses batches once finished or closed, instead of waiting for its stopped appender.
+func TestDecoderRefusesBatchesWhenDone(t *testing.T) {
+	d := NewDecoder(nil, t.TempDir())
+	if err := d.Add(mixedEvents(100, 0)); err != nil {
+		t.Fatal(err)
+	}
+	log, st, err := d.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	if log.Len() != 33 || st.Allocs != 32 { // 32 allocations and a sync-only op
+		t.Errorf("log of %d ops, %d allocations; want 33, 32", log.Len(), st.Allocs)
+	}
+	if err := d.Add(mixedEvents(10, 0)); err == nil || err.Error() != "add to a finished or closed request decoder" {
+		t.Errorf("add after finish: %v", err)
+	}
+	c := NewDecoder(nil, t.TempDir())
+	c.Close()
+	if err := c.Add(mixedEvents(10, 0)); err == nil {
+		t.Error("add after close: no error")
+	}
+}
