@@ -62,7 +62,7 @@ func BenchmarkPolicyReplay(b *testing.B) {
 		b.Run(p.Name, func(b *testing.B) {
 			cpu := benchutil.CPU()
 			for b.Loop() {
-				r := newReplayer(p, 0, nil)
+				r := newReplayer(p, 0, nil, nil)
 				for _, batch := range batches {
 					r.batch(opBatch{ops: batch, handles: handles})
 				}

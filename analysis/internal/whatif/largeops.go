@@ -58,7 +58,7 @@ func (l *LargeOps) Close() error { return l.log.Close() }
 func (l *LargeOps) Serves(p ArenaProbe, stop func() bool) (bool, error) {
 	cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 		BestFit: &pool.BestFitConfig{InitialBytes: p.Bytes, MaximumBytes: p.Bytes, Fit: p.Fit}}
-	r := newReplayer(Policy{Name: "arena", Config: cfg}, 0, nil)
+	r := newReplayer(Policy{Name: "arena", Config: cfg}, 0, nil, nil)
 	f := &largeFilter{threshold: p.Threshold}
 	rd := l.log.Reader()
 	for {

@@ -14,7 +14,7 @@ func failures(t *testing.T, log *requests.Log, p ArenaProbe) uint64 {
 	t.Helper()
 	cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 		BestFit: &pool.BestFitConfig{InitialBytes: p.Bytes, MaximumBytes: p.Bytes, Fit: p.Fit}}
-	r, f := newReplayer(Policy{Name: "arena", Config: cfg}, 0, nil), &largeFilter{threshold: p.Threshold}
+	r, f := newReplayer(Policy{Name: "arena", Config: cfg}, 0, nil, nil), &largeFilter{threshold: p.Threshold}
 	if err := forEachBatch(log, 1, nil, func(_ int, b opBatch) {
 		r.batch(opBatch{ops: f.filter(b.ops), handles: b.handles})
 	}, nil); err != nil {

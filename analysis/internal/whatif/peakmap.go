@@ -1,15 +1,13 @@
 package whatif
 
 import (
+	"errors"
+	"fmt"
+	"io"
+
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
-
-// mapLogOps bounds the ops a peakMapper keeps between its shadow and the policy (32 bytes each,
-// with their sites): past it, or past 4 ops per block of the last layout taken when that is more,
-// the shadow takes the layout at the peak so far and catches up, so that the mapper's memory does
-// not grow with the trace and taking layouts costs less than serving the ops.
-var mapLogOps = 1 << 14
 
 // PeakMap is the layout of a policy's memory at its peak of reserved bytes: the moment of its
 // PeakStats (reserved bytes at their maximum; among such moments, the first with the most live
@@ -31,30 +29,29 @@ func calls(s pool.Stats) uint64 { return s.Allocs + s.Frees + s.Failures }
 
 // peakMapper takes a policy's layout at the moment of its PeakStats, which is known only after the
 // policy served the ops that follow it: a second allocator of the policy (the shadow, which the
-// same ops lead to the same states) serves the ops the policy served, from a log, up to the op
-// after which the policy's PeakStats were taken, and stops there until the policy's peak moves on.
-// The log holds the ops since that moment, up to mapLogOps (or 4 per block of the last layout):
-// past that the shadow takes its layout there and catches up with the policy, so that the trace is
-// read once and the memory is bounded.
+// same ops lead to the same states) reads the log with a reader of its own and serves its ops up
+// to the op after which the policy's PeakStats were taken, and waits there until the policy's peak
+// moves on. It never serves an op past the policy's last peak, and holds no ops: a trace whose
+// peak comes early costs the shadow little, one whose peak comes last a replay of the trace.
 type peakMapper struct {
 	alloc   pool.Allocator
 	layout  pool.Layouter
 	feed    *requests.Feeder
-	log     []requests.Op
-	sites   []requests.Site // parallel to log
-	next    int             // the first op of log the shadow has not served
+	reader  *requests.LogReader
+	handles []uint64        // the log's stream handles
+	ops     []requests.Op   // the batch of the reader being served
+	sites   []requests.Site // parallel to ops (nil: unknown)
+	next    int             // the first op of ops the shadow has not served
 	peak    pool.Stats      // the policy's PeakStats
 	target  uint64          // the calls they count
-	handles []uint64        // the stream handles so far
 	slots   []requests.Site // the site of the shadow's block in each slot
-	taken   *PeakMap        // the layout at target, once the shadow went past it
-	blocks  int             // the blocks of the last layout taken
-	lost    bool            // the shadow's state at target is not the policy's peak: no map for it
+	err     error           // reading the log
 }
 
-// newPeakMapper returns a mapper for a policy of cfg on a simulated device of capacity bytes, or nil
-// when its allocator cannot list its layout (or cannot be built: the policy's replayer says why).
-func newPeakMapper(cfg pool.Config, capacity uint64) *peakMapper {
+// newPeakMapper returns a mapper for a policy of cfg on a simulated device of capacity bytes,
+// reading log, or nil when its allocator cannot list its layout (or cannot be built: the policy's
+// replayer says why).
+func newPeakMapper(cfg pool.Config, capacity uint64, log *requests.Log) *peakMapper {
 	up := pool.NewSimUpstream(capacity, pool.DefaultAlignment, pool.SingleGoroutine())
 	a, err := pool.New(cfg, up, pool.SingleGoroutine())
 	if err != nil {
@@ -65,82 +62,56 @@ func newPeakMapper(cfg pool.Config, capacity uint64) *peakMapper {
 		_ = a.Close()
 		return nil
 	}
-	return &peakMapper{alloc: a, layout: l, feed: requests.NewFeeder(a)}
+	return &peakMapper{alloc: a, layout: l, feed: requests.NewFeeder(a), reader: log.Reader(), handles: log.Handles()}
 }
 
-// batch logs the ops the policy has just served and moves the shadow to the policy's peak (peak:
-// the policy's PeakStats now).
-func (m *peakMapper) batch(b opBatch, peak pool.Stats) {
-	m.log = append(m.log, b.ops...)
-	m.sites = append(m.sites, b.sites...)
-	for len(m.sites) < len(m.log) { // no sites were asked for: unknown
-		m.sites = append(m.sites, requests.Site{})
-	}
-	m.handles = b.handles
-	if t := calls(peak); t != m.target {
-		m.target, m.taken, m.lost = t, nil, false
-	}
-	m.peak = peak
-	m.advance(false)
-	if len(m.log)-m.next > max(mapLogOps, 4*m.blocks) {
-		if m.taken == nil {
-			m.taken = m.take()
-		}
-		m.advance(true)
-	}
-	if m.next >= mapLogOps/2 && m.next >= len(m.log)/2 { // amortized: each op is moved at most once
-		m.log = m.log[:copy(m.log, m.log[m.next:])]
-		m.sites = m.sites[:copy(m.sites, m.sites[m.next:])]
-		m.next = 0
-	}
+// follow moves the shadow to the policy's peak (peak: the policy's PeakStats now).
+func (m *peakMapper) follow(peak pool.Stats) {
+	m.peak, m.target = peak, calls(peak)
+	m.advance()
 }
 
 // served returns the calls the shadow has served.
 func (m *peakMapper) served() uint64 { return calls(m.alloc.Stats()) }
 
-// advance serves the logged ops with the shadow: all of them, or until it has served as many
-// calls as the policy had at its peak.
-func (m *peakMapper) advance(all bool) {
-	for m.next < len(m.log) && (all || m.served() < m.target) {
-		o := m.log[m.next]
-		if o.IsAlloc() {
+// advance serves the log's ops with the shadow until it has served as many calls as the policy
+// had at its peak.
+func (m *peakMapper) advance() {
+	for m.err == nil && m.served() < m.target {
+		if m.next == len(m.ops) {
+			m.ops, m.sites, m.err = m.reader.Next(true)
+			m.next = 0
+			continue
+		}
+		if o := m.ops[m.next]; o.IsAlloc() && m.sites != nil {
 			m.slots = atSlot(m.slots, o.Slot)
 			m.slots[o.Slot] = m.sites[m.next]
 		}
-		m.feed.Feed(m.log[m.next:m.next+1], m.handles)
+		m.feed.Feed(m.ops[m.next:m.next+1], m.handles)
 		m.next++
 	}
 }
 
-// take returns the shadow's layout, which must be at the policy's peak: its counters those of the
-// policy's PeakStats (not so after a pool.Syncer synchronized right after the peak's op: no map).
-func (m *peakMapper) take() *PeakMap {
-	if m.lost = m.lost || m.alloc.Stats() != m.peak; m.lost {
-		return nil
+// finish returns the layout at the policy's peak and closes the shadow: nil when the shadow's
+// counters there are not the policy's PeakStats (a pool.Syncer synchronized right after the
+// peak's op), with the error of a log that could not be read.
+func (m *peakMapper) finish() (*PeakMap, error) {
+	m.advance()
+	defer func() { _ = m.alloc.Close() }()
+	if m.err != nil {
+		if errors.Is(m.err, io.EOF) {
+			return nil, nil // the shadow ran out of ops before the peak's calls
+		}
+		return nil, fmt.Errorf("memory map: %w", m.err)
 	}
-	pm := &PeakMap{Calls: m.target, Stats: m.peak, Regions: m.layout.Layout(),
-		Sites: make(map[uint64]requests.Site)}
+	if m.alloc.Stats() != m.peak {
+		return nil, nil
+	}
+	pm := &PeakMap{Calls: m.target, Stats: m.peak, Regions: m.layout.Layout(), Sites: make(map[uint64]requests.Site)}
 	for slot, s := range m.slots {
 		if a := m.feed.Live(uint32(slot)); a != 0 {
 			pm.Sites[a] = s
 		}
 	}
-	m.blocks = 0
-	for _, r := range pm.Regions {
-		m.blocks += len(r.Blocks)
-	}
-	return pm
-}
-
-// finish returns the layout at the policy's peak and closes the shadow.
-func (m *peakMapper) finish() *PeakMap {
-	if m.taken == nil {
-		m.advance(false)
-		m.taken = m.take()
-	}
-	_ = m.alloc.Close()
-	if m.lost {
-		return nil
-	}
-	return m.taken
+	return pm, nil
 }

@@ -86,49 +86,49 @@ func directMap(t *testing.T, events []trace.Event, cfg pool.Config, calls uint64
 }
 
 // A policy's map is its layout at the moment of its PeakStats: what a replay stopped there lists,
-// with the counters of PeakStats, the sites of the live blocks, and the same whether the shadow
-// waited at the peak or went on and came back (a log of 50 ops).
+// with the counters of PeakStats and the sites of the live blocks, also when the trace spans
+// several chunks of the log (300,000 events: the shadow follows the peak chunk by chunk).
 func TestPeakMap(t *testing.T) {
-	events := waveTrace(6000)
-	outs, err := Run(decoded(t, &chunks{events: events, n: 100}), mappedPolicies(), 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
+	for _, n := range []int{6000, 300_000} {
+		events := waveTrace(n)
+		outs, err := Run(decoded(t, &chunks{events: events, n: 100}), mappedPolicies(), 0, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range outs {
+			checkPeakMap(t, events, o)
+		}
 	}
-	defer func(n int) { mapLogOps = n }(mapLogOps)
-	mapLogOps = 50
-	short, err := Run(decoded(t, &chunks{events: events, n: 100}), mappedPolicies(), 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
+}
+
+// checkPeakMap checks o's map against a replay of events stopped at its peak.
+func checkPeakMap(t *testing.T, events []trace.Event, o Outcome) {
+	t.Helper()
+	m := o.Map
+	if o.Err != nil || m == nil || m.Stats != o.Peak || m.Calls != calls(o.Peak) ||
+		o.Stats.Fallbacks == 0 && o.Policy.Name == "recommended" {
+		t.Fatalf("%s: err %v, map %+v, peak %+v, fallbacks %d", o.Policy.Name, o.Err, m, o.Peak, o.Stats.Fallbacks)
 	}
-	for i, o := range outs {
-		m := o.Map
-		if o.Err != nil || m == nil || m.Stats != o.Peak || m.Calls != calls(o.Peak) || o.Stats.Fallbacks == 0 && i == 0 {
-			t.Fatalf("%s: err %v, map %+v, peak %+v, fallbacks %d", o.Policy.Name, o.Err, m, o.Peak, o.Stats.Fallbacks)
-		}
-		if want := directMap(t, events, o.Policy.Config, m.Calls); !reflect.DeepEqual(m.Regions, want) {
-			t.Errorf("%s: map of %d regions, a replay stopped at call %d has %d", o.Policy.Name, len(m.Regions), m.Calls, len(want))
-		}
-		if !reflect.DeepEqual(short[i].Map, m) {
-			t.Errorf("%s: the map with a 50-op log differs", o.Policy.Name)
-		}
-		var reserved, free, live uint64
-		for _, r := range m.Regions {
-			reserved += r.Size
-			for _, b := range r.Blocks {
-				if !b.Live {
-					free += b.Size
-					continue
-				}
-				live++
-				if s, ok := m.Sites[r.Base+b.Offset]; !ok || s.Callsite != b.Requested || s.PID != 3 {
-					t.Errorf("%s: live block %#x of %d bytes: site %+v", o.Policy.Name, r.Base+b.Offset, b.Requested, s)
-				}
+	if want := directMap(t, events, o.Policy.Config, m.Calls); !reflect.DeepEqual(m.Regions, want) {
+		t.Errorf("%s: map of %d regions, a replay stopped at call %d has %d", o.Policy.Name, len(m.Regions), m.Calls, len(want))
+	}
+	var reserved, free, live uint64
+	for _, r := range m.Regions {
+		reserved += r.Size
+		for _, b := range r.Blocks {
+			if !b.Live {
+				free += b.Size
+				continue
+			}
+			live++
+			if s, ok := m.Sites[r.Base+b.Offset]; !ok || s.Callsite != b.Requested || s.PID != 3 {
+				t.Errorf("%s: live block %#x of %d bytes: site %+v", o.Policy.Name, r.Base+b.Offset, b.Requested, s)
 			}
 		}
-		if reserved != o.Peak.ReservedBytes || free != o.Peak.ExternalFragmentation() || live != o.Peak.LiveBlocks() ||
-			len(m.Sites) != int(live) {
-			t.Errorf("%s: map reserved %d free %d live %d (%d sites); peak %+v", o.Policy.Name, reserved, free, live,
-				len(m.Sites), o.Peak)
-		}
+	}
+	if reserved != o.Peak.ReservedBytes || free != o.Peak.ExternalFragmentation() || live != o.Peak.LiveBlocks() ||
+		len(m.Sites) != int(live) {
+		t.Errorf("%s: map reserved %d free %d live %d (%d sites); peak %+v", o.Policy.Name, reserved, free, live,
+			len(m.Sites), o.Peak)
 	}
 }

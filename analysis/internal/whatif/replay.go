@@ -53,7 +53,7 @@ type replayer struct {
 	out    Outcome
 }
 
-func newReplayer(p Policy, capacity uint64, est Durations) *replayer {
+func newReplayer(p Policy, capacity uint64, est Durations, log *requests.Log) *replayer {
 	if p.Unbounded {
 		capacity = 0
 	}
@@ -77,8 +77,8 @@ func newReplayer(p Policy, capacity uint64, est Durations) *replayer {
 		}
 	}
 	r.setup = r.up.meter.Counts().PageOps
-	if p.Map && !p.Deferred {
-		r.mapper = newPeakMapper(p.Config, capacity)
+	if p.Map && !p.Deferred && log != nil {
+		r.mapper = newPeakMapper(p.Config, capacity, log)
 	}
 	return r
 }
@@ -90,7 +90,7 @@ func (r *replayer) batch(b opBatch) {
 	defer r.contain()
 	r.feed.Feed(b.ops, b.handles)
 	if r.mapper != nil {
-		r.mapper.batch(b, r.alloc.PeakStats())
+		r.mapper.follow(r.alloc.PeakStats())
 	}
 }
 
@@ -112,7 +112,10 @@ func (r *replayer) finish() Outcome {
 		r.out.PredictedNs = r.up.predictedNs
 		r.out.PageOps = c.PageOps - r.setup
 		if r.mapper != nil {
-			r.out.Map = r.mapper.finish()
+			var err error
+			if r.out.Map, err = r.mapper.finish(); err != nil && r.out.Err == nil {
+				r.out.Err = fmt.Errorf("policy %s: %w", r.out.Policy.Name, err)
+			}
 		}
 		if err := r.alloc.Close(); err != nil && r.out.Err == nil {
 			r.out.Err = fmt.Errorf("policy %s: close: %w", r.out.Policy.Name, err)
@@ -128,10 +131,9 @@ func (r *replayer) finish() Outcome {
 func Run(log *requests.Log, policies []Policy, capacity uint64, est Durations, progress func(ops int)) ([]Outcome, error) {
 	rs := make([]*replayer, len(policies))
 	for i, p := range policies {
-		rs[i] = newReplayer(p, capacity, est)
+		rs[i] = newReplayer(p, capacity, est, log)
 	}
-	mapped := func(i int) bool { return rs[i].mapper != nil }
-	err := forEachBatch(log, len(rs), mapped, func(i int, b opBatch) { rs[i].batch(b) }, progress)
+	err := forEachBatch(log, len(rs), nil, func(i int, b opBatch) { rs[i].batch(b) }, progress)
 	out := make([]Outcome, len(rs))
 	for i, r := range rs {
 		out[i] = r.finish()

@@ -96,7 +96,7 @@ func Size(log *requests.Log, cands []Candidate, progress func(int)) ([]Sizing, e
 		c := &slotCounter{classes: cand.Classes, slots: pool.NewClassSlots(cand.Classes, cand.Threshold, cand.PerStream)}
 		arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: pool.AlignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
-		r := newReplayer(Policy{Name: "arena", Config: arena}, 0, nil)
+		r := newReplayer(Policy{Name: "arena", Config: arena}, 0, nil, nil)
 		th := cand.Threshold
 		if r.feed != nil {
 			r.feed.Only = func(size uint64) bool { return size > th }
