@@ -29,9 +29,9 @@ type Tree struct {
 // bkey is a span's place within its owner's tree.
 type bkey struct{ hi, lo uint64 }
 
-func (a bkey) less(b bkey) bool { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo) }
+func (a bkey) less(b bkey) bool { return a.lessBit(b) == 1 }
 
-// lessBit is 1 when a is below b, else 0: the borrow of the 128-bit a - b.
+// lessBit is 1 when a is below b, else 0: the borrow of the 128-bit a - b (less, as a number).
 func (a bkey) lessBit(b bkey) int {
 	_, borrow := bits.Sub64(a.lo, b.lo, 0)
 	_, borrow = bits.Sub64(a.hi, b.hi, borrow)
