@@ -194,9 +194,9 @@ func TestWaitForLogsStop(t *testing.T) {
 	dir := t.TempDir()
 	holder := startHolder(t, dir, time.Minute)
 	stop := make(chan struct{})
-	time.AfterFunc(100*time.Millisecond, func() { close(stop) })
 	var notice, warn bytes.Buffer
-	start := time.Now()
+	start := time.Now() // before the timer is armed, so that the stop comes at least 0.1 s after it
+	time.AfterFunc(100*time.Millisecond, func() { close(stop) })
 	left := waitForLogs(dir, 10*time.Second, stop, &notice, &warn)
 	elapsed := time.Since(start)
 	if len(left) != 1 || elapsed < 100*time.Millisecond || elapsed > time.Second {
