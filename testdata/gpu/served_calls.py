@@ -8,6 +8,7 @@ thread's share; and the median duration of a served call by the program's own ti
 gap since its previous call on the same thread), which tells warm caches from cold ones. Needs
 pyarrow and numpy (both on the H200 machine).
 """
+import bisect
 import sys
 
 import numpy as np
@@ -35,8 +36,21 @@ def slow_calls(order, pool, dur, ts, tid, fn):
     slow = [i for i in calls if dur[i] > 2000]
     if not slow:
         return
-    overlapped = [i for i in slow
-                  if any(tid[j] != tid[i] and ts[j] < ts[i] + dur[i] and ts[i] < ts[j] + dur[j] for j in calls)]
+    # A thread's calls follow one another: of its calls, only the last one that starts before a
+    # call ends can overlap that call.
+    starts, ends = {}, {}
+    for i in calls:
+        starts.setdefault(tid[i], []).append(ts[i])
+        ends.setdefault(tid[i], []).append(ts[i] + dur[i])
+
+    def overlapping(i):
+        for th in starts:
+            k = bisect.bisect_left(starts[th], ts[i] + dur[i]) - 1
+            if th != tid[i] and k >= 0 and ends[th][k] > ts[i]:
+                return True
+        return False
+
+    overlapped = [i for i in slow if overlapping(i)]
     print(f"  served calls over 2us: {len(slow)} ({dur[slow].sum() / 1e3:.1f}us), of them overlapping another "
           f"thread's call: {len(overlapped)} ({dur[overlapped].sum() / 1e3:.1f}us)")
     for i in sorted(slow, key=lambda i: -dur[i])[:10]:
@@ -60,18 +74,25 @@ def report(path):
         m = (tid == th) & (pool == 1)
         if m.any():
             print(f"  thread {th}: served {m.sum()} sum {dur[m].sum() / 1e3:.1f}us median {np.median(dur[m]):.0f}")
+    slow_calls(order, pool, dur, ts, tid, fn)
+    by_gap(order, pool, dur, ts, tid)
+
+
+def by_gap(order, pool, dur, ts, tid):
+    """The served calls' durations by the program's own time before each: the gap since the end of
+    the thread's previous call."""
     gaps, last = [], {}
     for i in order:
         if pool[i] == 1 and tid[i] in last:
             gaps.append((ts[i] - last[tid[i]], dur[i]))
         last[tid[i]] = ts[i] + dur[i]
-    slow_calls(order, pool, dur, ts, tid, fn)
-    if gaps:
-        g = np.array(gaps)
-        for lo, hi in GAPS:
-            m = (g[:, 0] >= lo) & (g[:, 0] < (hi if hi is not None else np.iinfo(np.int64).max))
-            if m.any():
-                print(f"  gap {lo}-{hi or ''} ns: n={m.sum()} median {np.median(g[m, 1]):.0f} mean {g[m, 1].mean():.0f}")
+    if not gaps:
+        return
+    g = np.array(gaps)
+    for lo, hi in GAPS:
+        m = (g[:, 0] >= lo) & (g[:, 0] < (hi if hi is not None else np.iinfo(np.int64).max))
+        if m.any():
+            print(f"  gap {lo}-{hi or ''} ns: n={m.sum()} median {np.median(g[m, 1]):.0f} mean {g[m, 1].mean():.0f}")
 
 
 if __name__ == "__main__":
