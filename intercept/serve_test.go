@@ -25,10 +25,10 @@ func testServedFromPool(t *testing.T, extraEnv ...string) {
 	dir := newLogDir(t)
 	got := runServed(t, dir, sizeClassPool(t), "pooled", extraEnv...)
 	want := "reused before a sync: no\nreused after a sync: yes\nsecond free: 1\n" +
-		"a full class with frees pending: syncs 0, barriers 1\nreused a pending block: yes\nexported a pool block: 0\n" +
+		"a full class with frees pending: syncs 0, barriers 1\nreused a pending block: yes\nexported a pool block: 1\n" +
 		"driver allocation calls: 1\n"
-	wantErr := "allocscope: the program exported a block of record --pool's pool with cudaIpcGetMemHandle; " +
-		"a process that opens the handle sees the pool's region, not the block: record this program without --pool\n"
+	wantErr := "allocscope: the program asked for an IPC handle (cudaIpcGetMemHandle) of a block of record --pool's pool; " +
+		"refused with an invalid-value error, as CUDA refuses stream-ordered blocks: record this program without --pool\n"
 	if got.ExitCode != 0 || got.Stdout != want || got.Stderr != wantErr {
 		t.Errorf("with the pool: exit %d, stdout\n%s\nstderr %q; want\n%s", got.ExitCode, got.Stdout, got.Stderr, want)
 	}

@@ -354,15 +354,18 @@ BODY CUresult b_cuMemFree_v2(cuMemFree_v2_fn f, int fid, void *cs, CUdeviceptr p
 	SERVED_FREE_BODY(SERVED(served_free(p, sync_stream), f(p)), r_try_ >= 0, f(p), fid, &g_addrs, p, 0);
 }
 
-/* A device synchronization: the pools' pending blocks on the device become reusable. Not logged. */
+/* A device synchronization: the pools' blocks freed before it began become reusable (serve.h's
+ * release rule). Not logged. */
 typedef cudaError_t (*cudaDeviceSynchronize_fn)(void);
 typedef CUresult (*cuCtxSynchronize_fn)(void);
 BODY cudaError_t b_cudaDeviceSynchronize(cudaDeviceSynchronize_fn f, int fid, void *cs, int unused) {
 	(void)fid, (void)cs, (void)unused;
-	cudaError_t r = f();
 	int e = errno;
-	if (r == 0)
-		serve_synchronized();
+	struct sync_mark m = serve_sync_begins();
+	errno = e;
+	cudaError_t r = f();
+	e = errno;
+	serve_sync_ended(m, r == 0);
 	errno = e;
 	return r;
 }
@@ -380,38 +383,56 @@ BODY CUresult b_cuInit(cuInit_fn f, int fid, void *cs, unsigned flags) {
 }
 BODY CUresult b_cuCtxSynchronize(cuCtxSynchronize_fn f, int fid, void *cs, int unused) {
 	(void)fid, (void)cs, (void)unused;
-	CUresult r = f();
 	int e = errno;
-	if (r == 0)
-		serve_synchronized();
+	struct sync_mark m = serve_sync_begins();
+	errno = e;
+	CUresult r = f();
+	e = errno;
+	serve_sync_ended(m, r == 0);
 	errno = e;
 	return r;
 }
-/* An exported block: the pool notes it if it is one of its blocks. Not logged. */
+/* An IPC handle of memory in a pool is refused (serve_export_refused): invalid value, as CUDA answers
+ * for a stream-ordered block. Not logged. */
 typedef cudaError_t (*cudaIpcGetMemHandle_fn)(void *, void *);
 typedef CUresult (*cuIpcGetMemHandle_fn)(void *, CUdeviceptr);
-static TLS int t_in_ipc; /* inside the runtime's cudaIpcGetMemHandle: its driver call is the same export */
 BODY cudaError_t b_cudaIpcGetMemHandle(cudaIpcGetMemHandle_fn f, int fid, void *cs, void *h, void *p) {
 	(void)fid, (void)cs;
-	t_in_ipc++;
-	cudaError_t r = f(h, p);
-	t_in_ipc--;
 	int e = errno;
-	if (r == 0)
-		serve_exported(PTR(p));
-	errno = e;
-	return r;
+	if (serve_export_refused(PTR(p))) {
+		errno = e;
+		return RESULT_INVALID_VALUE;
+	}
+	return f(h, p);
 }
 BODY CUresult b_cuIpcGetMemHandle(cuIpcGetMemHandle_fn f, int fid, void *cs, void *h, CUdeviceptr p) {
 	(void)fid, (void)cs;
-	CUresult r = f(h, p);
 	int e = errno;
-	if (r == 0 && t_in_ipc == 0)
-		serve_exported(p);
-	errno = e;
-	return r;
+	if (serve_export_refused(p)) {
+		errno = e;
+		return RESULT_INVALID_VALUE;
+	}
+	return f(h, p);
 }
-
+/* cuMemGetAddressRange of an address in a pool: the block that holds it (serve_address_range). */
+typedef CUresult (*cuMemGetAddressRange_v2_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+BODY CUresult b_cuMemGetAddressRange_v2(cuMemGetAddressRange_v2_fn f, int fid, void *cs, CUdeviceptr *base,
+					size_t *size, CUdeviceptr p) {
+	(void)fid, (void)cs;
+	int e = errno;
+	uint64_t b = 0, n = 0;
+	int r = serve_address_range(p, &b, &n);
+	errno = e;
+	if (r == 0)
+		return f(base, size, p);
+	if (r < 0)
+		return 500; /* CUDA_ERROR_NOT_FOUND */
+	if (base != NULL)
+		*base = b;
+	if (size != NULL)
+		*size = n;
+	return 0;
+}
 /* A destroyed stream: its handle may name a new stream while its work still runs. Not logged. */
 typedef cudaError_t (*cudaStreamDestroy_fn)(cudaStream_t);
 typedef CUresult (*cuStreamDestroy_v2_fn)(CUstream);
@@ -441,16 +462,27 @@ BODY CUresult b_cuStreamDestroy_v2(cuStreamDestroy_v2_fn f, int fid, void *cs, C
 	STREAM_DESTROYED(s, f(s), r);
 	return r;
 }
-/* Calls that may leave a thread without a context (current_device): not logged. */
+/* Calls that change a thread's context (current_device, serve_current), and calls that end
+ * contexts: a pool dies with the context that owns its memory (serve_retiring). Not logged. */
 typedef CUresult (*cuCtxSetCurrent_fn)(CUcontext);
+typedef CUresult (*cuCtxPushCurrent_v2_fn)(CUcontext);
 typedef CUresult (*cuCtxPopCurrent_v2_fn)(CUcontext *);
 typedef CUresult (*cuCtxDestroy_v2_fn)(CUcontext);
 typedef CUresult (*cuDevicePrimaryCtxRelease_fn)(CUdevice);
 typedef CUresult (*cuDevicePrimaryCtxReset_fn)(CUdevice);
+typedef CUresult (*cuCtxCreate_v2_fn)(CUcontext *, unsigned, CUdevice);
+typedef CUresult (*cuCtxCreate_v3_fn)(CUcontext *, void *, int, unsigned, CUdevice);
+typedef CUresult (*cuCtxCreate_v4_fn)(CUcontext *, void *, unsigned, CUdevice);
+typedef cudaError_t (*cudaDeviceReset_fn)(void);
 BODY CUresult b_cuCtxSetCurrent(cuCtxSetCurrent_fn f, int fid, void *cs, CUcontext c) {
 	(void)fid, (void)cs;
 	if (c == NULL)
 		context_changes();
+	return f(c);
+}
+BODY CUresult b_cuCtxPushCurrent_v2(cuCtxPushCurrent_v2_fn f, int fid, void *cs, CUcontext c) {
+	(void)fid, (void)cs;
+	context_changes();
 	return f(c);
 }
 BODY CUresult b_cuCtxPopCurrent_v2(cuCtxPopCurrent_v2_fn f, int fid, void *cs, CUcontext *c) {
@@ -458,20 +490,105 @@ BODY CUresult b_cuCtxPopCurrent_v2(cuCtxPopCurrent_v2_fn f, int fid, void *cs, C
 	context_changes();
 	return f(c);
 }
+/* CTX_ENDING runs CALL, which may end contexts, between serve_retiring(CTX, DEV) and
+ * serve_retired; DESTROYED says afterwards whether they ended. errno stays the call's. */
+#define CTX_ENDING(CTX, DEV, CALL, R, DESTROYED)                                                       	do {                                                                                             		int e_ = errno;                                                                          		context_changes();                                                                       		uint64_t mask_ = serve_retiring(CTX, DEV);                                               		errno = e_;                                                                              		R = CALL;                                                                                		e_ = errno;                                                                              		serve_retired(mask_, DESTROYED);                                                         		errno = e_;                                                                              	} while (0)
 BODY CUresult b_cuCtxDestroy_v2(cuCtxDestroy_v2_fn f, int fid, void *cs, CUcontext c) {
 	(void)fid, (void)cs;
-	context_changes();
-	return f(c);
+	CUresult r;
+	CTX_ENDING(c, -1, f(c), r, r == 0 && c != NULL);
+	if (r == 0)
+		serve_ctx_unmade(c);
+	return r;
 }
 BODY CUresult b_cuDevicePrimaryCtxRelease(cuDevicePrimaryCtxRelease_fn f, int fid, void *cs, CUdevice d) {
 	(void)fid, (void)cs;
-	context_changes();
-	return f(d);
+	CUresult r;
+	CTX_ENDING(NULL, d, f(d), r, r == 0 && ctx_primary_active(d) == 0);
+	return r;
 }
 BODY CUresult b_cuDevicePrimaryCtxReset(cuDevicePrimaryCtxReset_fn f, int fid, void *cs, CUdevice d) {
 	(void)fid, (void)cs;
-	context_changes();
-	return f(d);
+	CUresult r;
+	CTX_ENDING(NULL, d, f(d), r, r == 0);
+	return r;
+}
+BODY cudaError_t b_cudaDeviceReset(cudaDeviceReset_fn f, int fid, void *cs, int unused) {
+	(void)fid, (void)cs, (void)unused;
+	CUcontext c = NULL;
+	int d = -1, e = errno;
+	if (!serve_on() || ctx_current(&c, &d) != 0)
+		d = -1;
+	errno = e;
+	cudaError_t r;
+	CTX_ENDING(NULL, d, f(), r, r == 0 && d >= 0);
+	return r;
+}
+/* CTX_MADE runs CALL, which makes context *C, noting it: threads ask for their context at every call
+ * from then on, and a reset of the device leaves that context's pool alone. */
+#define CTX_MADE(C, CALL, R)                                                                             	do {                                                                                             		__atomic_store_n(&g_ctx_made, 1, __ATOMIC_RELEASE);                                      		context_changes();                                                                       		R = CALL;                                                                                		if (R == 0 && (C) != NULL) {                                                             			int e_ = errno;                                                                  			serve_ctx_made(*(C));                                                            			errno = e_;                                                                      		}                                                                                        	} while (0)
+BODY CUresult b_cuCtxCreate_v2(cuCtxCreate_v2_fn f, int fid, void *cs, CUcontext *c, unsigned fl, CUdevice d) {
+	(void)fid, (void)cs;
+	CUresult r;
+	CTX_MADE(c, f(c, fl, d), r);
+	return r;
+}
+BODY CUresult b_cuCtxCreate_v3(cuCtxCreate_v3_fn f, int fid, void *cs, CUcontext *c, void *p, int n, unsigned fl,
+			       CUdevice d) {
+	(void)fid, (void)cs;
+	CUresult r;
+	CTX_MADE(c, f(c, p, n, fl, d), r);
+	return r;
+}
+BODY CUresult b_cuCtxCreate_v4(cuCtxCreate_v4_fn f, int fid, void *cs, CUcontext *c, void *p, unsigned fl, CUdevice d) {
+	(void)fid, (void)cs;
+	CUresult r;
+	CTX_MADE(c, f(c, p, fl, d), r);
+	return r;
+}
+/* Captures: noted when they begin and end, and the thread's capture mode when it changes
+ * (contexts.h). Not logged. */
+typedef CUresult (*cuStreamBeginCapture_fn)(CUstream);
+typedef CUresult (*cuStreamBeginCapture_v2_fn)(CUstream, int);
+typedef CUresult (*cuStreamBeginCaptureToGraph_fn)(CUstream, void *, const void *, const void *, size_t, int);
+typedef CUresult (*cuStreamEndCapture_fn)(CUstream, void **);
+typedef CUresult (*cuThreadExchangeStreamCaptureMode_fn)(int *);
+BODY CUresult b_cuStreamBeginCapture(cuStreamBeginCapture_fn f, int fid, void *cs, CUstream s) {
+	(void)fid, (void)cs;
+	CUresult r = f(s);
+	if (r == 0)
+		capture_begun(PTR(s), CAPTURE_GLOBAL);
+	return r;
+}
+BODY CUresult b_cuStreamBeginCapture_v2(cuStreamBeginCapture_v2_fn f, int fid, void *cs, CUstream s, int mode) {
+	(void)fid, (void)cs;
+	CUresult r = f(s, mode);
+	if (r == 0)
+		capture_begun(PTR(s), mode);
+	return r;
+}
+BODY CUresult b_cuStreamBeginCaptureToGraph(cuStreamBeginCaptureToGraph_fn f, int fid, void *cs, CUstream s, void *g,
+					    const void *deps, const void *data, size_t n, int mode) {
+	(void)fid, (void)cs;
+	CUresult r = f(s, g, deps, data, n, mode);
+	if (r == 0)
+		capture_begun(PTR(s), mode);
+	return r;
+}
+BODY CUresult b_cuStreamEndCapture(cuStreamEndCapture_fn f, int fid, void *cs, CUstream s, void **g) {
+	(void)fid, (void)cs;
+	CUresult r = f(s, g);
+	if (r == 0 || r == 901 /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: ended all the same */)
+		capture_ended(PTR(s));
+	return r;
+}
+BODY CUresult b_cuThreadExchangeStreamCaptureMode(cuThreadExchangeStreamCaptureMode_fn f, int fid, void *cs, int *mode) {
+	(void)fid, (void)cs;
+	int want = mode != NULL ? *mode : 0;
+	CUresult r = f(mode);
+	if (r == 0)
+		t_cap_mode = want;
+	return r;
 }
 /* A stream made by the program: a non-blocking one (and every stream of a green context) runs apart
  * from the legacy stream, so record --pool's barriers stop ordering all the device's work; a join

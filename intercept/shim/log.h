@@ -54,6 +54,9 @@ struct pool_counters {
 	uint64_t ipc_exports;    /* pool blocks the program exported with cudaIpcGetMemHandle */
 	uint64_t barriers;       /* of syncs: barriers on the legacy stream (the host did not wait) */
 	uint64_t streams_apart;  /* non-blocking streams the program made */
+	uint64_t captured_frees; /* pool blocks freed inside a stream capture: kept (the graph may use them) */
+	uint64_t late_frees_kept; /* signal handlers' frees of pool blocks that could not be queued: kept */
+	uint64_t retired;        /* pools given up with their contexts (reset, destroy) */
 };
 
 struct control {

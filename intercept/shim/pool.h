@@ -233,6 +233,7 @@ struct cp_pool {
 	size_t nlive;
 	int32_t recycled;
 	uint64_t arena_total, grow_min, allocs_seen;
+	uint64_t gen;          /* release points begun (cp_begin_release): deferred blocks carry it */
 	struct cp_book book;   /* where the tables above lie */
 };
 
@@ -242,6 +243,7 @@ struct cp_deferred {
 	uint64_t addr, stream;
 	uint64_t *req;
 	int cls;
+	uint64_t gen; /* the pool's release points begun before the free (cp_begin_release) */
 };
 
 struct cp_live { uint64_t addr; uint64_t req; int32_t node; uint8_t used, pending; };
@@ -902,17 +904,31 @@ static int cp_alloc_now(struct cp_pool *p, uint64_t size, uint64_t stream, uint6
 static int cp_free(struct cp_pool *p, uint64_t addr, uint64_t stream);
 static int cp_free_slot(struct cp_pool *p, uint64_t addr, uint64_t stream, uint64_t *r, int cls);
 
-/* cp_synced makes every deferred block reusable: the device has synchronized. */
-static void cp_synced(struct cp_pool *p) {
-	for (size_t i = 0; i < p->deferred.len; i++) {
-		struct cp_deferred *q = &CP_AT(&p->deferred, struct cp_deferred, i);
+/* cp_begin_release starts a release point (a synchronization or an ordering of the device): the
+ * blocks deferred so far, and only those, may be made reusable by it, with cp_release_through and the
+ * number it returns, once it is complete. */
+static uint64_t cp_begin_release(struct cp_pool *p) { return p->gen++; }
+
+/* cp_release_through makes the blocks deferred before release point g began reusable, in the order
+ * they were deferred (the deferred list is in order of gen). */
+static void cp_release_through(struct cp_pool *p, uint64_t g) {
+	size_t n = 0;
+	for (; n < p->deferred.len; n++) {
+		struct cp_deferred *q = &CP_AT(&p->deferred, struct cp_deferred, n);
+		if (q->gen > g)
+			break;
 		if (q->req != NULL)
 			cp_free_slot(p, q->addr, q->stream, q->req, q->cls);
 		else
 			cp_free(p, q->addr, q->stream);
 	}
-	p->deferred.len = 0;
+	struct cp_deferred *d = (struct cp_deferred *)p->deferred.data;
+	memmove(d, d + n, (p->deferred.len - n) * sizeof *d);
+	p->deferred.len -= n;
 }
+
+/* cp_synced makes every deferred block reusable: the device has synchronized after all of them. */
+static void cp_synced(struct cp_pool *p) { cp_release_through(p, cp_begin_release(p)); }
 
 /* cp_alloc serves size bytes on stream into *addr: CP_OK, or CP_OOM (the upstream has no memory, or
  * the arena is at its maximum), CP_CLOSED or CP_ERR. With deferred blocks, a request that would grow
@@ -930,6 +946,15 @@ static int cp_alloc(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t 
 		cp_synced(p);
 	}
 	return cp_alloc_now(p, size, stream, addr);
+}
+
+/* cp_try_alloc serves size bytes on stream with what is reusable now, without growing the pool:
+ * CP_WOULD_GROW (nothing counted) when it would have to. */
+static int cp_try_alloc(struct cp_pool *p, uint64_t size, uint64_t stream, uint64_t *addr) {
+	p->no_grow = 1;
+	int err = cp_alloc_now(p, size, stream, addr);
+	p->no_grow = 0;
+	return err;
 }
 
 /* cp_alloc_now serves a request with what is reusable now, growing the pool when that is not enough
@@ -1044,7 +1069,7 @@ static int cp_mark_pending(struct cp_pool *p, uint64_t addr, struct cp_deferred 
 static int cp_defer_free(struct cp_pool *p, uint64_t addr, uint64_t stream) {
 	if (cp_vec_reserve(&p->deferred, p->deferred.len + 1) != 0)
 		return CP_ERR;
-	struct cp_deferred q = {addr, stream, NULL, 0};
+	struct cp_deferred q = {addr, stream, NULL, 0, p->gen};
 	int r = cp_mark_pending(p, addr, &q);
 	if (r == CP_OK)
 		CP_AT(&p->deferred, struct cp_deferred, p->deferred.len++) = q;
@@ -1068,6 +1093,38 @@ static int cp_lookup(struct cp_pool *p, uint64_t addr, uint64_t *req) {
 		return CP_UNKNOWN;
 	*req = (r & ~CP_PENDING_BIT) - 1;
 	return r & CP_PENDING_BIT ? CP_PENDING : CP_OK;
+}
+
+/* cp_owns reports whether addr lies in memory the pool reserved (its plan, a grown slab, an arena
+ * segment), a block of it or not. */
+static int cp_owns(const struct cp_pool *p, uint64_t addr) {
+	const struct cp_vec *vs[] = {&p->regions, &p->owned};
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; i < vs[k]->len; i++) {
+			struct cp_region r = ((const struct cp_region *)vs[k]->data)[i];
+			if (addr >= r.addr && addr - r.addr < r.size)
+				return 1;
+		}
+	return 0;
+}
+
+/* cp_block_at finds the live block (deferred ones included) that holds addr: 1 with its start and
+ * requested bytes, else 0. An arena block is looked for among all live ones (a rare call). */
+static int cp_block_at(struct cp_pool *p, uint64_t addr, uint64_t *base, uint64_t *req) {
+	struct cp_slab_ref *sl = cp_slab_for(p, addr);
+	if (sl != NULL) {
+		uint64_t slot = (addr - sl->base) / sl->size, r = sl->req[slot];
+		*base = sl->base + slot * sl->size, *req = (r & ~CP_PENDING_BIT) - 1;
+		return r != 0 && addr - *base < (*req > 0 ? *req : 1);
+	}
+	for (size_t i = 0; i < p->live.len; i++) {
+		struct cp_live *e = &CP_AT(&p->live, struct cp_live, i);
+		if (e->used && addr >= e->addr && addr - e->addr < (e->req > 0 ? e->req : 1)) {
+			*base = e->addr, *req = e->req;
+			return 1;
+		}
+	}
+	return 0;
 }
 
 /* cp_close gives back the plan, every grown slab and the arena's own segments (in address order),
@@ -1104,6 +1161,18 @@ static int cp_close(struct cp_pool *p) {
 		cp_vec_free(vecs[i]);
 	cp_book_close(&p->book);
 	return err;
+}
+
+static int cp_keep_region(void *ctx, uint64_t addr, uint64_t size) {
+	(void)ctx, (void)addr, (void)size;
+	return 0;
+}
+
+/* cp_discard closes the pool without giving its memory back: the context that owned that memory is
+ * gone (reset or destroyed), and its addresses may belong to others now. */
+static void cp_discard(struct cp_pool *p) {
+	p->up.release = cp_keep_region;
+	cp_close(p);
 }
 
 #endif

@@ -61,6 +61,7 @@ enum { P_NEXT, P_DLSYM, P_GPA, P_EP, NPATHS };
 	R(cudaDeviceSynchronize, cudaError_t, (void), (0))                                               \
 	R(cudaStreamDestroy, cudaError_t, (cudaStream_t s), (s))                                         \
 	R(cudaIpcGetMemHandle, cudaError_t, (void *h, void *p), (h, p))                                  \
+	R(cudaDeviceReset, cudaError_t, (void), (0))                                                     \
 	D(cuMemAlloc_v2, cuMemAlloc_v2, (CUdeviceptr * p, size_t n), (p, n))                             \
 	D(cuMemFree_v2, cuMemFree_v2, (CUdeviceptr p), (p))                                              \
 	D(cuMemAllocPitch_v2, cuMemAllocPitch_v2, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned e), \
@@ -96,6 +97,22 @@ enum { P_NEXT, P_DLSYM, P_GPA, P_EP, NPATHS };
 	  (s, g, fl, pr))                                                                                \
 	D(cuIpcGetMemHandle, cuIpcGetMemHandle, (void *h, CUdeviceptr p), (h, p))                        \
 	D(cuCtxSetCurrent, cuCtxSetCurrent, (CUcontext c), (c))                                          \
+	D(cuCtxPushCurrent_v2, cuCtxPushCurrent_v2, (CUcontext c), (c))                                  \
+	D(cuCtxCreate_v2, cuCtxCreate_v2, (CUcontext * c, unsigned fl, CUdevice d), (c, fl, d))          \
+	D(cuCtxCreate_v3, cuCtxCreate_v3, (CUcontext * c, void *p, int n, unsigned fl, CUdevice d), (c, p, n, fl, d)) \
+	D(cuCtxCreate_v4, cuCtxCreate_v4, (CUcontext * c, void *p, unsigned fl, CUdevice d), (c, p, fl, d)) \
+	D(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2, (CUdeviceptr * b, size_t *n, CUdeviceptr p), (b, n, p)) \
+	D(cuStreamBeginCapture, cuStreamBeginCapture, (CUstream s), (s))                                 \
+	D(cuStreamBeginCapture_ptsz, cuStreamBeginCapture, (CUstream s), (s))                            \
+	D(cuStreamBeginCapture_v2, cuStreamBeginCapture_v2, (CUstream s, int m), (s, m))                 \
+	D(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2, (CUstream s, int m), (s, m))            \
+	D(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph,                                      \
+	  (CUstream s, void *g, const void *dp, const void *dd, size_t n, int m), (s, g, dp, dd, n, m))  \
+	D(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph,                                 \
+	  (CUstream s, void *g, const void *dp, const void *dd, size_t n, int m), (s, g, dp, dd, n, m))  \
+	D(cuStreamEndCapture, cuStreamEndCapture, (CUstream s, void **g), (s, g))                        \
+	D(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream s, void **g), (s, g))                   \
+	D(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, (int *m), (m))           \
 	D(cuCtxPopCurrent_v2, cuCtxPopCurrent_v2, (CUcontext * c), (c))                                  \
 	D(cuCtxDestroy_v2, cuCtxDestroy_v2, (CUcontext c), (c))                                          \
 	D(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, (CUdevice d), (d))                       \
@@ -298,6 +315,21 @@ BODY cudaError_t b_cudaGetDriverEntryPointByVersion(cudaGetDriverEntryPointByVer
 #define FID_ARG_cudaIpcGetMemHandle 0
 #define FID_ARG_cuIpcGetMemHandle 0
 #define FID_ARG_cuCtxSetCurrent 0
+#define FID_ARG_cudaDeviceReset 0
+#define FID_ARG_cuCtxPushCurrent_v2 0
+#define FID_ARG_cuCtxCreate_v2 0
+#define FID_ARG_cuCtxCreate_v3 0
+#define FID_ARG_cuCtxCreate_v4 0
+#define FID_ARG_cuMemGetAddressRange_v2 0
+#define FID_ARG_cuStreamBeginCapture 0
+#define FID_ARG_cuStreamBeginCapture_ptsz 0
+#define FID_ARG_cuStreamBeginCapture_v2 0
+#define FID_ARG_cuStreamBeginCapture_v2_ptsz 0
+#define FID_ARG_cuStreamBeginCaptureToGraph 0
+#define FID_ARG_cuStreamBeginCaptureToGraph_ptsz 0
+#define FID_ARG_cuStreamEndCapture 0
+#define FID_ARG_cuStreamEndCapture_ptsz 0
+#define FID_ARG_cuThreadExchangeStreamCaptureMode 0
 #define FID_ARG_cuCtxPopCurrent_v2 0
 #define FID_ARG_cuCtxDestroy_v2 0
 #define FID_ARG_cuDevicePrimaryCtxRelease 0
@@ -441,9 +473,18 @@ static int variant_versioned(const char *sym, long version, unsigned long long f
 		{"cuDevicePrimaryCtxRelease", 11000, V_cuDevicePrimaryCtxRelease_v2, -1, V_cuDevicePrimaryCtxRelease},
 		{"cuDevicePrimaryCtxReset", 11000, V_cuDevicePrimaryCtxReset_v2, -1, V_cuDevicePrimaryCtxReset},
 		{"cuGetProcAddress", 12000, V_cuGetProcAddress_v2, -1, V_cuGetProcAddress},
+		{"cuCtxPushCurrent", 4000, V_cuCtxPushCurrent_v2, -1, -1},
+		{"cuMemGetAddressRange", 3020, V_cuMemGetAddressRange_v2, -1, -1},
+		{"cuStreamBeginCapture", 10010, V_cuStreamBeginCapture_v2, V_cuStreamBeginCapture_v2_ptsz,
+		 V_cuStreamBeginCapture},
+		{"cuStreamBeginCaptureToGraph", 0, V_cuStreamBeginCaptureToGraph, V_cuStreamBeginCaptureToGraph_ptsz, -1},
+		{"cuStreamEndCapture", 0, V_cuStreamEndCapture, V_cuStreamEndCapture_ptsz, -1},
+		{"cuThreadExchangeStreamCaptureMode", 0, V_cuThreadExchangeStreamCaptureMode, -1, -1},
 	};
+	if (strcmp(sym, "cuCtxCreate") == 0) /* three ABIs: CUDA 3.2, 11.4 (affinity), 12.5 (params) */
+		return version >= 12050 ? V_cuCtxCreate_v4 : version >= 11040 ? V_cuCtxCreate_v3 : version >= 3020 ? V_cuCtxCreate_v2 : -1;
 	if (sym[0] != 'c' || sym[1] != 'u' || (sym[2] != 'M' && sym[2] != 'G' && sym[2] != 'C' && sym[2] != 'S' && sym[2] != 'I' &&
-						      sym[2] != 'D'))
+						      sym[2] != 'D' && sym[2] != 'T'))
 		return -1;
 	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
 		if (strcmp(table[i].base, sym) != 0)

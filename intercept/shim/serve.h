@@ -1,46 +1,50 @@
 /*
- * `record --pool`: the shim serves the program's synchronous device allocations (cudaMalloc,
- * cuMemAlloc_v2) from the C pool (pool.h) that ALLOCSCOPE_POOL describes, one pool per device,
- * made at that device's first allocation over the real cuMemAlloc_v2/cuMemFree_v2. Every call is
- * still recorded.
+ * `record --pool`: the shim serves the program's device allocations (cudaMalloc, cuMemAlloc_v2 and
+ * the stream-ordered cudaMallocAsync, cuMemAllocAsync with their frees) from the C pool (pool.h) that
+ * ALLOCSCOPE_POOL describes. Every call is still recorded. docs/record-pool.md says what is
+ * guaranteed; this is how.
  *
- * Reuse is as safe as the calls it replaces. cudaFree and cuMemFree_v2 wait for the device, so a
- * block freed that way is kept pending, not reusable, until all device work issued before the free
- * has completed: until the program synchronizes the device (cudaDeviceSynchronize, cuCtxSynchronize),
- * or until the pool would otherwise have to grow, when it orders once itself (one ordering for many
- * frees). While every stream the program can use waits for the legacy stream (it made no
- * non-blocking stream, and one device has a pool) that ordering is a barrier: an event recorded on
- * the legacy stream, which CUDA starts only after all earlier work of every blocking stream and
- * which all their later work waits for, so work that uses a block handed out afterwards runs after
- * all work issued before its free; the host does not wait. Otherwise it is a synchronization of the
- * device. Neither is made while a blocking stream captures a graph (the legacy stream cannot be used
- * then): the pool grows instead.
+ * One pool per context: made at the context's first allocation over the real cuMemAlloc_v2 and
+ * cuMemFree_v2, with every driver call of its own made in that context (ctx_enter), retired when the
+ * context is reset or destroyed (its memory is CUDA's again: the pool is dropped without a free).
+ * A synchronous allocation is served from the calling thread's context's pool, a stream-ordered one
+ * from its stream's context's pool.
  *
- * The stream-ordered calls (cudaMallocAsync, cudaFreeAsync, cuMemAllocAsync, cuMemFreeAsync) are
- * served too, with CUDA's stream-ordered rules. A block freed on stream S is reusable at once: work
- * that a later allocation on S enqueues runs after the work before the free. While the program has
- * used only one stream (the synchronous calls count as a stream of their own), that is all. When a
- * second stream appears (or a stream is destroyed: its handle may come back), the pool orders once
- * as above, and from then on records an event on S at every stream-ordered free; a block
- * handed out on another stream T while that event has not completed makes T wait for it
- * (cuStreamWaitEvent), and one handed out by a synchronous allocation makes the host wait
- * (cuEventSynchronize). If an event cannot be recorded, the block stays pending like a synchronous
- * free's. A request the pool cannot serve goes to CUDA, which then returns
- * what it returns; an address the pool did not hand out is freed by CUDA. A call made while the
- * same thread is inside the pool (a signal handler) goes to CUDA. A forked child starts without the
- * parent's pools.
+ * THE RELEASE RULE. A freed block carries the ordering it waits for: a synchronous free (cudaFree
+ * waits for the device) waits for all work of its pool's context issued before the free; a free on
+ * stream S waits for S's work before it. It is handed out again only at a release point that covers
+ * that ordering, and a release point releases exactly what was freed before it began:
+ *   1. a synchronization of the pool's context (the program's cudaDeviceSynchronize or
+ *      cuCtxSynchronize, or the pool's own, made without holding any lock) that began after the free;
+ *   2. an ordering the pool records in its context after the free (a barrier on the legacy stream,
+ *      or a join barrier over the non-blocking streams; serve_ordering_barrier), which all later
+ *      work waits for;
+ *   3. for a free on stream S only: an allocation on S itself (S's later work runs after its
+ *      earlier work), or an event recorded on S at the free (serve_track) that the new user waits
+ *      for: a stream wait on the user's stream, or a host wait, outside every lock, for a
+ *      synchronous allocation.
+ * Nothing else releases a block. Release points are numbered (cp_begin_release); a deferred block
+ * and an in-flight event carry the number current at their free.
+ *
+ * Nothing is served or ordered on a capturing stream, nor while a capture forbids the call
+ * (contexts.h): the call goes to CUDA, and the pool grows instead of ordering. A free of an address
+ * inside a pool's reservations never reaches CUDA: a block start is freed, anything else is
+ * answered as CUDA answers an unknown pointer. A call made while the same thread is inside the pool
+ * (a signal handler) is not served; its free of a pool block is queued and made when the thread
+ * leaves the pool. A forked child starts without the parent's pools.
  */
 #ifndef ALLOCSCOPE_SERVE_H
 #define ALLOCSCOPE_SERVE_H
 
 #include "common.h"
+#include "contexts.h"
 #include "pool.h"
 
-#define SERVE_DEVICES 64
+#define SERVE_POOLS 64
 
-/* A block freed on a stream whose work before the free may still run: [addr, end), the stream's key
- * and the event recorded on it at the free. */
-struct inflight { uint64_t addr, end, key; void *event; };
+/* A block freed on a stream whose work before the free may still run: [addr, end), the stream's key,
+ * the release points begun before the free and the event recorded on the stream at the free. */
+struct inflight { uint64_t addr, end, key, gen; void *event; };
 
 /* The stream a call names: key tells streams apart (a per-thread default stream is a stream per
  * thread), handle names it in a driver call from this thread, policy is what the trace records and
@@ -52,24 +56,36 @@ struct stream_ref { uint64_t key, handle, policy; int async; };
 #define STREAM_PER_THREAD 0x2ull /* CU_STREAM_PER_THREAD */
 #define CU_STREAM_NON_BLOCKING 0x1u
 #define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
+#define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900 /* cudaErrorStreamCaptureUnsupported too */
+#define RESULT_INVALID_VALUE 1                    /* cudaErrorInvalidValue, CUDA_ERROR_INVALID_VALUE */
 
-/* A device's pool; what every call reads comes first, beside the lock. */
+/* A pool's life: a slot is claimed for a context (SV_NEW), its pool made at the first allocation
+ * (SV_SERVING, or SV_FAILED: calls go to CUDA until the contexts change), stopped while its context
+ * is being reset or destroyed (SV_RETIRING), and given up with it (SV_FREE). */
+enum { SV_FREE, SV_NEW, SV_SERVING, SV_FAILED, SV_RETIRING };
+
+/* A context's pool; what every call reads comes first, beside the lock. */
 struct served {
 	pthread_mutex_t mu;
-	int state; /* 0: not made yet, 1: serving, 2: could not be made (calls go to CUDA) */
+	int state;
+	int device;             /* the context's device */
+	CUcontext ctx;          /* the context that owns the pool's memory */
 	int multi;              /* more than one stream seen: stream-ordered frees record events */
 	int keyed;              /* one stream seen so far: only_key */
 	unsigned destroyed;     /* g_sv.destroyed when last looked at */
 	uint64_t only_key;
+	unsigned long failed_at; /* g_ctx_epoch when the pool could not be made */
+	int resume;              /* the state to come back to when a retirement does not happen */
 	struct cp_vec inflight; /* struct inflight */
 	struct cp_vec events;   /* void *: spare events */
 	size_t prune_at;        /* inflight length at which completed entries are dropped */
 	void *barrier;          /* the event recorded on the legacy stream as a barrier; NULL: none yet */
-	struct cp_pool pool;    /* its deferred blocks: freed by cudaFree, not reusable before a sync */
+	struct cp_pool pool;    /* its deferred blocks: freed by cudaFree, not reusable before a release point */
 } __attribute__((aligned(64)));
 
 static struct cp_config g_serve_cfg;
-static struct served g_served[SERVE_DEVICES];
+static struct served g_served[SERVE_POOLS];
+static pthread_mutex_t g_slots_mu = PTHREAD_MUTEX_INITIALIZER; /* claiming and giving up slots */
 static TLS int t_serving;           /* this thread is inside a pool */
 static TLS uint64_t t_thread_serial; /* this thread's number, from 1, for its per-thread stream */
 static uint64_t g_thread_serials;
@@ -78,7 +94,7 @@ static struct {
 	int on;             /* ALLOCSCOPE_POOL was set and parsed */
 	unsigned destroyed; /* streams the program destroyed */
 	unsigned apart;     /* non-blocking streams the program made: the legacy stream orders none of their work */
-	uint64_t pools;     /* bit d: device d's pool is serving */
+	uint64_t pools;     /* bit i: slot i's pool is serving */
 } g_sv __attribute__((aligned(64)));
 
 typedef CUresult (*real_alloc_fn)(CUdeviceptr *, size_t);
@@ -99,6 +115,18 @@ static struct {
 	real_stream_wait_fn wait;
 	real_is_capturing_fn is_capturing; /* NULL: a driver without stream capture */
 } g_real_event;
+
+/* Why a request of the served kinds went to CUDA (counted by POOL_PASS). */
+enum {
+	PASS_NO_POOL,    /* the pool could not be made */
+	PASS_NO_CONTEXT, /* the calling thread has no context */
+	PASS_CAPTURE,    /* a capture: the stream captures, or CUDA forbids the call now */
+	PASS_SIGNAL,     /* a signal handler's call while its thread was inside the pool */
+	PASS_FULL,       /* the pool had no room and could not grow */
+	PASS_RETIRED,    /* the pool's context was being reset or destroyed */
+	PASS_OTHER,
+};
+#define POOL_PASS(reason) POOL_COUNT(passed, 1)
 
 /* stream_of names the stream of a stream-ordered call; ptsz: the call came through a per-thread
  * default stream variant, where stream 0 is this thread's own. */
@@ -149,7 +177,8 @@ static struct {
 	uint64_t stream[APART_MAX];
 	void *event[APART_MAX];  /* recorded on stream[i] at a join; made on first use */
 	void *gone[APART_MAX];   /* recorded on destroyed streams (left of them); made on first use */
-} g_apart = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, {0}, {0}, {0}};
+	uint64_t gone_total;     /* events ever recorded into gone: the first left of gone are the last ones */
+} g_apart = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, {0}, {0}, {0}, 0};
 
 enum { JOIN_NO, JOIN_DONE, JOIN_CAPTURING };
 
@@ -199,6 +228,7 @@ static int serve_join_locked(struct served *s) {
 }
 
 static int serve_barrier(struct served *s);
+static int serve_resolve(void);
 
 /* serve_ordering_barrier orders all the device's work with a barrier while the program made no
  * non-blocking stream, else with a join barrier, when only one device has a pool: JOIN_DONE,
@@ -217,11 +247,29 @@ static int serve_ordering_barrier(struct served *s) {
 	return r;
 }
 
-/* serve_apart_synced notes that the device synchronized: the work of the streams destroyed so far is
- * done, and no join needs to wait for it. */
-static void serve_apart_synced(void) {
+/* serve_apart_mark returns how many events were ever recorded on destroyed streams, before a
+ * synchronization begins (serve_apart_synced). */
+static uint64_t serve_apart_mark(void) {
 	pthread_mutex_lock(&g_apart.mu);
-	g_apart.left = 0;
+	uint64_t n = g_apart.gone_total;
+	pthread_mutex_unlock(&g_apart.mu);
+	return n;
+}
+
+/* serve_apart_synced notes that the device synchronized after the first mark events recorded on
+ * destroyed streams: their work is done, and no join needs to wait for them (those recorded since
+ * stay). The events stay in the array, to be recorded again. */
+static void serve_apart_synced(uint64_t mark) {
+	pthread_mutex_lock(&g_apart.mu);
+	uint64_t first = g_apart.gone_total - g_apart.left; /* the number of gone[0] */
+	size_t done = mark > first ? (size_t)(mark - first) : 0;
+	if (done > g_apart.left)
+		done = g_apart.left;
+	for (size_t j = 0; done > 0 && j + done < g_apart.left; j++) {
+		void *e = g_apart.gone[j];
+		g_apart.gone[j] = g_apart.gone[j + done], g_apart.gone[j + done] = e;
+	}
+	g_apart.left -= done;
 	pthread_mutex_unlock(&g_apart.mu);
 }
 
@@ -230,29 +278,88 @@ static int serve_barrier(struct served *s) {
 	return serve_barrier_event(s) && g_real_event.record(s->barrier, (CUstream)(uintptr_t)STREAM_LEGACY) == 0;
 }
 
-/* serve_capturing reports whether a blocking stream of the current context captures a graph. */
+/* serve_capturing reports whether the pool must not order now: a capture is in progress (one the
+ * shim saw begin, or a blocking stream of the current context captures). */
 static int serve_capturing(void) {
+	if (capture_any())
+		return 1;
 	int status = 0;
 	return g_real_event.is_capturing != NULL &&
 	       g_real_event.is_capturing((CUstream)(uintptr_t)STREAM_LEGACY, &status) == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
 }
 
-/* serve_order makes all work issued so far on the device of s come before all work issued from now
- * on, for the pool, counted and timed: a barrier where it holds, a join barrier where the program
- * made non-blocking streams, else a synchronization of the device. 1 on success; 0 (nothing done)
- * while a stream captures a graph. */
+/* serve_stream_captures reports whether stream st captures a graph (or joined a capture): its
+ * stream-ordered calls then belong to the graph and go to CUDA. Asked only while a capture is in
+ * progress somewhere. */
+static int serve_stream_captures(struct stream_ref st) {
+	if (!capture_any() || !serve_resolve() || g_real_event.is_capturing == NULL)
+		return 0;
+	int status = 0;
+	CUresult r = g_real_event.is_capturing((CUstream)(uintptr_t)st.handle, &status);
+	return r != 0 || status != 0; /* an error (906: the legacy stream while a blocking one captures) counts */
+}
+
+/* serve_release_through makes what was freed into s before release point g began reusable: the
+ * deferred blocks, and the in-flight entries (their work is done or ordered before all later work). */
+static void serve_release_through(struct served *s, uint64_t g) {
+	cp_release_through(&s->pool, g);
+	size_t kept = 0;
+	for (size_t i = 0; i < s->inflight.len; i++) {
+		struct inflight q = CP_AT(&s->inflight, struct inflight, i);
+		if (q.gen <= g) {
+			if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
+				CP_AT(&s->events, void *, s->events.len++) = q.event;
+			continue;
+		}
+		CP_AT(&s->inflight, struct inflight, kept++) = q;
+	}
+	s->inflight.len = kept;
+}
+
+/* serve_sync_unlocked synchronizes s's context for the pool, with s's lock held on entry and on
+ * return but not during the wait (another thread's allocation must not wait for the device), and
+ * releases what was freed before it began: 1 on success. The pool may have been retired meanwhile:
+ * the caller looks at s->state again. */
+static int serve_sync_unlocked(struct served *s) {
+	uint64_t g = cp_begin_release(&s->pool), mark = serve_apart_mark();
+	CUcontext ctx = s->ctx;
+	pthread_mutex_unlock(&s->mu);
+	int pushed = ctx_enter(ctx), ok = 0;
+	if (pushed >= 0) {
+		ok = g_real_sync() == 0;
+		ctx_leave(pushed);
+	}
+	pthread_mutex_lock(&s->mu);
+	if (ok && s->state == SV_SERVING && s->ctx == ctx) {
+		serve_release_through(s, g);
+		serve_apart_synced(mark);
+	}
+	return ok;
+}
+
+/* serve_order makes all work issued so far in s's context come before all work issued from now on,
+ * for the pool, counted and timed, and releases what was freed before it: a barrier where it holds,
+ * a join barrier where the program made non-blocking streams, else a synchronization of the context
+ * (without s's lock held during the wait). 1 on success; 0 (nothing done) while a capture is in
+ * progress or when it failed. */
 static int serve_order(struct served *s) {
 	if (serve_capturing())
 		return 0;
 	int64_t t0 = now_ns(CLOCK_MONOTONIC);
+	int pushed = ctx_enter(s->ctx);
+	if (pushed < 0)
+		return 0;
+	uint64_t g = cp_begin_release(&s->pool);
 	int ok, r = serve_ordering_barrier(s);
+	ctx_leave(pushed);
 	if (r == JOIN_CAPTURING)
 		return 0;
 	if (r == JOIN_DONE) {
 		ok = 1;
+		serve_release_through(s, g);
 		POOL_COUNT(barriers, 1);
-	} else if ((ok = g_real_sync() == 0)) {
-		serve_apart_synced();
+	} else {
+		ok = serve_sync_unlocked(s);
 	}
 	POOL_COUNT(syncs, 1);
 	POOL_COUNT(sync_ns, now_ns(CLOCK_MONOTONIC) - t0);
@@ -299,28 +406,40 @@ static void serve_init(void) {
 		say(msg, sizeof msg - 1);
 		return;
 	}
-	for (int d = 0; d < SERVE_DEVICES; d++)
-		pthread_mutex_init(&g_served[d].mu, NULL);
+	for (int i = 0; i < SERVE_POOLS; i++)
+		pthread_mutex_init(&g_served[i].mu, NULL);
 	__atomic_store_n(&g_sv.on, 1, __ATOMIC_RELEASE);
 }
 
+/* serve_reserve reserves a region for pool s (its lock held) in s's context, and lists it. */
 static int serve_reserve(void *ctx, uint64_t size, uint64_t *addr) {
-	(void)ctx;
+	struct served *s = ctx;
 	CUdeviceptr p = 0;
+	int pushed = ctx_enter(s->ctx);
+	if (pushed < 0)
+		return CP_ERR;
 	CUresult r = g_real_alloc(&p, size);
+	ctx_leave(pushed);
 	if (r != 0)
 		return r == 2 ? CP_OOM : CP_ERR; /* CUDA_ERROR_OUT_OF_MEMORY */
 	POOL_COUNT(reservations, 1);
+	ranges_add(p, size, (int)(s - g_served));
 	*addr = p;
 	return CP_OK;
 }
 
+/* serve_release gives a region of pool s back to CUDA, in s's context. */
 static int serve_release(void *ctx, uint64_t addr, uint64_t size) {
-	(void)ctx, (void)size;
-	return g_real_free(addr) == 0 ? CP_OK : CP_ERR;
+	(void)size;
+	struct served *s = ctx;
+	int pushed = ctx_enter(s->ctx);
+	if (pushed < 0)
+		return CP_ERR;
+	ranges_remove(addr, (int)(s - g_served));
+	CUresult r = g_real_free(addr);
+	ctx_leave(pushed);
+	return r == 0 ? CP_OK : CP_ERR;
 }
-
-static int serve_upstream_sync(void *ctx) { return serve_order(ctx) ? 0 : -1; }
 
 /* serve_resolve finds the real driver functions the pools use; 0 when libcuda is not loaded. */
 static int serve_resolve(void) {
@@ -394,37 +513,39 @@ static struct cp_book serve_take_spare(void) {
 	return (struct cp_book){NULL, 0, 0};
 }
 
-/* serve_make builds device d's pool (its lock held). */
-static void serve_make(struct served *s, int d) {
-	s->state = 2;
-	s->inflight.elem = sizeof(struct inflight);
-	s->events.elem = sizeof(void *);
+/* serve_make builds the pool of slot s for its context (its lock held). */
+static void serve_make(struct served *s) {
+	s->state = SV_FAILED;
+	s->failed_at = __atomic_load_n(&g_ctx_epoch, __ATOMIC_ACQUIRE);
+	s->inflight = (struct cp_vec){NULL, 0, 0, sizeof(struct inflight)};
+	s->events = (struct cp_vec){NULL, 0, 0, sizeof(void *)};
 	s->prune_at = 64;
+	s->multi = s->keyed = 0, s->barrier = NULL;
 	if (!serve_resolve())
 		return;
-	int err = cp_init_book(&s->pool, &g_serve_cfg,
-			       (struct cp_upstream){serve_reserve, serve_release, s, serve_upstream_sync}, serve_take_spare());
+	int err = cp_init_book(&s->pool, &g_serve_cfg, (struct cp_upstream){serve_reserve, serve_release, s, NULL},
+			       serve_take_spare());
 	if (err != CP_OK) {
 		cp_close(&s->pool);
 		char buf[160];
 		int n = snprintf(buf, sizeof buf, "allocscope: cannot reserve the pool on device %d (error %d); "
-				 "its allocations go to CUDA\n", d, err);
+				 "its allocations go to CUDA\n", s->device, err);
 		if (n > 0)
 			say(buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 		return;
 	}
-	s->state = 1;
-	__atomic_or_fetch(&g_sv.pools, 1ull << d, __ATOMIC_RELEASE);
+	s->state = SV_SERVING;
+	__atomic_or_fetch(&g_sv.pools, 1ull << (s - g_served), __ATOMIC_RELEASE);
 	pool_note_peak(s->pool.s.peak_reserved_bytes);
 }
 
-/* serve_drop_inflight forgets the in-flight entries whose events completed (all of them after a
- * synchronization of the device) and keeps their events for reuse. */
-static void serve_drop_inflight(struct served *s, int all) {
+/* serve_drop_inflight forgets the in-flight entries whose events completed and keeps their events
+ * for reuse. */
+static void serve_drop_inflight(struct served *s) {
 	size_t kept = 0;
 	for (size_t i = 0; i < s->inflight.len; i++) {
 		struct inflight q = CP_AT(&s->inflight, struct inflight, i);
-		if (all || g_real_event.query(q.event) == 0) {
+		if (g_real_event.query(q.event) == 0) {
 			if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
 				CP_AT(&s->events, void *, s->events.len++) = q.event;
 			continue;
@@ -435,17 +556,11 @@ static void serve_drop_inflight(struct served *s, int all) {
 	s->prune_at = kept * 2 > 64 ? kept * 2 : 64;
 }
 
-/* serve_synced notes that the device of s synchronized: every block freed before is reusable. */
-static void serve_synced(struct served *s) {
-	cp_synced(&s->pool);
-	serve_drop_inflight(s, 1);
-}
-
 /* serve_note_stream notes a stream-ordered call on st (or an allocation by a synchronous call): the
- * second stream seen, or a stream destroyed, makes the pool order the device once and track
+ * second stream seen, or a stream destroyed, makes the pool order its context once and track
  * stream-ordered frees with events from then on. 1, or 0 when that ordering could not be made (a
- * stream captures a graph): nothing is noted, the call must not take a reusable block, and the next
- * call tries again. */
+ * capture is in progress): nothing is noted, the call must not take a reusable block, and the next
+ * call tries again. The lock may be let go meanwhile (serve_order): the caller checks s->state. */
 static int serve_note_stream(struct served *s, struct stream_ref st) {
 	unsigned destroyed = __atomic_load_n(&g_sv.destroyed, __ATOMIC_ACQUIRE);
 	if (s->multi) {
@@ -454,7 +569,6 @@ static int serve_note_stream(struct served *s, struct stream_ref st) {
 		if (!serve_order(s)) /* a stream's free list may pass to a new stream of its handle */
 			return 0;
 		s->destroyed = destroyed;
-		serve_synced(s);
 		return 1;
 	}
 	if (!s->keyed) {
@@ -466,35 +580,69 @@ static int serve_note_stream(struct served *s, struct stream_ref st) {
 	if (!serve_order(s))
 		return 0;
 	s->multi = 1, s->destroyed = destroyed;
-	serve_synced(s);
 	return 1;
 }
 
+/* The events a synchronous allocation must wait for, outside the pool's lock; owned: taken out of the
+ * in-flight list (back to the spare list after the wait), else still listed there. */
+#define HOST_WAITS 16
+struct host_waits {
+	int n;
+	struct { void *event; int owned; } w[HOST_WAITS];
+};
+
 /* serve_guard makes the user of a block just handed out at [addr, addr+size) wait for the work of
- * other streams that freed what overlaps it, when that work may still run. An entry the block
- * covers is done with: whoever frees the block next orders it after that wait. */
-static void serve_guard(struct served *s, uint64_t addr, uint64_t size, struct stream_ref st) {
+ * other streams that freed what overlaps it, when that work may still run: a stream user's stream
+ * waits for their events; a synchronous allocation collects them into w, for the host to wait for
+ * once the lock is let go (1 when w filled up before every entry was seen: call again after the
+ * wait). An entry the block covers is done with once waited for: whoever frees the block next
+ * orders it after that wait. One it covers in part stays listed for the users of the rest. */
+static int serve_guard(struct served *s, uint64_t addr, uint64_t size, struct stream_ref st, struct host_waits *w) {
 	uint64_t end = addr + (size > 0 ? size : 1);
-	size_t kept = 0;
-	for (size_t i = 0; i < s->inflight.len; i++) {
+	size_t kept = 0, i = 0;
+	int full = 0;
+	for (; i < s->inflight.len && !full; i++) {
 		struct inflight q = CP_AT(&s->inflight, struct inflight, i);
-		if (q.addr < end && addr < q.end && !(st.async && q.key == st.key) &&
-		    g_real_event.query(q.event) != 0) {
+		int covered = q.addr >= addr && q.end <= end;
+		if (q.addr < end && addr < q.end && !(st.async && q.key == st.key) && g_real_event.query(q.event) != 0) {
 			if (st.async && g_real_event.wait((CUstream)(uintptr_t)st.handle, q.event, 0) == 0) {
 				POOL_COUNT(stream_waits, 1);
-			} else {
-				g_real_event.synchronize(q.event);
+			} else if (w->n < HOST_WAITS) {
+				w->w[w->n].event = q.event, w->w[w->n++].owned = covered;
 				POOL_COUNT(host_waits, 1);
+				if (covered)
+					continue; /* its event is the waiter's until the wait is over */
+			} else {
+				full = 1;
+				i--; /* not looked at: kept below */
+				continue;
 			}
 		}
-		if (q.addr >= addr && q.end <= end) {
+		if (covered) {
 			if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
 				CP_AT(&s->events, void *, s->events.len++) = q.event;
 			continue;
 		}
 		CP_AT(&s->inflight, struct inflight, kept++) = q;
 	}
+	for (; i < s->inflight.len; i++)
+		CP_AT(&s->inflight, struct inflight, kept++) = CP_AT(&s->inflight, struct inflight, i);
 	s->inflight.len = kept;
+	return full;
+}
+
+/* serve_wait_host waits, without s's lock, for the events a synchronous allocation collected, then
+ * gives those it owns back to s's spare list (s's lock held on entry and on return). An event still
+ * listed may be recorded again once complete: waiting for it then only waits longer. */
+static void serve_wait_host(struct served *s, struct host_waits *w) {
+	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; i < w->n; i++)
+		g_real_event.synchronize(w->w[i].event);
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < w->n; i++)
+		if (w->w[i].owned && cp_vec_reserve(&s->events, s->events.len + 1) == 0)
+			CP_AT(&s->events, void *, s->events.len++) = w->w[i].event;
+	w->n = 0;
 }
 
 /* serve_needs_event reports whether a block freed on st may be handed out on another stream: not
@@ -505,10 +653,10 @@ static int serve_needs_event(struct served *s, struct stream_ref st) {
 }
 
 /* serve_track records an event on the stream that freed [addr, addr+size): 0, or -1 when it could
- * not (the block must then wait for a synchronization). */
+ * not (the block must then wait for a release point like a synchronous free's). */
 static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct stream_ref st) {
 	if (s->inflight.len >= s->prune_at)
-		serve_drop_inflight(s, 0);
+		serve_drop_inflight(s);
 	void *ev = NULL;
 	if (s->events.len > 0)
 		ev = CP_AT(&s->events, void *, --s->events.len);
@@ -521,31 +669,37 @@ static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct st
 			CP_AT(&s->events, void *, s->events.len++) = ev;
 		return -1;
 	}
-	CP_AT(&s->inflight, struct inflight, s->inflight.len++) = (struct inflight){addr, addr + (size ? size : 1), st.key, ev};
+	CP_AT(&s->inflight, struct inflight, s->inflight.len++) =
+		(struct inflight){addr, addr + (size ? size : 1), st.key, s->pool.gen, ev};
 	return 0;
 }
 
-/* serve_take serves size bytes from s (its lock held). Before a growth the pool makes its deferred
- * blocks reusable with one synchronization (cp_alloc); the in-flight entries are then done with. */
+/* serve_take serves size bytes from s (its lock held; it may be let go meanwhile, and the pool
+ * retired: then CP_CLOSED). A request that would grow the pool while blocks are deferred first
+ * orders the context once (serve_order) and takes what that released. */
 static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uint64_t *addr) {
 	if (!serve_note_stream(s, st))
 		return CP_ERR; /* to CUDA */
-	uint64_t fallbacks = s->pool.s.fallbacks, syncs = s->pool.s.syncs;
-	int err = cp_alloc(&s->pool, size, st.policy, addr);
-	if (s->pool.s.syncs != syncs)
-		serve_drop_inflight(s, 1);
+	if (s->state != SV_SERVING)
+		return CP_CLOSED;
+	uint64_t fallbacks = s->pool.s.fallbacks;
+	int err = cp_try_alloc(&s->pool, size, st.policy, addr);
+	if (err == CP_WOULD_GROW) {
+		if (s->pool.deferred.len > 0 && serve_order(s))
+			s->pool.s.syncs++;
+		if (s->state != SV_SERVING)
+			return CP_CLOSED;
+		err = cp_alloc_now(&s->pool, size, st.policy, addr);
+	}
 	if (s->pool.s.fallbacks != fallbacks) {
 		POOL_COUNT(fallbacks, s->pool.s.fallbacks - fallbacks);
 		pool_note_peak(s->pool.s.peak_reserved_bytes);
 	}
-	if (err == CP_OK && s->inflight.len > 0)
-		serve_guard(s, *addr, size, st);
 	return err;
 }
 
 /* serve_prefetch asks for what a served call reads of the first pool in pools (a process's only
- * one, mostly) before the call needs it: see cp_prefetch. (Prefetching also what the request
- * itself reads, its class and free-list top or the slab index, made no difference in programs.) */
+ * one, mostly) before the call needs it: see cp_prefetch. */
 static inline void serve_prefetch(uint64_t pools) {
 	if (pools == 0)
 		return;
@@ -554,116 +708,326 @@ static inline void serve_prefetch(uint64_t pools) {
 	cp_prefetch(&s->pool);
 }
 
-/* serve_alloc serves size bytes on the current device for a call on stream st into *addr: 1, or 0
- * when the call is to go to CUDA. A runtime call on a thread with no current context is served on
- * device 0, where the runtime puts such a thread, when device 0 has a pool already. */
-static int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_t *addr) {
-	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || size == 0)
-		return 0;
-	__builtin_prefetch(&g_ctx_epoch);
-	serve_prefetch(__atomic_load_n(&g_sv.pools, __ATOMIC_RELAXED));
-	int d = t_serving ? -1 : current_device();
-	if (d < 0 && runtime && !t_serving && __atomic_load_n(&g_served[0].state, __ATOMIC_ACQUIRE) == 1)
-		d = 0; /* a thread's first runtime call: the runtime binds it to device 0, whose pool exists */
-	if (d < 0 || d >= SERVE_DEVICES) {
-		POOL_COUNT(passed, 1);
-		return 0;
+/* ---- which pool ----------------------------------------------------------------------------------- */
+
+static TLS struct served *t_pool;        /* the thread's context's pool, while t_pool_epoch holds */
+static TLS unsigned long t_pool_epoch;   /* g_ctx_epoch + 1 when t_pool was found */
+
+/* serve_slot_of returns the slot of ctx's pool, claiming a free one for it when there is none; NULL
+ * when every slot is taken. */
+static struct served *serve_slot_of(CUcontext ctx, int device) {
+	for (int i = 0; i < SERVE_POOLS; i++) {
+		struct served *s = &g_served[i];
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SV_FREE && __atomic_load_n(&s->ctx, __ATOMIC_ACQUIRE) == ctx)
+			return s;
 	}
-	struct served *s = &g_served[d];
-	t_serving = 1;
-	pthread_mutex_lock(&s->mu);
-	if (s->state == 0)
-		serve_make(s, d);
-	int err = s->state == 1 ? serve_take(s, size, st, addr) : CP_ERR;
-	pthread_mutex_unlock(&s->mu);
-	t_serving = 0;
-	if (err != CP_OK)
-		POOL_COUNT(passed, 1);
-	return err == CP_OK;
+	struct served *found = NULL;
+	pthread_mutex_lock(&g_slots_mu);
+	for (int i = 0; i < SERVE_POOLS && found == NULL; i++) {
+		struct served *s = &g_served[i];
+		int st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+		if (st != SV_FREE && s->ctx == ctx)
+			found = s;
+	}
+	for (int i = 0; i < SERVE_POOLS && found == NULL; i++) {
+		struct served *s = &g_served[i];
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SV_FREE)
+			continue;
+		s->device = device;
+		__atomic_store_n(&s->ctx, ctx, __ATOMIC_RELEASE);
+		__atomic_store_n(&s->state, SV_NEW, __ATOMIC_RELEASE);
+		found = s;
+	}
+	pthread_mutex_unlock(&g_slots_mu);
+	return found;
 }
 
-/* serve_give_back takes a free of addr on stream st into s (its lock held): 1 with *result the call's
- * result, or 0 when the block is not the pool's. */
-static int serve_give_back(struct served *s, uint64_t addr, struct stream_ref st, int *result) {
-	uint64_t size = 0;
-	int state = cp_lookup(&s->pool, addr, &size);
-	if (state == CP_UNKNOWN)
-		return 0;
-	if (state == CP_PENDING) {
-		*result = 1; /* freed twice: CUDA_ERROR_INVALID_VALUE / cudaErrorInvalidValue */
-		return 1;
-	}
-	if (st.async && serve_note_stream(s, st)) { /* else the block waits for the next ordering */
-		if (!s->multi || !serve_needs_event(s, st) || serve_track(s, addr, size, st) == 0) {
-			*result = cp_free(&s->pool, addr, st.policy) == CP_OK ? 0 : 1;
-			return 1;
+/* serve_primary_of returns a serving pool of device d's primary context, for a runtime call on a
+ * thread the runtime has not bound to a context yet (it binds it to device 0's primary context). */
+static struct served *serve_primary_of(int d, CUcontext *ctx) {
+	for (uint64_t m = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE); m != 0; m &= m - 1) {
+		struct served *s = &g_served[__builtin_ctzll(m)];
+		if (s->device == d && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SV_SERVING) {
+			*ctx = s->ctx;
+			return s;
 		}
 	}
-	/* CP_ERR: no memory for the list; the block stays live (never unsafe), the call says out of memory */
-	*result = cp_defer_free(&s->pool, addr, st.policy) == CP_OK ? 0 : 2;
+	return NULL;
+}
+
+/* serve_current returns the pool of the calling thread's context (ctx: that context), or NULL when
+ * the thread has none. A runtime call of a thread without a context is served by device 0's pool,
+ * where the runtime puts such a thread, when that pool exists and the program made no context. */
+static struct served *serve_current(int runtime, CUcontext *ctx) {
+	unsigned long epoch = __atomic_load_n(&g_ctx_epoch, __ATOMIC_ACQUIRE);
+	if (t_pool_epoch == epoch + 1) {
+		*ctx = t_pool->ctx;
+		return t_pool;
+	}
+	int d = -1;
+	if (ctx_current(ctx, &d) != 0)
+		return runtime && !__atomic_load_n(&g_ctx_made, __ATOMIC_ACQUIRE) ? serve_primary_of(0, ctx) : NULL;
+	struct served *s = serve_slot_of(*ctx, d);
+	if (s != NULL && !ctx_several())
+		t_pool = s, t_pool_epoch = epoch + 1;
+	return s;
+}
+
+/* serve_for_stream returns the pool of the context of a stream-ordered call's stream. */
+static struct served *serve_for_stream(struct stream_ref st, int runtime, CUcontext *ctx) {
+	if (!ctx_several() || st.handle <= STREAM_PER_THREAD)
+		return serve_current(runtime, ctx);
+	int d = -1;
+	if (ctx_of_stream(st.handle, ctx, &d) != 0)
+		return NULL;
+	return serve_slot_of(*ctx, d);
+}
+
+/* serve_lock takes s's lock for a call in ctx: 1 when s is ctx's pool and can serve (it is made
+ * first when new, or again when it could not be made and the contexts changed since), else 0 with
+ * the lock let go and *why the reason. */
+static int serve_lock(struct served *s, CUcontext ctx, int *why) {
+	pthread_mutex_lock(&s->mu);
+	if (s->ctx != ctx || s->state == SV_FREE || s->state == SV_RETIRING) {
+		pthread_mutex_unlock(&s->mu);
+		*why = PASS_RETIRED;
+		return 0;
+	}
+	if (s->state == SV_FAILED && s->failed_at != __atomic_load_n(&g_ctx_epoch, __ATOMIC_ACQUIRE))
+		s->state = SV_NEW;
+	if (s->state == SV_NEW)
+		serve_make(s);
+	if (s->state != SV_SERVING) {
+		pthread_mutex_unlock(&s->mu);
+		*why = PASS_NO_POOL;
+		return 0;
+	}
 	return 1;
 }
 
-/* serve_free takes a free of addr on stream st: 0 when no pool handed it out (the call goes to CUDA),
- * else 1 with *result the call's result (0, or 1 = invalid value for a second free). */
-static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
-	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving || addr == 0)
+/* ---- serving -------------------------------------------------------------------------------------- */
+
+static void serve_late_frees(void);
+static void serve_apart_forget(void);
+
+/* serve_alloc serves size bytes for a call on stream st into *addr: 1, or 0 when the call is to go
+ * to CUDA (counted, with the reason). */
+static int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_t *addr) {
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || size == 0)
 		return 0;
-	int taken = 0;
+	serve_prefetch(__atomic_load_n(&g_sv.pools, __ATOMIC_RELAXED));
+	int why = PASS_OTHER;
+	CUcontext ctx = NULL;
+	struct served *s = NULL;
+	if (t_serving)
+		why = PASS_SIGNAL;
+	else if (st.async ? serve_stream_captures(st) : capture_forbids_sync())
+		why = PASS_CAPTURE;
+	else if ((s = st.async ? serve_for_stream(st, runtime, &ctx) : serve_current(runtime, &ctx)) == NULL)
+		why = PASS_NO_CONTEXT;
+	if (s == NULL) {
+		POOL_PASS(why);
+		return 0;
+	}
 	t_serving = 1;
-	uint64_t pools = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE);
-	serve_prefetch(pools);
-	for (uint64_t m = pools; m != 0 && !taken; m &= m - 1) {
-		struct served *s = &g_served[__builtin_ctzll(m)];
-		pthread_mutex_lock(&s->mu);
-		taken = serve_give_back(s, addr, st, result);
+	int err = CP_ERR;
+	if (serve_lock(s, ctx, &why)) {
+		err = serve_take(s, size, st, addr);
+		if (err == CP_OK && s->inflight.len > 0) {
+			struct host_waits w = {0};
+			for (int more = 1; more;) {
+				more = serve_guard(s, *addr, size, st, &w);
+				if (w.n > 0)
+					serve_wait_host(s, &w);
+			}
+		}
+		why = err == CP_CLOSED ? PASS_RETIRED : err == CP_ERR && s->state == SV_SERVING ? PASS_CAPTURE : PASS_FULL;
 		pthread_mutex_unlock(&s->mu);
 	}
 	t_serving = 0;
+	serve_late_frees();
+	if (err != CP_OK)
+		POOL_PASS(why);
+	return err == CP_OK;
+}
+
+/* What a free of a pool block needs after the lock is let go. */
+enum { GIVEN, GIVEN_AFTER_STREAM };
+
+/* serve_give_back takes a free of addr on stream st into s (its lock held; s's reservations hold
+ * addr): *result is the call's result. GIVEN_AFTER_STREAM when the block is to be freed once the
+ * stream's work is done (a stream of another context: the pool's events cannot be recorded there). */
+static int serve_give_back(struct served *s, uint64_t addr, struct stream_ref st, int other_ctx, int *result) {
+	uint64_t size = 0;
+	int state = cp_lookup(&s->pool, addr, &size);
+	*result = 0;
+	if (state != CP_OK) { /* a second free, or no block starts there: what CUDA says of a pointer it does not know */
+		*result = RESULT_INVALID_VALUE;
+		return GIVEN;
+	}
+	if (!st.async && capture_forbids_sync()) {
+		*result = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* as CUDA's; the block stays live */
+		return GIVEN;
+	}
+	if (st.async && serve_stream_captures(st)) {
+		POOL_COUNT(captured_frees, 1); /* a graph's free: the graph may use the block at every launch */
+		return GIVEN;
+	}
+	if (st.async && other_ctx)
+		return GIVEN_AFTER_STREAM;
+	if (st.async && serve_note_stream(s, st) && s->state == SV_SERVING) { /* else: a release point's */
+		if (!s->multi || !serve_needs_event(s, st) || serve_track(s, addr, size, st) == 0) {
+			*result = cp_free(&s->pool, addr, st.policy) == CP_OK ? 0 : RESULT_INVALID_VALUE;
+			return GIVEN;
+		}
+	}
+	if (s->state != SV_SERVING)
+		return GIVEN; /* retired meanwhile: its memory went with its context */
+	/* CP_ERR: no memory for the list; the block stays live (never unsafe), the call says out of memory */
+	*result = cp_defer_free(&s->pool, addr, st.policy) == CP_OK ? 0 : 2;
+	return GIVEN;
+}
+
+/* serve_other_ctx reports whether a stream-ordered free of a block of s names a stream of another
+ * context (asked only where contexts can differ). */
+static int serve_other_ctx(struct served *s, struct stream_ref st) {
+	if (!st.async || !ctx_several())
+		return 0;
+	CUcontext c = NULL;
+	int d;
+	return ctx_of_stream(st.handle, &c, &d) != 0 || c != s->ctx;
+}
+
+static int serve_queue_late(uint64_t addr, struct stream_ref st);
+
+/* serve_free takes a free of addr on stream st: 0 when addr is not in any pool's memory (the call
+ * goes to CUDA), else 1 with *result the call's result. */
+static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || addr == 0)
+		return 0;
+	int slot = ranges_find(addr);
+	if (slot == -1)
+		return 0;
+	if (t_serving) {
+		*result = 0;
+		return serve_queue_late(addr, st);
+	}
+	int taken = 0;
+	t_serving = 1;
+	for (int i = slot >= 0 ? slot : 0; i < (slot >= 0 ? slot + 1 : SERVE_POOLS) && !taken; i++) {
+		struct served *s = &g_served[i];
+		int other = serve_other_ctx(s, st);
+		pthread_mutex_lock(&s->mu);
+		if (s->state == SV_SERVING && cp_owns(&s->pool, addr)) {
+			taken = 1;
+			if (serve_give_back(s, addr, st, other, result) == GIVEN_AFTER_STREAM) {
+				pthread_mutex_unlock(&s->mu);
+				g_ctx.stream_sync((CUstream)(uintptr_t)st.handle); /* its work before the free is done */
+				pthread_mutex_lock(&s->mu);
+				if (s->state == SV_SERVING)
+					*result = cp_free(&s->pool, addr, st.policy) == CP_OK ? 0 : RESULT_INVALID_VALUE;
+				POOL_COUNT(host_waits, 1);
+			}
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+	t_serving = 0;
+	serve_late_frees();
 	return taken;
 }
 
-/* serve_synchronized makes the current device's pending blocks reusable after the program
- * synchronized it. */
-static void serve_synchronized(void) {
-	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving)
-		return;
-	int d = current_device();
-	if (d < 0 || d >= SERVE_DEVICES || __atomic_load_n(&g_served[d].state, __ATOMIC_ACQUIRE) != 1)
-		return;
-	t_serving = 1;
-	pthread_mutex_lock(&g_served[d].mu);
-	serve_synced(&g_served[d]);
-	pthread_mutex_unlock(&g_served[d].mu);
-	t_serving = 0;
+/* A signal handler's frees of pool blocks while its thread was inside the pool: made when the
+ * thread leaves it. A full queue keeps the block live (never unsafe). */
+#define LATE_FREES 8
+static TLS struct { int n; uint64_t addr[LATE_FREES]; struct stream_ref st[LATE_FREES]; } t_late;
+
+static int serve_queue_late(uint64_t addr, struct stream_ref st) {
+	if (t_late.n < LATE_FREES) {
+		t_late.addr[t_late.n] = addr, t_late.st[t_late.n] = st;
+		SIGNAL_FENCE();
+		t_late.n++;
+	} else {
+		POOL_COUNT(late_frees_kept, 1);
+	}
+	return 1;
 }
 
-/* serve_exported notes that the program exported addr with cudaIpcGetMemHandle/cuIpcGetMemHandle:
- * if a pool handed it out, another process that opens the handle maps the pool's whole region, not
- * the block. Counted, and said once. */
-static void serve_exported(uint64_t addr) {
-	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving || addr == 0)
-		return;
-	int found = 0;
-	t_serving = 1;
-	for (uint64_t m = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE); m != 0 && !found; m &= m - 1) {
-		struct served *s = &g_served[__builtin_ctzll(m)];
-		pthread_mutex_lock(&s->mu);
-		uint64_t size;
-		found = cp_lookup(&s->pool, addr, &size) != CP_UNKNOWN;
-		pthread_mutex_unlock(&s->mu);
+/* serve_late_frees makes the frees a signal handler queued (outside the pool). */
+static void serve_late_frees(void) {
+	while (t_late.n > 0) {
+		int i = --t_late.n, r;
+		serve_free(t_late.addr[i], t_late.st[i], &r);
 	}
+}
+
+/* A program's synchronization of its context: it releases what was freed before it began. */
+struct sync_mark { struct served *s; CUcontext ctx; uint64_t gen, gone; };
+
+/* serve_sync_begins notes, before the call, a synchronization of the calling thread's context. */
+static struct sync_mark serve_sync_begins(void) {
+	struct sync_mark m = {NULL, NULL, 0, 0};
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving)
+		return m;
+	struct served *s = serve_current(0, &m.ctx);
+	if (s == NULL || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SV_SERVING)
+		return m;
+	t_serving = 1;
+	pthread_mutex_lock(&s->mu);
+	if (s->state == SV_SERVING && s->ctx == m.ctx)
+		m.s = s, m.gen = cp_begin_release(&s->pool), m.gone = serve_apart_mark();
+	pthread_mutex_unlock(&s->mu);
 	t_serving = 0;
-	if (!found)
+	return m;
+}
+
+/* serve_sync_ended releases what was freed before the synchronization m began, if it succeeded. */
+static void serve_sync_ended(struct sync_mark m, int ok) {
+	if (m.s == NULL || !ok)
 		return;
+	t_serving = 1;
+	pthread_mutex_lock(&m.s->mu);
+	if (m.s->state == SV_SERVING && m.s->ctx == m.ctx) {
+		serve_release_through(m.s, m.gen);
+		serve_apart_synced(m.gone);
+	}
+	pthread_mutex_unlock(&m.s->mu);
+	t_serving = 0;
+	serve_late_frees();
+}
+
+/* serve_export_refused reports whether the program asks for an IPC handle of memory in a pool: it is
+ * refused (the handle would name the pool's region, and another process would map the wrong memory),
+ * counted, and said once. */
+static int serve_export_refused(uint64_t addr) {
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || addr == 0 || ranges_find(addr) < 0)
+		return 0;
 	POOL_COUNT(ipc_exports, 1);
 	static int said;
 	if (!__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL)) {
-		static const char msg[] = "allocscope: the program exported a block of record --pool's pool with "
-					  "cudaIpcGetMemHandle; a process that opens the handle sees the pool's region, not "
-					  "the block: record this program without --pool\n";
+		static const char msg[] = "allocscope: the program asked for an IPC handle (cudaIpcGetMemHandle) of a block "
+					  "of record --pool's pool; refused with an invalid-value error, as CUDA refuses "
+					  "stream-ordered blocks: record this program without --pool\n";
 		say(msg, sizeof msg - 1);
 	}
+	return 1;
+}
+
+/* serve_address_range answers cuMemGetAddressRange for an address in a pool: 1 with the block that
+ * holds it (its start and requested bytes, as CUDA gives an allocation's), 0 when addr is not in a
+ * pool's memory (CUDA answers), -1 when it is but in no live block (CUDA_ERROR_NOT_FOUND). */
+static int serve_address_range(uint64_t addr, uint64_t *base, uint64_t *size) {
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving || addr == 0)
+		return 0;
+	int slot = ranges_find(addr);
+	if (slot < 0)
+		return 0;
+	struct served *s = &g_served[slot];
+	t_serving = 1;
+	pthread_mutex_lock(&s->mu);
+	int r = s->state == SV_SERVING ? (cp_block_at(&s->pool, addr, base, size) ? 1 : -1) : 0;
+	pthread_mutex_unlock(&s->mu);
+	t_serving = 0;
+	return r;
 }
 
 /* serve_apart_lock takes g_apart's lock for a stream hook: 1, or 0 when the thread is inside the pool
@@ -711,7 +1075,7 @@ static int serve_stream_destroying(uint64_t stream) {
 		if (g_apart.left < APART_MAX && g_real_event.record != NULL &&
 		    (*e != NULL || g_real_event.create(e, 0x2 /* DISABLE_TIMING */) == 0) &&
 		    g_real_event.record(*e, (CUstream)(uintptr_t)stream) == 0)
-			g_apart.left++;
+			g_apart.left++, g_apart.gone_total++;
 		else
 			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
 		break;
@@ -749,50 +1113,159 @@ static int serve_stream_making(void) {
 /* serve_after_barriers makes the new stream wait for the last barrier of every pool: it does not
  * wait for the legacy stream, and blocks reused after that barrier may have been freed by work that
  * still runs (g_apart's lock held). Where it cannot, the device is synchronized instead. */
-static void serve_after_barriers(uint64_t stream) {
+static int serve_after_barriers(uint64_t stream) {
 	for (uint64_t m = __atomic_load_n(&g_sv.pools, __ATOMIC_ACQUIRE); m != 0; m &= m - 1) {
 		void *barrier = g_served[__builtin_ctzll(m)].barrier;
-		if (barrier == NULL || g_real_event.wait((CUstream)(uintptr_t)stream, barrier, 0) == 0)
-			continue;
-		if (g_real_sync == NULL || g_real_sync() != 0)
-			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
-		return;
+		if (barrier != NULL && g_real_event.wait((CUstream)(uintptr_t)stream, barrier, 0) != 0)
+			return 0;
 	}
+	return 1;
 }
 
 /* serve_stream_made notes the outcome of a call serve_stream_making announced: stream, or 0 when the
- * call failed; green: a green context's stream, which a join cannot order (joins end). */
+ * call failed; green: a green context's stream, which a join cannot order (joins end). A stream that
+ * cannot wait for the last barriers gets the device synchronized instead, after g_apart's lock is
+ * let go and before the program has the stream. */
 static void serve_stream_made(uint64_t stream, int green) {
 	if (!serve_apart_lock())
 		return;
 	g_apart.making--;
+	int waits = 1;
 	if (stream != 0) {
 		if (!green && g_apart.n < APART_MAX)
 			g_apart.stream[g_apart.n++] = stream;
 		else
 			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
-		serve_after_barriers(stream);
+		waits = serve_after_barriers(stream);
 	}
 	serve_apart_unlock();
+	if (!waits && (g_real_sync == NULL || g_real_sync() != 0))
+		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+}
+
+/* ---- contexts that end ---------------------------------------------------------------------------- */
+
+/* The contexts the program made (cuCtxCreate), which a reset of their device leaves alone. */
+#define MADE_MAX 64
+static CUcontext g_made[MADE_MAX];
+
+/* serve_ctx_made notes a context the program made; serve_ctx_unmade one it destroyed. */
+static void serve_ctx_made(CUcontext c) {
+	for (int i = 0; i < MADE_MAX; i++) {
+		CUcontext none = NULL;
+		if (__atomic_compare_exchange_n(&g_made[i], &none, c, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return;
+	}
+}
+
+static void serve_ctx_unmade(CUcontext c) {
+	for (int i = 0; i < MADE_MAX; i++) {
+		CUcontext k = c;
+		if (__atomic_compare_exchange_n(&g_made[i], &k, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return;
+	}
+}
+
+/* serve_is_made reports whether the program made context c itself. */
+static int serve_is_made(CUcontext c) {
+	for (int i = 0; i < MADE_MAX; i++)
+		if (__atomic_load_n(&g_made[i], __ATOMIC_ACQUIRE) == c)
+			return 1;
+	return 0;
+}
+
+/* serve_retiring stops, before a call that may destroy contexts, the pools of ctx (or, with ctx
+ * NULL, of device d's primary context: every pool of d not of a context the program made) from
+ * serving: a mask of their slots, for serve_retired. */
+static uint64_t serve_retiring(CUcontext ctx, int d) {
+	if (!serve_on() || t_serving)
+		return 0;
+	uint64_t mask = 0;
+	t_serving = 1;
+	for (int i = 0; i < SERVE_POOLS; i++) {
+		struct served *s = &g_served[i];
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == SV_FREE)
+			continue;
+		pthread_mutex_lock(&s->mu);
+		int mine = ctx != NULL ? s->ctx == ctx : d >= 0 && s->device == d && !serve_is_made(s->ctx);
+		if (mine && s->state != SV_FREE && s->state != SV_RETIRING) {
+			s->resume = s->state;
+			s->state = SV_RETIRING;
+			mask |= 1ull << i;
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+	t_serving = 0;
+	return mask;
+}
+
+/* serve_retired ends what serve_retiring began: the pools of mask are given up when their contexts
+ * were destroyed (their memory went with them: nothing is freed), else serve again. */
+static void serve_retired(uint64_t mask, int destroyed) {
+	if (mask == 0)
+		return;
+	t_serving = 1;
+	for (uint64_t m = mask; m != 0; m &= m - 1) {
+		int i = __builtin_ctzll(m);
+		struct served *s = &g_served[i];
+		pthread_mutex_lock(&s->mu);
+		if (!destroyed) {
+			s->state = s->resume;
+			pthread_mutex_unlock(&s->mu);
+			continue;
+		}
+		__atomic_and_fetch(&g_sv.pools, ~(1ull << i), __ATOMIC_ACQ_REL);
+		ranges_remove(0, i);
+		if (s->resume == SV_SERVING)
+			cp_discard(&s->pool);
+		memset(&s->pool, 0, sizeof s->pool);
+		cp_vec_free(&s->inflight); /* their events went with the context */
+		cp_vec_free(&s->events);
+		s->barrier = NULL, s->multi = s->keyed = 0;
+		pthread_mutex_lock(&g_slots_mu);
+		__atomic_store_n(&s->state, SV_FREE, __ATOMIC_RELEASE);
+		__atomic_store_n(&s->ctx, NULL, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&g_slots_mu);
+		pthread_mutex_unlock(&s->mu);
+		POOL_COUNT(retired, 1);
+	}
+	serve_apart_forget();
+	context_changes();
+	t_serving = 0;
+}
+
+/* serve_apart_forget drops the streams and events g_apart knows after a context was destroyed: with
+ * one device and no context of the program's own they were that context's; otherwise joins end. */
+static void serve_apart_forget(void) {
+	pthread_mutex_lock(&g_apart.mu);
+	if (ctx_several()) {
+		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+	} else {
+		g_apart.n = g_apart.left = 0;
+		memset(g_apart.event, 0, sizeof g_apart.event);
+		memset(g_apart.gone, 0, sizeof g_apart.gone);
+	}
+	pthread_mutex_unlock(&g_apart.mu);
+	__atomic_add_fetch(&g_sv.destroyed, 1, __ATOMIC_ACQ_REL);
 }
 
 /* serve_forget drops the parent's pools in a forked child. */
 static void serve_forget(void) {
 	g_sv.pools = 0;
-	for (int d = 0; d < SERVE_DEVICES; d++) {
-		struct served *s = &g_served[d];
-		s->state = 0;
-		s->inflight = (struct cp_vec){NULL, 0, 0, sizeof(struct inflight)};
-		s->events = (struct cp_vec){NULL, 0, 0, sizeof(void *)};
-		s->multi = s->keyed = 0;
-		s->barrier = NULL;
+	for (int i = 0; i < SERVE_POOLS; i++) {
+		struct served *s = &g_served[i];
+		memset(s, 0, sizeof *s); /* the parent's tables stay mapped, unused */
+		s->state = SV_FREE;
 		pthread_mutex_init(&s->mu, NULL);
 	}
+	pthread_mutex_init(&g_slots_mu, NULL);
 	pthread_mutex_init(&g_apart.mu, NULL); /* the parent's streams and events are not the child's */
 	g_apart.making = 0, g_apart.n = g_apart.left = 0;
 	memset(g_apart.event, 0, sizeof g_apart.event);
 	memset(g_apart.gone, 0, sizeof g_apart.gone);
-	t_serving = 0;
+	ranges_forget();
+	memset(&g_cap, 0, sizeof g_cap);
+	t_serving = 0, t_pool = NULL, t_pool_epoch = 0, t_late.n = 0;
 }
 
 #endif

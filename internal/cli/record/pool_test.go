@@ -16,12 +16,12 @@ func TestRecordPool(t *testing.T) {
 	cfg := filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass.json")
 	code, stdout, stderr := runMain(t, "-q", "--pool", cfg, "-o", out, "--shim", env.Shim, "--", env.Prog("pooled"))
 	want := "reused before a sync: no\nreused after a sync: yes\nsecond free: 1\n" +
-		"a full class with frees pending: syncs 0, barriers 1\nreused a pending block: yes\nexported a pool block: 0\n" +
+		"a full class with frees pending: syncs 0, barriers 1\nreused a pending block: yes\nexported a pool block: 1\n" +
 		"driver allocation calls: 1\n"
-	wantErr := "allocscope: the program exported a block of record --pool's pool with cudaIpcGetMemHandle; " +
-		"a process that opens the handle sees the pool's region, not the block: record this program without --pool\n" +
-		"allocscope: warning: the program exported 1 pool block(s) with cudaIpcGetMemHandle; a process that opens " +
-		"such a handle sees the pool's region, not the block: record it without --pool\n"
+	wantErr := "allocscope: the program asked for an IPC handle (cudaIpcGetMemHandle) of a block of record --pool's pool; " +
+		"refused with an invalid-value error, as CUDA refuses stream-ordered blocks: record this program without --pool\n" +
+		"allocscope: warning: the program asked for IPC handles of 1 pool block(s) (cudaIpcGetMemHandle); " +
+		"they were refused with an invalid-value error: record it without --pool\n"
 	if code != 0 || stdout != want || stderr != wantErr {
 		t.Errorf("exit %d, stdout\n%s\nstderr\n%s\nwant\n%s\n%s", code, stdout, stderr, want, wantErr)
 	}

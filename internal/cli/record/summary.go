@@ -26,8 +26,8 @@ func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, outpu
 			units.FormatCount(s.Lost), units.FormatCount(s.Events))
 	}
 	if p := s.Pool; p != nil && p.IPCExports > 0 {
-		fmt.Fprintf(w, "allocscope: warning: the program exported %s pool block(s) with cudaIpcGetMemHandle; "+
-			"a process that opens such a handle sees the pool's region, not the block: record it without --pool\n",
+		fmt.Fprintf(w, "allocscope: warning: the program asked for IPC handles of %s pool block(s) "+
+			"(cudaIpcGetMemHandle); they were refused with an invalid-value error: record it without --pool\n",
 			units.FormatCount(p.IPCExports))
 	}
 	if !quiet {
