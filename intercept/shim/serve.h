@@ -396,6 +396,11 @@ static int serve_parse(const char *s, struct cp_config *cfg) {
 	return 0;
 }
 
+/* A spec the pool refuses (package pool's Validate refuses the same before the program runs):
+ * blocks aligned below cudaMalloc's 256 bytes, and a plan whose tables would not fit in host memory. */
+#define SERVE_MIN_ALIGN 256
+#define SERVE_MAX_BOOK (1ull << 30)
+
 /* serve_init reads the pool to serve from the environment; called by the constructor. */
 static void serve_init(void) {
 	const char *spec = getenv("ALLOCSCOPE_POOL");
@@ -403,6 +408,14 @@ static void serve_init(void) {
 		return;
 	if (serve_parse(spec, &g_serve_cfg) != 0) {
 		static const char msg[] = "allocscope: ALLOCSCOPE_POOL is not a pool spec; allocations go to CUDA\n";
+		say(msg, sizeof msg - 1);
+		return;
+	}
+	if ((g_serve_cfg.align != 0 && (g_serve_cfg.align < SERVE_MIN_ALIGN || (g_serve_cfg.align & (g_serve_cfg.align - 1)) != 0)) ||
+	    cp_book_bytes(&g_serve_cfg) > SERVE_MAX_BOOK) {
+		static const char msg[] = "allocscope: ALLOCSCOPE_POOL's alignment is not a power of two of at least 256 "
+					  "bytes, or its plan's bookkeeping would take over 1 GiB of host memory; "
+					  "allocations go to CUDA\n";
 		say(msg, sizeof msg - 1);
 		return;
 	}
@@ -920,7 +933,7 @@ static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
 		pthread_mutex_lock(&s->mu);
 		if (s->state == SV_SERVING && cp_owns(&s->pool, addr)) {
 			taken = 1;
-			if (serve_give_back(s, addr, st, other, result) == GIVEN_AFTER_STREAM) {
+			if (serve_give_back(s, addr, st, other, result) == GIVEN_AFTER_STREAM && g_ctx.stream_sync != NULL) {
 				pthread_mutex_unlock(&s->mu);
 				g_ctx.stream_sync((CUstream)(uintptr_t)st.handle); /* its work before the free is done */
 				pthread_mutex_lock(&s->mu);
