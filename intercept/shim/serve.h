@@ -76,6 +76,7 @@ struct served {
 	uint64_t only_key;
 	unsigned long failed_at; /* g_ctx_epoch when the pool could not be made */
 	int resume;              /* the state to come back to when a retirement does not happen */
+	uint64_t life;           /* which pool of the slot this is (g_lives when it was made) */
 	struct cp_vec inflight; /* struct inflight */
 	struct cp_vec events;   /* void *: spare events */
 	size_t prune_at;        /* inflight length at which completed entries are dropped */
@@ -89,6 +90,7 @@ static pthread_mutex_t g_slots_mu = PTHREAD_MUTEX_INITIALIZER; /* claiming and g
 static TLS int t_serving;           /* this thread is inside a pool */
 static TLS uint64_t t_thread_serial; /* this thread's number, from 1, for its per-thread stream */
 static uint64_t g_thread_serials;
+static uint64_t g_lives; /* pools made, so that a release point begun in one never reaches the next */
 /* What every served call reads, in one cache line. */
 static struct {
 	int on;             /* ALLOCSCOPE_POOL was set and parsed */
@@ -321,7 +323,7 @@ static void serve_release_through(struct served *s, uint64_t g) {
  * releases what was freed before it began: 1 on success. The pool may have been retired meanwhile:
  * the caller looks at s->state again. */
 static int serve_sync_unlocked(struct served *s) {
-	uint64_t g = cp_begin_release(&s->pool), mark = serve_apart_mark();
+	uint64_t g = cp_begin_release(&s->pool), mark = serve_apart_mark(), life = s->life;
 	CUcontext ctx = s->ctx;
 	pthread_mutex_unlock(&s->mu);
 	int pushed = ctx_enter(ctx), ok = 0;
@@ -330,7 +332,7 @@ static int serve_sync_unlocked(struct served *s) {
 		ctx_leave(pushed);
 	}
 	pthread_mutex_lock(&s->mu);
-	if (ok && s->state == SV_SERVING && s->ctx == ctx) {
+	if (ok && s->state == SV_SERVING && s->life == life) {
 		serve_release_through(s, g);
 		serve_apart_synced(mark);
 	}
@@ -534,6 +536,7 @@ static void serve_make(struct served *s) {
 	s->events = (struct cp_vec){NULL, 0, 0, sizeof(void *)};
 	s->prune_at = 64;
 	s->multi = s->keyed = 0, s->barrier = NULL;
+	s->life = __atomic_add_fetch(&g_lives, 1, __ATOMIC_ACQ_REL);
 	if (!serve_resolve())
 		return;
 	int err = cp_init_book(&s->pool, &g_serve_cfg, (struct cp_upstream){serve_reserve, serve_release, s, NULL},
@@ -931,7 +934,9 @@ static int serve_free(uint64_t addr, struct stream_ref st, int *result) {
 		struct served *s = &g_served[i];
 		int other = serve_other_ctx(s, st);
 		pthread_mutex_lock(&s->mu);
-		if (s->state == SV_SERVING && cp_owns(&s->pool, addr)) {
+		if (s->state == SV_RETIRING && slot >= 0) {
+			taken = 1, *result = 0; /* its memory goes with its context, now being reset or destroyed */
+		} else if (s->state == SV_SERVING && cp_owns(&s->pool, addr)) {
 			taken = 1;
 			if (serve_give_back(s, addr, st, other, result) == GIVEN_AFTER_STREAM && g_ctx.stream_sync != NULL) {
 				pthread_mutex_unlock(&s->mu);
@@ -974,11 +979,11 @@ static void serve_late_frees(void) {
 }
 
 /* A program's synchronization of its context: it releases what was freed before it began. */
-struct sync_mark { struct served *s; CUcontext ctx; uint64_t gen, gone; };
+struct sync_mark { struct served *s; CUcontext ctx; uint64_t gen, gone, life; };
 
 /* serve_sync_begins notes, before the call, a synchronization of the calling thread's context. */
 static struct sync_mark serve_sync_begins(void) {
-	struct sync_mark m = {NULL, NULL, 0, 0};
+	struct sync_mark m = {NULL, NULL, 0, 0, 0};
 	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving)
 		return m;
 	struct served *s = serve_current(0, &m.ctx);
@@ -987,7 +992,7 @@ static struct sync_mark serve_sync_begins(void) {
 	t_serving = 1;
 	pthread_mutex_lock(&s->mu);
 	if (s->state == SV_SERVING && s->ctx == m.ctx)
-		m.s = s, m.gen = cp_begin_release(&s->pool), m.gone = serve_apart_mark();
+		m.s = s, m.gen = cp_begin_release(&s->pool), m.gone = serve_apart_mark(), m.life = s->life;
 	pthread_mutex_unlock(&s->mu);
 	t_serving = 0;
 	return m;
@@ -999,7 +1004,7 @@ static void serve_sync_ended(struct sync_mark m, int ok) {
 		return;
 	t_serving = 1;
 	pthread_mutex_lock(&m.s->mu);
-	if (m.s->state == SV_SERVING && m.s->ctx == m.ctx) {
+	if (m.s->state == SV_SERVING && m.s->life == m.life) {
 		serve_release_through(m.s, m.gen);
 		serve_apart_synced(m.gone);
 	}
