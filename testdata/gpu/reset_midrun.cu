@@ -11,7 +11,8 @@
 //     same way:  created stale cuMemFree before/after: <code>, created corrupted blocks: 0
 //  3. runtime: cudaMalloc of 12 blocks (256 B .. 8 MiB) filled by a kernel, half freed with cudaFree,
 //     cudaDeviceReset, the same way:  reset stale cudaFree before/after: <code>, reset corrupted blocks: 0
-// The codes are CUDA's, whatever they are: the same must come out under record --pool.
+// The codes are CUDA's, whatever they are: the same must come out under record --pool. On the H200
+// (driver 580.159.04, CUDA 13.0) every stale free returned 1 (invalid value), before and after.
 // Exit 0 when the primary context was gone and no block was corrupted, 1 otherwise, 3 when a CUDA
 // call fails (printed on stderr).
 //
