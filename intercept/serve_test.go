@@ -246,6 +246,14 @@ func TestServedFork(t *testing.T) {
 		t.Errorf("trace: %d events in %d processes, %d served, %d lost; want 6 in 2, all served, 0 lost",
 			len(events), len(pids), served, sum.Lost)
 	}
+	// Each process reserved sizeclass.json's plan once: the largest pool's peak is one plan, the sum
+	// of every pool's peak two.
+	const plan = 512*1024 + 4096*256 + 65536*64 + 1048576*16 + 256<<20
+	if p := sum.Pool; p == nil || p.Reservations != 2 || p.PeakReservedBytes != plan || p.PeakReservedSumBytes != 2*plan ||
+		p.PassedThrough != 0 || p.PassedBy != nil || sum.PoolServed != 3 {
+		t.Errorf("pool activity %+v, %d served; want 2 reservations, peak %d, peaks summed %d, nothing passed, 3 served",
+			p, sum.PoolServed, plan, 2*plan)
+	}
 }
 
 // record --pool serves a thread's first runtime call (testdata/progs/pooled_lazy.c), made before

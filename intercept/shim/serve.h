@@ -120,14 +120,83 @@ static const struct stream_ref sync_stream = {KEY_SYNC, 0, 0, 0};
 			__atomic_fetch_add(&g_ctl->pool.field, (uint64_t)(n), __ATOMIC_RELAXED);         \
 	} while (0)
 
-/* pool_note_peak raises the control file's largest reserved bytes of a pool to v. */
-static void pool_note_peak(uint64_t v) {
+/* POOL_PASS counts one request of the served kinds that went to CUDA for reason (enum pool_pass,
+ * log.h): in passed and in pass_by[reason]. Usable from any hook. */
+#define POOL_PASS(reason)                                                                                \
+	do {                                                                                             \
+		unsigned pass_reason_ = (unsigned)(reason);                                              \
+		POOL_COUNT(passed, 1);                                                                   \
+		POOL_COUNT(pass_by[pass_reason_ < PASS_REASONS ? pass_reason_ : PASS_OTHER], 1);          \
+	} while (0)
+
+/* What this process has noted of each device's pool: the process it was noted in (a forked child
+ * starts again from nothing, serve_forget), the pool's peak reserved bytes added to peak_sum so
+ * far, and whether its failure to be made was counted. Read and written under the pool's lock,
+ * except unmade (atomic). */
+static struct {
+	pid_t pid, unmade;
+	uint64_t peak;
+} g_noted[SERVE_DEVICES];
+
+/* pool_note_peak raises the control file's largest reserved bytes of a pool to the peak of s's
+ * pool, and adds what that peak rose by since last noted to the sum of every pool's peak (s's lock
+ * held). */
+static void pool_note_peak(struct served *s) {
 	if (g_ctl == NULL)
 		return;
+	uint64_t v = s->pool.s.peak_reserved_bytes;
 	uint64_t cur = __atomic_load_n(&g_ctl->pool.peak_reserved, __ATOMIC_RELAXED);
 	while (cur < v && !__atomic_compare_exchange_n(&g_ctl->pool.peak_reserved, &cur, v, 0, __ATOMIC_RELAXED,
 						       __ATOMIC_RELAXED))
 		;
+	size_t d = (size_t)(s - g_served);
+	pid_t pid = getpid();
+	if (g_noted[d].pid != pid)
+		g_noted[d].pid = pid, g_noted[d].peak = 0;
+	if (v > g_noted[d].peak) {
+		POOL_COUNT(peak_sum, v - g_noted[d].peak);
+		g_noted[d].peak = v;
+	}
+}
+
+/* pool_reserve_failed notes that reserving size bytes for s's pool failed with the CUDA error r,
+ * and returns the pool's error for it. While the pool is being made (its plan), the control file
+ * keeps the first such error of the recording. */
+static int pool_reserve_failed(struct served *s, CUresult r) {
+	uint64_t none = 0;
+	if (g_ctl != NULL && s->state != 1)
+		__atomic_compare_exchange_n(&g_ctl->pool.unmade_error, &none, (uint64_t)r, 0, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+	return r == 2 ? CP_OOM : CP_ERR; /* CUDA_ERROR_OUT_OF_MEMORY */
+}
+
+static int serve_capturing(void);
+
+/* pool_pass_reason says why a request that serve_alloc handed to s went to CUDA with the pool's
+ * error err, and counts s's pool as not made the first time this process passes a request for that. */
+static int pool_pass_reason(struct served *s, int err) {
+	if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 1) {
+		pid_t pid = getpid(), seen = __atomic_exchange_n(&g_noted[s - g_served].unmade, pid, __ATOMIC_ACQ_REL);
+		if (seen != pid)
+			POOL_COUNT(unmade, 1);
+		return PASS_NO_POOL;
+	}
+	switch (err) {
+	case CP_OOM:
+		return PASS_FULL;
+	case CP_CLOSED:
+		return PASS_RETIRED;
+	case CP_ERR: /* serve_take refuses while a stream captures; else no host memory */
+		return serve_capturing() ? PASS_CAPTURE : PASS_OTHER;
+	}
+	return PASS_OTHER;
+}
+
+/* pool_pass_unserved says why a request that serve_alloc found no pool for (device d) went to CUDA. */
+static int pool_pass_unserved(int d) {
+	if (t_serving)
+		return PASS_SIGNAL;
+	return d < 0 ? PASS_NO_CONTEXT : PASS_OTHER;
 }
 
 /* serve_one_pool reports whether at most one device has a pool: work on another device cannot use
@@ -309,7 +378,7 @@ static int serve_reserve(void *ctx, uint64_t size, uint64_t *addr) {
 	CUdeviceptr p = 0;
 	CUresult r = g_real_alloc(&p, size);
 	if (r != 0)
-		return r == 2 ? CP_OOM : CP_ERR; /* CUDA_ERROR_OUT_OF_MEMORY */
+		return pool_reserve_failed(ctx, r);
 	POOL_COUNT(reservations, 1);
 	*addr = p;
 	return CP_OK;
@@ -415,7 +484,7 @@ static void serve_make(struct served *s, int d) {
 	}
 	s->state = 1;
 	__atomic_or_fetch(&g_sv.pools, 1ull << d, __ATOMIC_RELEASE);
-	pool_note_peak(s->pool.s.peak_reserved_bytes);
+	pool_note_peak(s);
 }
 
 /* serve_drop_inflight forgets the in-flight entries whose events completed (all of them after a
@@ -536,7 +605,7 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
 		serve_drop_inflight(s, 1);
 	if (s->pool.s.fallbacks != fallbacks) {
 		POOL_COUNT(fallbacks, s->pool.s.fallbacks - fallbacks);
-		pool_note_peak(s->pool.s.peak_reserved_bytes);
+		pool_note_peak(s);
 	}
 	if (err == CP_OK && s->inflight.len > 0)
 		serve_guard(s, *addr, size, st);
@@ -566,7 +635,7 @@ static int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_
 	if (d < 0 && runtime && !t_serving && __atomic_load_n(&g_served[0].state, __ATOMIC_ACQUIRE) == 1)
 		d = 0; /* a thread's first runtime call: the runtime binds it to device 0, whose pool exists */
 	if (d < 0 || d >= SERVE_DEVICES) {
-		POOL_COUNT(passed, 1);
+		POOL_PASS(pool_pass_unserved(d));
 		return 0;
 	}
 	struct served *s = &g_served[d];
@@ -578,7 +647,7 @@ static int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_
 	pthread_mutex_unlock(&s->mu);
 	t_serving = 0;
 	if (err != CP_OK)
-		POOL_COUNT(passed, 1);
+		POOL_PASS(pool_pass_reason(s, err));
 	return err == CP_OK;
 }
 
