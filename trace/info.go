@@ -74,7 +74,9 @@ type PoolActivity struct {
 
 // PeakReservedTotal is the pools' peak reserved bytes summed over processes and devices
 // (PeakReservedSumBytes), or PeakReservedBytes for a recorder that did not keep the sum.
-func (p *PoolActivity) PeakReservedTotal() uint64 { return max(p.PeakReservedSumBytes, p.PeakReservedBytes) }
+func (p *PoolActivity) PeakReservedTotal() uint64 {
+	return max(p.PeakReservedSumBytes, p.PeakReservedBytes)
+}
 
 // PassReasons names the reasons a request of the kinds record --pool serves went to CUDA, the keys
 // of PoolActivity.PassedBy: the pool could not be made, the thread had no context, a graph was
