@@ -16,8 +16,8 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/stats"
 	"github.com/allocscope/allocscope/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/requests"
-	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/internal/units"
+	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
 
