@@ -146,6 +146,9 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		return nil, nil, nil, err
 	}
 	tr, err := analyzeRequests(name, open, c, log, snap, opts, &warns)
+	if err == nil && !opts.ranksMerged {
+		tr.PerProcess, err = perProcess(opts.input, log, tr, opts)
+	}
 	if err != nil {
 		_ = log.Close()
 		return nil, nil, nil, err
