@@ -38,7 +38,7 @@ type TraceReport struct {
 	OOM           *OOMReport      `json:"oom,omitempty"`            // a PyTorch snapshot's out-of-memory, explained
 	Config        *pool.Config    `json:"config"`
 	PerProcess    *PerProcess     `json:"per_process,omitempty"` // a trace of several processes: the pool sized for each
-	Detail        *Detail         `json:"-"` // the HTML report's timeline, when asked for
+	Detail        *Detail         `json:"-"`                     // the HTML report's timeline, when asked for
 }
 
 // TraceInfo is the metadata a trace file carries.
