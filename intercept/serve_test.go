@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -108,9 +109,10 @@ func TestServedOrderingNotMade(t *testing.T) {
 			}
 		}
 	}
-	if served != 4 || passed != 2 || sum.Pool == nil || sum.Pool.PassedThrough != 1 || sum.Pool.Barriers != 1 {
+	if served != 4 || passed != 2 || sum.Pool == nil || sum.Pool.PassedThrough != 1 || sum.Pool.Barriers != 1 ||
+		!maps.Equal(sum.Pool.PassedBy, map[string]int64{"capture": 1}) {
 		t.Errorf("%d stream-ordered calls served, %d passed to CUDA, pool %+v; want 4 and 2 (S2's first pair), "+
-			"1 request passed, 1 barrier", served, passed, sum.Pool)
+			"1 request passed (capture), 1 barrier", served, passed, sum.Pool)
 	}
 }
 

@@ -171,6 +171,7 @@ static int pool_reserve_failed(struct served *s, CUresult r) {
 }
 
 static int serve_capturing(void);
+static int pool_apart_capturing(void);
 
 /* pool_pass_reason says why a request that serve_alloc handed to s went to CUDA with the pool's
  * error err, and counts s's pool as not made the first time this process passes a request for that. */
@@ -186,8 +187,8 @@ static int pool_pass_reason(struct served *s, int err) {
 		return PASS_FULL;
 	case CP_CLOSED:
 		return PASS_RETIRED;
-	case CP_ERR: /* serve_take refuses while a stream captures; else no host memory */
-		return serve_capturing() ? PASS_CAPTURE : PASS_OTHER;
+	case CP_ERR: /* serve_take refuses while a stream captures; else no host memory, a driver error */
+		return serve_capturing() || pool_apart_capturing() ? PASS_CAPTURE : PASS_OTHER;
 	}
 	return PASS_OTHER;
 }
@@ -862,6 +863,20 @@ static void serve_forget(void) {
 	memset(g_apart.event, 0, sizeof g_apart.event);
 	memset(g_apart.gone, 0, sizeof g_apart.gone);
 	t_serving = 0;
+}
+
+/* pool_apart_capturing reports whether a non-blocking stream the program made captures a graph
+ * (pool_pass_reason's question; here, after g_apart). */
+static int pool_apart_capturing(void) {
+	if (g_real_event.is_capturing == NULL || !serve_apart_lock())
+		return 0;
+	int capturing = 0;
+	for (size_t i = 0; i < g_apart.n && !capturing; i++) {
+		int status = 0;
+		capturing = g_real_event.is_capturing((CUstream)(uintptr_t)g_apart.stream[i], &status) == 0 && status != 0;
+	}
+	serve_apart_unlock();
+	return capturing;
 }
 
 #endif
