@@ -5,6 +5,7 @@ import (
 	"maps"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/allocscope/allocscope/pool"
@@ -337,4 +338,32 @@ func runServed(t *testing.T, dir string, cfg pool.Config, name string, extraEnv 
 		t.Fatal(err)
 	}
 	return runWith(t, dir, []string{env(t).Shim}, append([]string{EnvPool + "=" + spec}, extraEnv...), name)
+}
+
+// record --pool and signal handlers (testdata/progs/sighandler.c, 1,000 pairs): the first SIGUSR1
+// arrives inside the reservation of the pool's plan, so that handler's cudaMalloc goes to CUDA,
+// counted as "signal"; every request that went to CUDA did so for that reason, and each is a
+// cudaMalloc the trace shows as not the pool's.
+func TestServedSignalHandlerPasses(t *testing.T) {
+	dir := newLogDir(t)
+	spec, err := PoolSpec(sizeClassPool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raise := fmt.Sprintf("FAKECUDA_RAISE=%d:1", int(syscall.SIGUSR1))
+	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec, raise}, "sighandler", "1000")
+	mainPairs, handlerPairs := parseSighandler(t, "under the pool", got)
+	events, sum := convertDir(t, dir)
+	var notServed int64
+	for i := range events {
+		if events[i].Function == "cudaMalloc" && !events[i].Pool {
+			notServed++
+		}
+	}
+	p := sum.Pool
+	if mainPairs != 1001 || handlerPairs < 1 || p == nil || p.PassedThrough < 1 || p.PassedThrough != notServed ||
+		!maps.Equal(p.PassedBy, map[string]int64{"signal": p.PassedThrough}) {
+		t.Errorf("main pairs %d, handler pairs %d, %d cudaMalloc not served, pool %+v; want 1001, at least 1, "+
+			"every passed request a signal handler's", mainPairs, handlerPairs, notServed, p)
+	}
 }
