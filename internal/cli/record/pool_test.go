@@ -4,6 +4,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/allocscope/allocscope/internal/testcuda"
@@ -100,5 +101,26 @@ func TestRecordPoolSaysWhatWentToCUDA(t *testing.T) {
 			t.Errorf("%s: pool activity %+v; want passed by %v, %d pool(s) not made, first error %d",
 				c.name, *p, c.passedBy, c.notMade, c.firstErr)
 		}
+	}
+}
+
+// record --pool of a program that forks (testdata/progs/pooled_fork.c): each process makes its own
+// pool of sizeclass.json's 277.5 MiB plan, and the summary's peak reserved is their sum, labelled
+// so, beside the largest pool's.
+func TestRecordPoolPeakSummedOverProcesses(t *testing.T) {
+	env := testcuda.Build(t)
+	out := tempPath(t, "fork.arrow")
+	cfg := filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass.json")
+	code, _, stderr := runMain(t, "--pool", cfg, "-o", out, "--shim", env.Shim, "--", env.Prog("pooled_fork"))
+	want := "allocscope: pool: peak reserved 555.00 MiB summed over the pools of every process (each pool's own peak; " +
+		"the largest pool 277.50 MiB) in 2 reservation(s), 0 fallback(s), 0 request(s) passed to CUDA, " +
+		"0 synchronization(s) of its own (0s)\n"
+	if code != 0 || !strings.Contains(stderr, want) || strings.Contains(stderr, "went to CUDA") {
+		t.Errorf("exit %d, stderr\n%s\nwant it to hold\n%s", code, stderr, want)
+	}
+	_, info := testcuda.ReadTrace(t, out)
+	const plan = 512*1024 + 4096*256 + 65536*64 + 1048576*16 + 256<<20
+	if p := info.Pool; p == nil || p.PeakReservedBytes != plan || p.PeakReservedSumBytes != 2*plan || p.Reservations != 2 {
+		t.Errorf("pool activity %+v; want peak %d, summed %d, 2 reservations", p, plan, 2*plan)
 	}
 }
