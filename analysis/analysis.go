@@ -77,6 +77,9 @@ type Options struct {
 
 	input  string           // base name of the input being analyzed, for Progress
 	budget *requests.Budget // MemoryBytes, shared by every input's logs
+	// ranksMerged marks the analysis of several inputs merged, whose pool analyzeRanks sizes per
+	// input: no pool sized per process of it.
+	ranksMerged bool
 }
 
 // DefaultMemoryBytes is Options.MemoryBytes when it is 0: 1 GiB, 50 M requests in memory.
@@ -151,7 +154,9 @@ func Analyze(inputs []Input, opts Options) (*Report, error) {
 	for _, w := range warns {
 		r.Warnings = append(r.Warnings, w...)
 	}
-	tr, _, log, err := analyzeStream("combined", func() (Source, error) { return openMerged(inputs) }, opts)
+	merged := opts
+	merged.ranksMerged = true // the ranks' pool (analyzeRanks) is sized per input instead
+	tr, _, log, err := analyzeStream("combined", func() (Source, error) { return openMerged(inputs) }, merged)
 	if err != nil {
 		return nil, err
 	}
@@ -182,13 +187,17 @@ func filesProgress(progress func(string, uint64, uint64), n int) func(string, ui
 }
 
 // Config returns the recommended pool configuration of the report: with several inputs (ranks),
-// the pool that fits every rank; else the input's.
+// the pool that fits every rank; with one input of several processes, the pool sized for each of
+// them (the largest one process needs); else the input's.
 func Config(r *Report) *pool.Config {
 	if r == nil || r.Combined == nil {
 		return nil
 	}
 	if r.Ranks != nil && r.Ranks.Config != nil {
 		return r.Ranks.Config
+	}
+	if pp := r.Combined.PerProcess; pp != nil && pp.Config != nil {
+		return pp.Config
 	}
 	return r.Combined.Config
 }
@@ -207,6 +216,9 @@ func CheckFits(r *Report, capacity uint64) error {
 					row.Name, row.SharedFallbacks, row.SharedFailures)
 			}
 		}
+	}
+	if r.Ranks == nil && r.Combined != nil && r.Combined.PerProcess != nil && !r.Combined.PerProcess.Fits {
+		return errors.New("the pool sized per process still grows or fails on some process")
 	}
 	tr := r.Combined
 	if tr == nil || len(tr.Simulations) == 0 || tr.Config == nil {

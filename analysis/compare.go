@@ -3,6 +3,7 @@ package analysis
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/allocscope/allocscope/internal/requests"
@@ -129,8 +130,13 @@ func poolRows(before, after *trace.PoolActivity) [][4]string {
 	count := func(get func(*trace.PoolActivity) int64) func(*trace.PoolActivity) string {
 		return func(p *trace.PoolActivity) string { return units.FormatCount(get(p)) }
 	}
+	peak := row("pool: peak reserved", func(p *trace.PoolActivity) string { return units.FormatBytes(p.PeakReservedBytes) })
+	several := func(p *trace.PoolActivity) bool { return p != nil && p.PeakReservedTotal() > p.PeakReservedBytes }
+	if several(before) || several(after) { // several pools: each one's peak, summed, then the largest
+		peak = row("pool: peak reserved, summed", func(p *trace.PoolActivity) string { return units.FormatBytes(p.PeakReservedTotal()) })
+	}
 	rows := [][4]string{
-		row("pool: peak reserved", func(p *trace.PoolActivity) string { return units.FormatBytes(p.PeakReservedBytes) }),
+		peak,
 		row("pool: reservations", count(func(p *trace.PoolActivity) int64 { return p.Reservations })),
 		row("pool: fallbacks (growths)", count(func(p *trace.PoolActivity) int64 { return p.Fallbacks })),
 		row("pool: requests passed to CUDA", count(func(p *trace.PoolActivity) int64 { return p.PassedThrough })),
@@ -141,6 +147,11 @@ func poolRows(before, after *trace.PoolActivity) [][4]string {
 		row("pool: stream / host waits", func(p *trace.PoolActivity) string {
 			return fmt.Sprintf("%s / %s", units.FormatCount(p.StreamWaits), units.FormatCount(p.HostWaits))
 		}),
+	}
+	if several(before) || several(after) {
+		rows = slices.Insert(rows, 1, row("pool: largest pool's peak", func(p *trace.PoolActivity) string {
+			return units.FormatBytes(p.PeakReservedBytes)
+		}))
 	}
 	if (before != nil && before.IPCExports > 0) || (after != nil && after.IPCExports > 0) {
 		rows = append(rows, row("pool: blocks exported by IPC", count(func(p *trace.PoolActivity) int64 { return p.IPCExports })))

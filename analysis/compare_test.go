@@ -93,3 +93,22 @@ pool: blocks exported by IPC   -                      1
 		t.Errorf("comparison:\n%s\nwant it to end with:\n%s", got, want)
 	}
 }
+
+// With record --pool's pools in several processes, the comparison's peak reserved is the sum of each
+// pool's own peak, labelled so, and the largest pool's follows.
+func TestComparePoolActivitySeveralPools(t *testing.T) {
+	before := Run{Name: "before.arrow", Layer: "device", Pool: &trace.PoolActivity{Reservations: 1, PeakReservedBytes: 1 << 30}}
+	after := Run{Name: "after.arrow", Layer: "device", Pool: &trace.PoolActivity{Reservations: 2, PeakReservedBytes: 2 << 30,
+		PeakReservedSumBytes: 3 << 30}}
+	var out strings.Builder
+	if err := WriteComparison(&out, before, after); err != nil {
+		t.Fatal(err)
+	}
+	want := `pool: peak reserved, summed    1 GiB                  3 GiB
+pool: largest pool's peak      1 GiB                  2 GiB
+pool: reservations             1                      2
+`
+	if got := out.String(); !strings.Contains(got, "peak live                      0 B                    0 B\n"+want) {
+		t.Errorf("comparison:\n%s\nwant it to hold:\n%s", got, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -244,5 +245,35 @@ func TestProgressEndsAtEveryStagesTotal(t *testing.T) {
 		"arena pytorch-train.arrow 1785/1785", "simulation pytorch-train.arrow 1785/1785"}
 	if strings.Join(got, ", ") != strings.Join(want, ", ") || r.Combined.Events != 1787 {
 		t.Errorf("stages %q (%d events), want %q", got, r.Combined.Events, want)
+	}
+}
+
+// infoSource is a fakeSource with a trace's metadata, as *trace.Reader has.
+type infoSource struct {
+	fakeSource
+	info trace.Info
+}
+
+func (s *infoSource) Info() trace.Info { return s.info }
+
+// A trace whose recorder lost events (trace.Info.LostEvents) gets a warning in the text, JSON and
+// HTML reports, the same words in all three.
+func TestGoldenLostEvents(t *testing.T) {
+	in := Input{Name: "lost", Open: func() (Source, error) {
+		return &infoSource{fakeSource: fakeSource{events: handmade(), batch: 3}, info: trace.Info{LostEvents: 12345}}, nil
+	}}
+	r, err := Analyze([]Input{in}, Options{Top: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "lost-events.txt", output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteText(b, r) }))
+	golden(t, "lost-events.json", output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteJSON(b, r) }))
+	page := output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteHTML(b, r) })
+	warnings := regexp.MustCompile(`<ul class="warnings">.*?</ul>`).Find(page)
+	golden(t, "lost-events.warnings.html", append(warnings, '\n'))
+	const want = "lost: 12,345 events were not recorded (full disk or unwritable log): leaks, peaks and the pool " +
+		"below are from an incomplete trace"
+	if !slices.Equal(r.Warnings, []string{want}) {
+		t.Errorf("warnings %q, want %q", r.Warnings, want)
 	}
 }

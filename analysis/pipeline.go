@@ -16,6 +16,7 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/stats"
 	"github.com/allocscope/allocscope/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/requests"
+	"github.com/allocscope/allocscope/internal/units"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -122,6 +123,9 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	var memo *memoSource
 	err := open.pass(&warns, func(src Source) (err error) {
 		info = traceInfo(src)
+		if w := lostEventsWarning(src); w != "" {
+			warns = append(warns, opts.input+": "+w)
+		}
 		if s, ok := src.(snapshotSource); ok && s.Snapshot() != nil {
 			snap = s.Snapshot()
 			if opts.Capacity > 0 { // only explainModelOOM reads the events again
@@ -142,6 +146,9 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		return nil, nil, nil, err
 	}
 	tr, err := analyzeRequests(name, open, c, log, snap, opts, &warns)
+	if err == nil && !opts.ranksMerged {
+		tr.PerProcess, err = perProcess(opts.input, log, tr, opts)
+	}
 	if err != nil {
 		_ = log.Close()
 		return nil, nil, nil, err
@@ -191,6 +198,17 @@ func traceInfo(src Source) *model.TraceInfo {
 	i := s.Info()
 	return &model.TraceInfo{Source: i.Source, Command: i.Command, Host: i.Host, Driver: i.DriverVersion,
 		GPUs: i.GPUNames}
+}
+
+// lostEventsWarning says that src's trace lacks events its recorder saw but could not write
+// (trace.Info.LostEvents); "" when none were lost or src has no metadata.
+func lostEventsWarning(src Source) string {
+	s, ok := src.(interface{ Info() trace.Info })
+	if !ok || s.Info().LostEvents <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s events were not recorded (full disk or unwritable log): leaks, peaks and the pool below "+
+		"are from an incomplete trace", units.FormatCount(s.Info().LostEvents))
 }
 
 // chooseSizeClasses plans the classes for every candidate threshold, replays the trace through

@@ -28,6 +28,7 @@ type Summary struct {
 	Processes     int                 // process images (a fork, an exec) whose logs hold events
 	Devices       []int32             // device ordinals seen, ascending
 	PeakLiveBytes uint64              // peak of live device bytes (allocations minus frees), all processes together
+	PoolServed    int64               // allocations record --pool's pool served (events with Pool set)
 	AllocCallNs   int64               // total time spent inside intercepted calls, ns
 	Lost          int64               // events the shim could not write (full disk, unwritable log, ...)
 	ShimLoads     int64               // processes that loaded the shim; -1 when the directory has no control file
@@ -206,29 +207,52 @@ func readControl(dir string) (control, error) {
 	le := binary.LittleEndian
 	clamp := func(v uint64) int64 { return int64(min(v, 1<<62)) }
 	c := control{processes: clamp(le.Uint64(b[8:])), openFailed: clamp(le.Uint64(b[16:])), lost: clamp(le.Uint64(b[24:]))}
-	if len(b) >= 32+8*controlPoolCounters {
+	if len(b) >= 32+8*controlPoolCountersV1 {
 		c.pool = poolActivity(b[32:], clamp)
 	}
 	return c, nil
 }
 
-// controlPoolCounters is the number of uint64 counters of struct pool_counters (log.h), after the
-// four of struct control.
-const controlPoolCounters = 12
+// controlPoolCountersV1 is the number of uint64 counters of struct pool_counters (log.h), after the
+// four of struct control, that every shim with a pool writes; controlPoolCounters is this build's
+// number. A shorter control file reads the counters it lacks as 0 (the file is CONTROL_SIZE bytes
+// long, so an older shim's reads its newer counters as 0 anyway).
+const (
+	controlPoolCountersV1 = 12
+	controlPoolCounters   = controlPoolCountersV1 + controlPassReasons + 6
+	// controlPassReasons is PASS_REASONS of log.h's enum pool_pass, whose order trace.PassReasons
+	// names.
+	controlPassReasons = 8
+)
 
 // poolActivity decodes struct pool_counters; nil when no pool reserved anything.
 func poolActivity(b []byte, clamp func(uint64) int64) *trace.PoolActivity {
 	var v [controlPoolCounters]uint64
 	for i := range v {
-		v[i] = binary.LittleEndian.Uint64(b[8*i:])
+		if 8*i+8 <= len(b) {
+			v[i] = binary.LittleEndian.Uint64(b[8*i:])
+		}
 	}
 	if v[2] == 0 && v[4] == 0 { // no reservation, nothing passed through: no pool was in use
 		return nil
 	}
-	return &trace.PoolActivity{Syncs: clamp(v[0]), SyncNs: clamp(v[1]), Reservations: clamp(v[2]),
+	p := &trace.PoolActivity{Syncs: clamp(v[0]), SyncNs: clamp(v[1]), Reservations: clamp(v[2]),
 		Fallbacks: clamp(v[3]), PassedThrough: clamp(v[4]), Events: clamp(v[5]), StreamWaits: clamp(v[6]),
 		HostWaits: clamp(v[7]), PeakReservedBytes: v[8], IPCExports: clamp(v[9]), Barriers: clamp(v[10]),
 		StreamsApart: clamp(v[11])}
+	rest := v[controlPoolCountersV1:]
+	for i, name := range trace.PassReasons[:controlPassReasons] {
+		if rest[i] > 0 {
+			if p.PassedBy == nil {
+				p.PassedBy = map[string]int64{}
+			}
+			p.PassedBy[name] = clamp(rest[i])
+		}
+	}
+	rest = rest[controlPassReasons:]
+	p.PoolsNotMade, p.FirstNotMadeError, p.PeakReservedSumBytes = clamp(rest[0]), clamp(rest[1]), rest[2]
+	p.CapturedFrees, p.LateFreesKept, p.Retired = clamp(rest[3]), clamp(rest[4]), clamp(rest[5])
+	return p
 }
 
 // Command returns the command line recorded in the raw logs of dir (of the first process), for the trace metadata.
@@ -504,6 +528,9 @@ func (c *converter) emit(lf *logFile, rec *rawRecord) error {
 // tracks live device bytes, devices and time in calls.
 func (c *converter) account(e *trace.Event) {
 	c.sum.AllocCallNs += e.DurationNs
+	if e.Pool && e.Op == trace.OpAlloc {
+		c.sum.PoolServed++
+	}
 	if e.Device >= 0 {
 		c.devices[e.Device>>6] |= 1 << (e.Device & 63)
 	}

@@ -2,8 +2,10 @@ package intercept
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/allocscope/allocscope/pool"
@@ -108,9 +110,10 @@ func TestServedOrderingNotMade(t *testing.T) {
 			}
 		}
 	}
-	if served != 4 || passed != 2 || sum.Pool == nil || sum.Pool.PassedThrough != 1 || sum.Pool.Barriers != 1 {
+	if served != 4 || passed != 2 || sum.Pool == nil || sum.Pool.PassedThrough != 1 || sum.Pool.Barriers != 1 ||
+		!maps.Equal(sum.Pool.PassedBy, map[string]int64{"capture": 1}) {
 		t.Errorf("%d stream-ordered calls served, %d passed to CUDA, pool %+v; want 4 and 2 (S2's first pair), "+
-			"1 request passed, 1 barrier", served, passed, sum.Pool)
+			"1 request passed (capture), 1 barrier", served, passed, sum.Pool)
 	}
 }
 
@@ -246,6 +249,14 @@ func TestServedFork(t *testing.T) {
 		t.Errorf("trace: %d events in %d processes, %d served, %d lost; want 6 in 2, all served, 0 lost",
 			len(events), len(pids), served, sum.Lost)
 	}
+	// Each process reserved sizeclass.json's plan once: the largest pool's peak is one plan, the sum
+	// of every pool's peak two.
+	const plan = 512*1024 + 4096*256 + 65536*64 + 1048576*16 + 256<<20
+	if p := sum.Pool; p == nil || p.Reservations != 2 || p.PeakReservedBytes != plan || p.PeakReservedSumBytes != 2*plan ||
+		p.PassedThrough != 0 || p.PassedBy != nil || sum.PoolServed != 3 {
+		t.Errorf("pool activity %+v, %d served; want 2 reservations, peak %d, peaks summed %d, nothing passed, 3 served",
+			p, sum.PoolServed, plan, 2*plan)
+	}
 }
 
 // record --pool serves a thread's first runtime call (testdata/progs/pooled_lazy.c), made before
@@ -327,4 +338,32 @@ func runServed(t *testing.T, dir string, cfg pool.Config, name string, extraEnv 
 		t.Fatal(err)
 	}
 	return runWith(t, dir, []string{env(t).Shim}, append([]string{EnvPool + "=" + spec}, extraEnv...), name)
+}
+
+// record --pool and signal handlers (testdata/progs/sighandler.c, 1,000 pairs): the first SIGUSR1
+// arrives inside the reservation of the pool's plan, so that handler's cudaMalloc goes to CUDA,
+// counted as "signal"; every request that went to CUDA did so for that reason, and each is a
+// cudaMalloc the trace shows as not the pool's.
+func TestServedSignalHandlerPasses(t *testing.T) {
+	dir := newLogDir(t)
+	spec, err := PoolSpec(sizeClassPool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raise := fmt.Sprintf("FAKECUDA_RAISE=%d:1", int(syscall.SIGUSR1))
+	got := runWith(t, dir, []string{env(t).Shim}, []string{EnvPool + "=" + spec, raise}, "sighandler", "1000")
+	mainPairs, handlerPairs := parseSighandler(t, "under the pool", got)
+	events, sum := convertDir(t, dir)
+	var notServed int64
+	for i := range events {
+		if events[i].Function == "cudaMalloc" && !events[i].Pool {
+			notServed++
+		}
+	}
+	p := sum.Pool
+	if mainPairs != 1001 || handlerPairs < 1 || p == nil || p.PassedThrough < 1 || p.PassedThrough != notServed ||
+		!maps.Equal(p.PassedBy, map[string]int64{"signal": p.PassedThrough}) {
+		t.Errorf("main pairs %d, handler pairs %d, %d cudaMalloc not served, pool %+v; want 1001, at least 1, "+
+			"every passed request a signal handler's", mainPairs, handlerPairs, notServed, p)
+	}
 }

@@ -217,6 +217,9 @@ func (c Config) Validate() error {
 	if c.Alignment != 0 && bits.OnesCount64(c.Alignment) != 1 {
 		return fmt.Errorf("alignment_bytes: %d is not a power of two", c.Alignment)
 	}
+	if c.Alignment != 0 && c.Alignment < MinAlignment {
+		return fmt.Errorf("alignment_bytes: %d is below %d, cudaMalloc's alignment", c.Alignment, MinAlignment)
+	}
 	if c.Policy == PolicySizeClass && c.SizeClass == nil {
 		return errors.New("size_class: required for policy \"sizeclass\"")
 	}
@@ -247,9 +250,18 @@ func slicesContains(ps []Policy, p Policy) bool {
 	return false
 }
 
-// MaxSlots bounds the slots of all classes together (and SizeClassConfig.GrowSlots): the pool
-// keeps 8 bytes of bookkeeping per slot.
-const MaxSlots = 1 << 27
+// MinAlignment is the smallest Config.Alignment accepted: cudaMalloc's alignment, 256 bytes.
+const MinAlignment = 256
+
+// MaxSlots bounds the slots of all classes together (and SizeClassConfig.GrowSlots), so that the
+// host bookkeeping of record --pool's C pool stays under MaxBookkeepingBytes: its tables take up to
+// 56 bytes per slot, doubled by their power-of-two capacities and by a quarter of slack
+// (cp_book_bytes in intercept/shim/pool.h), about 140 bytes per slot. 2^27 slots once passed and
+// touched 14 GB of host memory. The shim's spec parser is to refuse more slots than this too.
+const MaxSlots = 1 << 22
+
+// MaxBookkeepingBytes is the host memory the C pool's bookkeeping of a valid plan stays under.
+const MaxBookkeepingBytes = 1 << 30
 
 func (s *SizeClassConfig) validate(align uint64, bf *BestFitConfig) error {
 	var prev, slots uint64
@@ -257,7 +269,7 @@ func (s *SizeClassConfig) validate(align uint64, bf *BestFitConfig) error {
 	for i, cl := range s.Classes {
 		slots += cl.Slots
 		if slots > MaxSlots {
-			return fmt.Errorf("classes[%d].slots: %d slots in all exceed the limit of %d", i, slots, MaxSlots)
+			return fmt.Errorf("classes[%d].slots: %d slots in all exceed the limit of %d (the pool's bookkeeping must stay under 1 GiB of host memory)", i, slots, MaxSlots)
 		}
 		switch {
 		case cl.Size == 0:

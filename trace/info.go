@@ -3,6 +3,7 @@ package trace
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,7 +57,40 @@ type PoolActivity struct {
 	// StreamsApart counts the non-blocking streams the program made; with them, an ordering is a
 	// join barrier, or a device synchronization where a join cannot be made (docs/record-pool.md).
 	StreamsApart int64 `json:"streams_apart,omitempty"`
+	// PassedBy splits PassedThrough by why each request went to CUDA, by PassReasons' names; a
+	// reason with none is left out (nil: none passed, or a recorder that did not tell).
+	PassedBy map[string]int64 `json:"passed_by,omitempty"`
+	// PoolsNotMade counts the pools (one per process and device) that could not be made: their
+	// requests went to CUDA (PassedBy["no_pool"]).
+	PoolsNotMade int64 `json:"pools_not_made,omitempty"`
+	// FirstNotMadeError is the CUDA error of the first failed reservation of a pool's plan (0: none
+	// known, e.g. the driver lacked functions the pool needs).
+	FirstNotMadeError int64 `json:"first_not_made_error,omitempty"`
+	// PeakReservedSumBytes is the sum over every process and device of its pool's peak reserved
+	// bytes: an upper bound of the peak of all pools' reserved bytes together (the pools need not
+	// peak at once). PeakReservedBytes is the largest single pool's peak.
+	PeakReservedSumBytes uint64 `json:"peak_reserved_sum_bytes,omitempty"`
+	// CapturedFrees counts pool blocks freed on a capturing stream: kept allocated, since the graph
+	// may use them at every launch.
+	CapturedFrees int64 `json:"captured_frees,omitempty"`
+	// LateFreesKept counts a signal handler's frees of pool blocks that could not be queued while
+	// its thread was inside the pool: those blocks stay allocated.
+	LateFreesKept int64 `json:"late_frees_kept,omitempty"`
+	// Retired counts pools given up with their contexts (a device reset, a destroyed context).
+	Retired int64 `json:"retired,omitempty"`
 }
+
+// PeakReservedTotal is the pools' peak reserved bytes summed over processes and devices
+// (PeakReservedSumBytes), or PeakReservedBytes for a recorder that did not keep the sum.
+func (p *PoolActivity) PeakReservedTotal() uint64 {
+	return max(p.PeakReservedSumBytes, p.PeakReservedBytes)
+}
+
+// PassReasons names the reasons a request of the kinds record --pool serves went to CUDA, the keys
+// of PoolActivity.PassedBy: the pool could not be made, the thread had no context, a graph was
+// being captured, a signal handler's call inside the pool, the pool was full and could not grow, its
+// context was reset or destroyed, pool.json excluded the request, anything else.
+var PassReasons = []string{"no_pool", "no_context", "capture", "signal", "full", "retired", "excluded", "other"}
 
 // Schema metadata keys. Every key is written; optional values are written as "" (or "[]").
 const (
@@ -134,9 +168,15 @@ func metaPoolActivity(md arrow.Metadata) (*PoolActivity, error) {
 		return nil, fmt.Errorf("schema metadata %q: %w", metaPool, err)
 	}
 	if p.Syncs < 0 || p.SyncNs < 0 || p.Reservations < 0 || p.Fallbacks < 0 || p.PassedThrough < 0 ||
-		p.Events < 0 || p.StreamWaits < 0 || p.HostWaits < 0 || p.IPCExports < 0 || p.Barriers < 0 || p.Barriers > p.Syncs ||
-		p.StreamsApart < 0 {
+		p.Events < 0 || p.StreamWaits < 0 || p.HostWaits < 0 || p.IPCExports < 0 || p.CapturedFrees < 0 ||
+		p.LateFreesKept < 0 || p.Retired < 0 || p.Barriers < 0 || p.Barriers > p.Syncs ||
+		p.StreamsApart < 0 || p.PoolsNotMade < 0 || p.FirstNotMadeError < 0 {
 		return nil, fmt.Errorf("schema metadata %q: negative count, or more barriers than syncs, in %s", metaPool, v)
+	}
+	for reason, n := range p.PassedBy {
+		if !slices.Contains(PassReasons, reason) || n < 0 {
+			return nil, fmt.Errorf("schema metadata %q: passed_by: %q %d is not a reason and count", metaPool, reason, n)
+		}
 	}
 	return &p, nil
 }

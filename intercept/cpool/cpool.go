@@ -69,6 +69,17 @@ func New(cfg pool.Config, up pool.Upstream) (*Pool, error) {
 	return p, nil
 }
 
+// BookBytes returns the host bytes the C pool's tables take for cfg's plan (cp_book_bytes of
+// shim/pool.h), or NewCPoolConfig's error.
+func BookBytes(cfg pool.Config) (uint64, error) {
+	cc, err := intercept.NewCPoolConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	ccfg := cConfig(cc)
+	return uint64(C.cp_book_bytes(&ccfg)), nil
+}
+
 // cConfig is c as struct cp_config.
 func cConfig(c intercept.CPoolConfig) C.struct_cp_config {
 	cc := C.struct_cp_config{align: C.uint64_t(c.Alignment), threshold: C.uint64_t(c.LargeThreshold),

@@ -22,6 +22,9 @@ func New(pool.Config, pool.Upstream) (*Pool, error) { return nil, ErrNeedsCgo }
 // NewOps returns ErrNeedsCgo.
 func NewOps([]requests.Op, []uint64) (*Ops, error) { return nil, ErrNeedsCgo }
 
+// BookBytes returns ErrNeedsCgo.
+func BookBytes(pool.Config) (uint64, error) { return 0, ErrNeedsCgo }
+
 // Len returns 0.
 func (o *Ops) Len() int { return 0 }
 

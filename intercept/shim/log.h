@@ -40,7 +40,22 @@
 #define FLAG_FAILED 2ull
 
 /* The control file, mapped shared by every process of a recording. */
-/* What record --pool's pools did, summed over every process and device (peak: the largest). */
+
+/* Why a request of the kinds record --pool serves went to CUDA (pool_counters.pass_by). */
+enum pool_pass {
+	PASS_NO_POOL,    /* the pool could not be made: driver functions missing, its plan's reservation failed */
+	PASS_NO_CONTEXT, /* the calling thread had no current context (device) */
+	PASS_CAPTURE,    /* a stream or the device was capturing a graph */
+	PASS_SIGNAL,     /* a signal handler's call while its thread was inside the pool */
+	PASS_FULL,       /* the pool had no room and could not grow */
+	PASS_RETIRED,    /* the context that owned the pool was reset or destroyed */
+	PASS_EXCLUDED,   /* pool.json sends this callsite or size to CUDA */
+	PASS_OTHER,      /* anything else (no host memory for the pool's lists, a device beyond 64) */
+	PASS_REASONS
+};
+
+/* What record --pool's pools did, summed over every process and device (peak: the largest). New
+ * counters go at the end: the control file of an older shim reads them as 0. */
 struct pool_counters {
 	uint64_t syncs;          /* device synchronizations the pools made themselves */
 	uint64_t sync_ns;        /* time inside them */
@@ -54,6 +69,10 @@ struct pool_counters {
 	uint64_t ipc_exports;    /* pool blocks the program exported with cudaIpcGetMemHandle */
 	uint64_t barriers;       /* of syncs: barriers on the legacy stream (the host did not wait) */
 	uint64_t streams_apart;  /* non-blocking streams the program made */
+	uint64_t pass_by[PASS_REASONS]; /* of passed, by enum pool_pass */
+	uint64_t unmade;         /* pools that could not be made (per process and device) */
+	uint64_t unmade_error;   /* the CUDA error of the first failed reservation of a pool's plan; 0: none */
+	uint64_t peak_sum;       /* sum over every process and device of its pool's peak reserved bytes */
 	uint64_t captured_frees; /* pool blocks freed inside a stream capture: kept (the graph may use them) */
 	uint64_t late_frees_kept; /* signal handlers' frees of pool blocks that could not be queued: kept */
 	uint64_t retired;        /* pools given up with their contexts (reset, destroy) */
@@ -66,6 +85,8 @@ struct control {
 	uint64_t lost;         /* events of processes without a log */
 	struct pool_counters pool;
 };
+
+_Static_assert(sizeof(struct control) <= CONTROL_SIZE, "control fits its file");
 
 struct log_header {
 	char magic[8];

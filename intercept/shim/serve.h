@@ -118,17 +118,6 @@ static struct {
 	real_is_capturing_fn is_capturing; /* NULL: a driver without stream capture */
 } g_real_event;
 
-/* Why a request of the served kinds went to CUDA (counted by POOL_PASS). */
-enum {
-	PASS_NO_POOL,    /* the pool could not be made */
-	PASS_NO_CONTEXT, /* the calling thread has no context */
-	PASS_CAPTURE,    /* a capture: the stream captures, or CUDA forbids the call now */
-	PASS_SIGNAL,     /* a signal handler's call while its thread was inside the pool */
-	PASS_FULL,       /* the pool had no room and could not grow */
-	PASS_RETIRED,    /* the pool's context was being reset or destroyed */
-	PASS_OTHER,
-};
-#define POOL_PASS(reason) POOL_COUNT(passed, 1)
 
 /* stream_of names the stream of a stream-ordered call; ptsz: the call came through a per-thread
  * default stream variant, where stream 0 is this thread's own. */
@@ -150,14 +139,79 @@ static const struct stream_ref sync_stream = {KEY_SYNC, 0, 0, 0};
 			__atomic_fetch_add(&g_ctl->pool.field, (uint64_t)(n), __ATOMIC_RELAXED);         \
 	} while (0)
 
-/* pool_note_peak raises the control file's largest reserved bytes of a pool to v. */
-static void pool_note_peak(uint64_t v) {
+/* POOL_PASS counts one request of the served kinds that went to CUDA for reason (enum pool_pass,
+ * log.h): in passed and in pass_by[reason]. Usable from any hook. */
+#define POOL_PASS(reason)                                                                                \
+	do {                                                                                             \
+		unsigned pass_reason_ = (unsigned)(reason);                                              \
+		POOL_COUNT(passed, 1);                                                                   \
+		POOL_COUNT(pass_by[pass_reason_ < PASS_REASONS ? pass_reason_ : PASS_OTHER], 1);          \
+	} while (0)
+
+/* What this process has noted of each device's pool: the process it was noted in (a forked child
+ * starts again from nothing, serve_forget), the pool's peak reserved bytes added to peak_sum so
+ * far, and whether its failure to be made was counted. Read and written under the pool's lock,
+ * except unmade (atomic). */
+static struct {
+	pid_t pid, unmade;
+	uint64_t peak, life;
+} g_noted[SERVE_POOLS];
+
+/* pool_note_peak raises the control file's largest reserved bytes of a pool to the peak of s's
+ * pool, and adds what that peak rose by since last noted to the sum of every pool's peak (s's lock
+ * held). */
+static void pool_note_peak(struct served *s) {
 	if (g_ctl == NULL)
 		return;
+	uint64_t v = s->pool.s.peak_reserved_bytes;
 	uint64_t cur = __atomic_load_n(&g_ctl->pool.peak_reserved, __ATOMIC_RELAXED);
 	while (cur < v && !__atomic_compare_exchange_n(&g_ctl->pool.peak_reserved, &cur, v, 0, __ATOMIC_RELAXED,
 						       __ATOMIC_RELAXED))
 		;
+	size_t d = (size_t)(s - g_served);
+	pid_t pid = getpid();
+	if (g_noted[d].pid != pid || g_noted[d].life != s->life)
+		g_noted[d].pid = pid, g_noted[d].peak = 0, g_noted[d].life = s->life;
+	if (v > g_noted[d].peak) {
+		POOL_COUNT(peak_sum, v - g_noted[d].peak);
+		g_noted[d].peak = v;
+	}
+}
+
+/* pool_reserve_failed notes that reserving size bytes for s's pool failed with the CUDA error r,
+ * and returns the pool's error for it. While the pool is being made (its plan), the control file
+ * keeps the first such error of the recording. */
+static int pool_reserve_failed(struct served *s, CUresult r) {
+	uint64_t none = 0;
+	if (g_ctl != NULL && s->state != SV_SERVING)
+		__atomic_compare_exchange_n(&g_ctl->pool.unmade_error, &none, (uint64_t)r, 0, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+	return r == 2 ? CP_OOM : CP_ERR; /* CUDA_ERROR_OUT_OF_MEMORY */
+}
+
+static int serve_capturing(void);
+static int pool_apart_capturing(void);
+
+/* pool_pass_reason says why a request that serve_alloc handed to s went to CUDA with the pool's
+ * error err, and counts s's pool as not made the first time this process passes a request for that.
+ * Asked outside the pool (t_serving clear): it may take g_apart's lock. */
+static int pool_pass_reason(struct served *s, int err) {
+	int state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+	if (err == CP_CLOSED || state == SV_RETIRING || state == SV_FREE)
+		return PASS_RETIRED;
+	if (state != SV_SERVING) {
+		pid_t pid = getpid(), seen = __atomic_exchange_n(&g_noted[s - g_served].unmade, pid, __ATOMIC_ACQ_REL);
+		if (seen != pid)
+			POOL_COUNT(unmade, 1);
+		return PASS_NO_POOL;
+	}
+	switch (err) {
+	case CP_OOM:
+		return PASS_FULL;
+	case CP_ERR: /* serve_take refuses while a capture forbids an ordering; else no host memory, a driver error */
+		return serve_capturing() || pool_apart_capturing() ? PASS_CAPTURE : PASS_OTHER;
+	}
+	return PASS_OTHER;
 }
 
 /* serve_one_pool reports whether at most one device has a pool: work on another device cannot use
@@ -436,7 +490,7 @@ static int serve_reserve(void *ctx, uint64_t size, uint64_t *addr) {
 	CUresult r = g_real_alloc(&p, size);
 	ctx_leave(pushed);
 	if (r != 0)
-		return r == 2 ? CP_OOM : CP_ERR; /* CUDA_ERROR_OUT_OF_MEMORY */
+		return pool_reserve_failed(ctx, r);
 	POOL_COUNT(reservations, 1);
 	ranges_add(p, size, (int)(s - g_served));
 	*addr = p;
@@ -552,7 +606,7 @@ static void serve_make(struct served *s) {
 	}
 	s->state = SV_SERVING;
 	__atomic_or_fetch(&g_sv.pools, 1ull << (s - g_served), __ATOMIC_RELEASE);
-	pool_note_peak(s->pool.s.peak_reserved_bytes);
+	pool_note_peak(s);
 }
 
 /* serve_drop_inflight forgets the in-flight entries whose events completed and keeps their events
@@ -709,7 +763,7 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
 	}
 	if (s->pool.s.fallbacks != fallbacks) {
 		POOL_COUNT(fallbacks, s->pool.s.fallbacks - fallbacks);
-		pool_note_peak(s->pool.s.peak_reserved_bytes);
+		pool_note_peak(s);
 	}
 	return err;
 }
@@ -815,7 +869,7 @@ static int serve_lock(struct served *s, CUcontext ctx, int *why) {
 		serve_make(s);
 	if (s->state != SV_SERVING) {
 		pthread_mutex_unlock(&s->mu);
-		*why = PASS_NO_POOL;
+		*why = -1; /* pool_pass_reason's to say, outside the pool */
 		return 0;
 	}
 	return 1;
@@ -857,13 +911,13 @@ static int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_
 					serve_wait_host(s, &w);
 			}
 		}
-		why = err == CP_CLOSED ? PASS_RETIRED : err == CP_ERR && s->state == SV_SERVING ? PASS_CAPTURE : PASS_FULL;
+		why = -1;
 		pthread_mutex_unlock(&s->mu);
 	}
 	t_serving = 0;
 	serve_late_frees();
 	if (err != CP_OK)
-		POOL_PASS(why);
+		POOL_PASS(why >= 0 ? why : pool_pass_reason(s, err));
 	return err == CP_OK;
 }
 
@@ -1270,6 +1324,7 @@ static void serve_apart_forget(void) {
 /* serve_forget drops the parent's pools in a forked child. */
 static void serve_forget(void) {
 	g_sv.pools = 0;
+	memset(g_noted, 0, sizeof g_noted);
 	for (int i = 0; i < SERVE_POOLS; i++) {
 		struct served *s = &g_served[i];
 		memset(s, 0, sizeof *s); /* the parent's tables stay mapped, unused */
@@ -1284,6 +1339,20 @@ static void serve_forget(void) {
 	ranges_forget();
 	memset(&g_cap, 0, sizeof g_cap);
 	t_serving = 0, t_pool = NULL, t_pool_epoch = 0, t_late.n = 0;
+}
+
+/* pool_apart_capturing reports whether a non-blocking stream the program made captures a graph
+ * (pool_pass_reason's question; here, after g_apart). */
+static int pool_apart_capturing(void) {
+	if (g_real_event.is_capturing == NULL || !serve_apart_lock())
+		return 0;
+	int capturing = 0;
+	for (size_t i = 0; i < g_apart.n && !capturing; i++) {
+		int status = 0;
+		capturing = g_real_event.is_capturing((CUstream)(uintptr_t)g_apart.stream[i], &status) == 0 && status != 0;
+	}
+	serve_apart_unlock();
+	return capturing;
 }
 
 #endif

@@ -25,7 +25,7 @@ func TestProgramsRun(t *testing.T) {
 	if again := Build(t); again != env {
 		t.Errorf("second Build returned a different Env")
 	}
-	want := []string{"barriers", "bench", "capture_order", "closefds", "ctxcache", "cupy_style", "daemon", "forkexec", "gpa_local", "killed", "leaky", "loop", "plain", "plugin",
+	want := []string{"barriers", "bench", "capture_order", "closefds", "ctxcache", "cupy_style", "daemon", "forkexec", "gpa_local", "killed", "leaky", "loop", "plain", "plugin", "pool_faults",
 		"pooled", "pooled_fork", "pooled_lazy", "pooled_threads", "privdrop", "sighandler", "signals", "static_cudart", "streams",
 		"threads"}
 	if got := env.Programs(); !slices.Equal(got, want) {

@@ -139,11 +139,15 @@ static CUresult region_alloc_in(int ri, struct thread_cache *c, CUdeviceptr *out
 	if (addr == 0) {
 		if (c->cur + rounded > c->end) {
 			uint64_t len = rounded > FAKE_ARENA ? (rounded + FAKE_ARENA - 1) & ~(FAKE_ARENA - 1) : FAKE_ARENA;
-			uint64_t off = __atomic_fetch_add(&r->next, len, __ATOMIC_RELAXED);
-			if (fresh_addresses && ri == R_DEVICE && len == FAKE_ARENA)
-				off %= r->size; /* wrap: the region is a multiple of the arena */
-			if (off + len > r->size)
-				return CUDA_ERROR_OUT_OF_MEMORY;
+			uint64_t next = __atomic_load_n(&r->next, __ATOMIC_RELAXED), off;
+			do { /* a request that does not fit takes nothing: later ones may still fit */
+				off = next;
+				if (fresh_addresses && ri == R_DEVICE && len == FAKE_ARENA)
+					off %= r->size; /* wrap: the region is a multiple of the arena */
+				if (off + len > r->size)
+					return CUDA_ERROR_OUT_OF_MEMORY;
+			} while (!__atomic_compare_exchange_n(&r->next, &next, next + len, 0, __ATOMIC_RELAXED,
+							      __ATOMIC_RELAXED));
 			c->cur = r->base + off;
 			c->end = c->cur + len;
 		}

@@ -37,7 +37,8 @@ type TraceReport struct {
 	TorchSearch   *TorchSearch    `json:"pytorch_search,omitempty"` // the PYTORCH_CUDA_ALLOC_CONF search
 	OOM           *OOMReport      `json:"oom,omitempty"`            // a PyTorch snapshot's out-of-memory, explained
 	Config        *pool.Config    `json:"config"`
-	Detail        *Detail         `json:"-"` // the HTML report's timeline, when asked for
+	PerProcess    *PerProcess     `json:"per_process,omitempty"` // a trace of several processes: the pool sized for each
+	Detail        *Detail         `json:"-"`                     // the HTML report's timeline, when asked for
 }
 
 // TraceInfo is the metadata a trace file carries.

@@ -38,3 +38,16 @@ type CallsiteTally struct {
 	AtPeakBytes  uint64 `json:"at_peak_bytes"`  // live at the peak of live bytes
 	EndLiveBytes uint64 `json:"end_live_bytes"` // still live at the end
 }
+
+// PerProcess is the pool sized for each process of a trace of several on its own: every process
+// of record --pool makes its own pool from the same pool.json, so the plan is the largest any one
+// process needs (each class's most slots, the largest arena), not one sized over all processes'
+// requests merged. It is what --emit-config writes for such a trace.
+type PerProcess struct {
+	Processes int          `json:"processes"`
+	Config    *pool.Config `json:"config"`
+	// MergedPlanBytes is the plan of the pool sized over all processes merged (TraceReport.Config).
+	MergedPlanBytes uint64 `json:"merged_plan_bytes"`
+	// Fits says every process ran on Config without growth or failure.
+	Fits bool `json:"fits"`
+}

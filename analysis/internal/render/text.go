@@ -408,6 +408,11 @@ func (t *textWriter) config(tr *model.TraceReport) {
 		t.printf("  record --pool: peak reserved %s, %s fallbacks, %s synchronizations of its own\n",
 			Bytes(r.PeakReservedBytes), Count(r.Fallbacks), Count(r.Syncs))
 	}
+	if pp := tr.PerProcess; pp != nil && pp.Config != nil {
+		t.printf("  sized per process: the largest of %d processes: %s, %s reserved\n"+
+			"    (each process of record --pool makes its own pool; sized over all merged: %s)\n",
+			pp.Processes, settingsLine(pp.Config), Bytes(pp.Config.PlanBytes()), Bytes(pp.MergedPlanBytes))
+	}
 	conf := e.PyTorchAllocConf
 	if conf == "" {
 		conf = "(defaults are best)"

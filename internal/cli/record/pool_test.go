@@ -1,7 +1,10 @@
 package record
 
 import (
+	"maps"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/allocscope/allocscope/internal/testcuda"
@@ -51,4 +54,73 @@ func TestRecordPool(t *testing.T) {
 		t.Errorf("paged pool.json: exit %d, stderr %q; want 1 and %q", code, stderr, oneLine)
 	}
 	notExist(t, marker)
+}
+
+// record --pool says, even with -q, how many requests went to CUDA and why, and the trace keeps the
+// counts (testdata/progs/pool_faults.c, a thread without a context making two driver allocations):
+// with a pool, the main thread's three allocations are served and the thread's two pass (no
+// context); with a plan larger than the fake driver's 16 GiB, the pool cannot be made, the three
+// pass too (no pool), and a second line names the reservation's CUDA error.
+func TestRecordPoolSaysWhatWentToCUDA(t *testing.T) {
+	env := testcuda.Build(t)
+	dir := t.TempDir()
+	huge := filepath.Join(dir, "huge.json")
+	if err := os.WriteFile(huge, []byte(`{"version": 1, "policy": "sizeclass", "size_class": {"arena_bytes": 34359738368,
+		"classes": [{"size_bytes": 4096, "slots": 4}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, cfg, wantErr string
+		passedBy           map[string]int64
+		notMade, firstErr  int64
+	}{
+		{"pool", filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass.json"),
+			"allocscope: record --pool served 3 of 5 allocations; 2 went to CUDA: 2 no_context\n",
+			map[string]int64{"no_context": 2}, 0, 0},
+		{"no pool", huge,
+			"allocscope: cannot reserve the pool on device 0 (error 2); its allocations go to CUDA\n" +
+				"allocscope: record --pool served 0 of 5 allocations; 5 went to CUDA: 3 no_pool, 2 no_context\n" +
+				"allocscope: record --pool could not make 1 pool(s): the first reservation of the plan failed with " +
+				"CUDA_ERROR_OUT_OF_MEMORY (2); its allocations went to CUDA\n",
+			map[string]int64{"no_pool": 3, "no_context": 2}, 1, 2},
+	}
+	for _, c := range cases {
+		out := filepath.Join(dir, c.name+".arrow")
+		t.Setenv("FAKECUDA_LAZY_CONTEXT", "1")
+		code, stdout, stderr := runMain(t, "-q", "--pool", c.cfg, "-o", out, "--shim", env.Shim, "--", env.Prog("pool_faults"))
+		if want := "runtime calls: 0, driver calls without a context: 0\n"; code != 0 || stdout != want || stderr != c.wantErr {
+			t.Errorf("%s: exit %d, stdout %q, stderr\n%s\nwant\n%s", c.name, code, stdout, stderr, c.wantErr)
+		}
+		_, info := testcuda.ReadTrace(t, out)
+		p := info.Pool
+		if p == nil {
+			t.Fatalf("%s: trace has no pool activity", c.name)
+		}
+		if p.PassedThrough != 2+3*c.notMade || !maps.Equal(p.PassedBy, c.passedBy) || p.PoolsNotMade != c.notMade ||
+			p.FirstNotMadeError != c.firstErr {
+			t.Errorf("%s: pool activity %+v; want passed by %v, %d pool(s) not made, first error %d",
+				c.name, *p, c.passedBy, c.notMade, c.firstErr)
+		}
+	}
+}
+
+// record --pool of a program that forks (testdata/progs/pooled_fork.c): each process makes its own
+// pool of sizeclass.json's 277.5 MiB plan, and the summary's peak reserved is their sum, labelled
+// so, beside the largest pool's.
+func TestRecordPoolPeakSummedOverProcesses(t *testing.T) {
+	env := testcuda.Build(t)
+	out := tempPath(t, "fork.arrow")
+	cfg := filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass.json")
+	code, _, stderr := runMain(t, "--pool", cfg, "-o", out, "--shim", env.Shim, "--", env.Prog("pooled_fork"))
+	want := "allocscope: pool: peak reserved 555.00 MiB summed over the pools of every process (each pool's own peak; " +
+		"the largest pool 277.50 MiB) in 2 reservation(s), 0 fallback(s), 0 request(s) passed to CUDA, " +
+		"0 synchronization(s) of its own (0s)\n"
+	if code != 0 || !strings.Contains(stderr, want) || strings.Contains(stderr, "went to CUDA") {
+		t.Errorf("exit %d, stderr\n%s\nwant it to hold\n%s", code, stderr, want)
+	}
+	_, info := testcuda.ReadTrace(t, out)
+	const plan = 512*1024 + 4096*256 + 65536*64 + 1048576*16 + 256<<20
+	if p := info.Pool; p == nil || p.PeakReservedBytes != plan || p.PeakReservedSumBytes != 2*plan || p.Reservations != 2 {
+		t.Errorf("pool activity %+v; want peak %d, summed %d, 2 reservations", p, plan, 2*plan)
+	}
 }

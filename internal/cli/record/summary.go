@@ -1,8 +1,10 @@
 package record
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +27,7 @@ func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, outpu
 		fmt.Fprintf(w, "allocscope: warning: %s events were not recorded: the trace lacks them (%s recorded)\n",
 			units.FormatCount(s.Lost), units.FormatCount(s.Events))
 	}
+	printPassed(w, s.Pool, s.PoolServed)
 	if p := s.Pool; p != nil && p.IPCExports > 0 {
 		fmt.Fprintf(w, "allocscope: warning: the program asked for IPC handles of %s pool block(s) "+
 			"(cudaIpcGetMemHandle); they were refused with an invalid-value error: record it without --pool\n",
@@ -69,7 +72,7 @@ func printPool(w io.Writer, p *trace.PoolActivity) {
 		return
 	}
 	fmt.Fprintf(w, "allocscope: pool: peak reserved %s in %s reservation(s), %s fallback(s), %s request(s) passed to CUDA, "+
-		"%s synchronization(s) of its own%s (%s)\n", units.FormatBytesStyle(p.PeakReservedBytes, units.TwoDecimals),
+		"%s synchronization(s) of its own%s (%s)\n", peakReserved(p),
 		units.FormatCount(p.Reservations), units.FormatCount(p.Fallbacks), units.FormatCount(p.PassedThrough),
 		units.FormatCount(p.Syncs), barrierNote(p), duration(time.Duration(p.SyncNs)))
 	if p.Events > 0 {
@@ -89,4 +92,64 @@ func barrierNote(p *trace.PoolActivity) string {
 		note += fmt.Sprintf(" (%s non-blocking stream(s) made)", units.FormatCount(p.StreamsApart))
 	}
 	return note
+}
+
+// peakReserved writes the pools' peak reserved bytes: the sum over processes (and devices) of each
+// pool's own peak, labelled so where there were several pools (an upper bound of the peak of their
+// sum: they need not peak at once), with the largest single pool's.
+func peakReserved(p *trace.PoolActivity) string {
+	sum := units.FormatBytesStyle(p.PeakReservedSumBytes, units.TwoDecimals)
+	largest := units.FormatBytesStyle(p.PeakReservedBytes, units.TwoDecimals)
+	if p.PeakReservedSumBytes <= p.PeakReservedBytes { // one pool, or a recorder without the sum
+		return largest
+	}
+	return fmt.Sprintf("%s summed over the pools of every process (each pool's own peak; the largest pool %s)", sum, largest)
+}
+
+// printPassed writes, whenever record --pool sent requests of the kinds it serves to CUDA, one line
+// saying how many and why, and one naming the first error when a pool could not be made.
+func printPassed(w io.Writer, p *trace.PoolActivity, served int64) {
+	if p == nil || p.PassedThrough == 0 {
+		return
+	}
+	fmt.Fprintf(w, "allocscope: record --pool served %s of %s allocations; %s went to CUDA: %s\n",
+		units.FormatCount(served), units.FormatCount(served+p.PassedThrough), units.FormatCount(p.PassedThrough),
+		passReasons(p))
+	if p.PoolsNotMade > 0 {
+		fmt.Fprintf(w, "allocscope: record --pool could not make %s pool(s): %s\n", units.FormatCount(p.PoolsNotMade),
+			notMadeCause(p.FirstNotMadeError))
+	}
+}
+
+// passReasons lists PassedBy's counts, the largest first (ties in trace.PassReasons' order), e.g.
+// "12 capture, 7 no_context"; "reasons not recorded" for a trace of a recorder that kept none.
+func passReasons(p *trace.PoolActivity) string {
+	reasons := slices.Clone(trace.PassReasons)
+	reasons = slices.DeleteFunc(reasons, func(r string) bool { return p.PassedBy[r] == 0 })
+	slices.SortStableFunc(reasons, func(a, b string) int { return cmp.Compare(p.PassedBy[b], p.PassedBy[a]) })
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = units.FormatCount(p.PassedBy[r]) + " " + r
+	}
+	if len(parts) == 0 {
+		return "reasons not recorded"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// cudaErrorNames names the CUDA errors a reservation of a pool's plan (cuMemAlloc_v2) returns.
+var cudaErrorNames = map[int64]string{1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
+	3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED", 100: "CUDA_ERROR_NO_DEVICE",
+	101: "CUDA_ERROR_INVALID_DEVICE", 201: "CUDA_ERROR_INVALID_CONTEXT", 999: "CUDA_ERROR_UNKNOWN"}
+
+// notMadeCause says why the first pool could not be made, from the CUDA error of its reservation.
+func notMadeCause(code int64) string {
+	if code == 0 {
+		return "the driver lacks functions the pool needs, or the plan could not be laid out; its allocations went to CUDA"
+	}
+	name := cudaErrorNames[code]
+	if name == "" {
+		name = "CUDA error"
+	}
+	return fmt.Sprintf("the first reservation of the plan failed with %s (%d); its allocations went to CUDA", name, code)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/trace"
 )
 
 // The summary's lines: time in calls as a share of the wall time, or summed over threads when the
@@ -38,5 +39,35 @@ func TestPrintSummary(t *testing.T) {
 		if b.String() != c.want {
 			t.Errorf("summary:\n%s\nwant:\n%s", b.String(), c.want)
 		}
+	}
+}
+
+// record --pool's line about requests that went to CUDA: counts with thousands separators, the
+// reasons largest first (ties in trace.PassReasons' order), also with -q; a second line for pools
+// not made, naming the first error; the pools' peak reserved summed over processes when there were
+// several pools.
+func TestPrintSummaryPool(t *testing.T) {
+	pool := &trace.PoolActivity{Reservations: 2, PassedThrough: 19, PeakReservedBytes: 1 << 20, PeakReservedSumBytes: 3 << 20,
+		PassedBy: map[string]int64{"no_context": 7, "capture": 12}}
+	var b strings.Builder
+	printSummary(&b, intercept.Summary{Events: 4000, Processes: 2, Devices: []int32{0}, Pool: pool, PoolServed: 1981},
+		0, "t.arrow", false)
+	want := "allocscope: 4000 events from 2 process(es), device(s) 0, peak live 0 B\n" +
+		"allocscope: 0s inside allocation calls\n" +
+		"allocscope: pool: peak reserved 3.00 MiB summed over the pools of every process (each pool's own peak; " +
+		"the largest pool 1.00 MiB) in 2 reservation(s), 0 fallback(s), 19 request(s) passed to CUDA, 0 synchronization(s) of its own (0s)\n" +
+		"allocscope: record --pool served 1,981 of 2,000 allocations; 19 went to CUDA: 12 capture, 7 no_context\n" +
+		"allocscope: wrote t.arrow\n"
+	if b.String() != want {
+		t.Errorf("summary:\n%s\nwant:\n%s", b.String(), want)
+	}
+	notMade := &trace.PoolActivity{PassedThrough: 4, PoolsNotMade: 2, PassedBy: map[string]int64{"no_pool": 2, "full": 2}}
+	b.Reset()
+	printSummary(&b, intercept.Summary{Pool: notMade}, 0, "t.arrow", true)
+	want = "allocscope: record --pool served 0 of 4 allocations; 4 went to CUDA: 2 no_pool, 2 full\n" +
+		"allocscope: record --pool could not make 2 pool(s): the driver lacks functions the pool needs, or the plan " +
+		"could not be laid out; its allocations went to CUDA\n"
+	if b.String() != want {
+		t.Errorf("quiet summary:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
