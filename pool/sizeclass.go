@@ -85,6 +85,7 @@ func newSizeClass(cfg Config, up Upstream, o options) (*sizeClassPool, error) {
 		growMin, maximum = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
 	}
 	p.arena = newArena(&p.up, align, growMin, maximum, sc.PerStream, sc.ArenaFit)
+	p.arena.releaseIdleAll = p.releaseIdle
 	planned := AlignUp(sc.ArenaBytes, align)
 	if sc.ArenaPaging != nil {
 		m, ok := up.(Mapper)
@@ -263,7 +264,7 @@ func (p *sizeClassPool) grow(ci int) error {
 		return errWouldGrow
 	}
 	c := &p.classes[ci]
-	addr, err := p.up.reserve(c.growSlots * c.size)
+	addr, err := p.reserveGrowth(c.growSlots * c.size)
 	if err != nil {
 		return err
 	}
