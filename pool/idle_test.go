@@ -76,10 +76,10 @@ func TestReleaseIdleLetsAClassGrow(t *testing.T) {
 		size uint64
 		addr uint64 // alloc: expected address (0: fails); free: the block
 	}{
-		{'a', mib, b}, // the plan's 1 MiB slot
+		{'a', mib, b},                                                                              // the plan's 1 MiB slot
 		{'a', mib, b + 3*mib}, {'a', mib, b + 4*mib}, {'a', mib, b + 5*mib}, {'a', mib, b + 6*mib}, // slab A1
 		{'f', 0, b + 3*mib}, {'f', 0, b + 5*mib}, {'f', 0, b + 4*mib}, {'f', 0, b + 6*mib},
-		{'a', 2 * mib, b + mib}, // the plan's 2 MiB slot
+		{'a', 2 * mib, b + mib},   // the plan's 2 MiB slot
 		{'a', 2 * mib, b + 3*mib}, // 7+8 MiB > 14: A1 goes back, the 8 MiB slab takes its place
 		{'d', 0, b + 3*mib},       // deferred: the slab is in use still
 		{'a', mib, 0},             // class 1 MiB has no slot left and nothing is idle: 11+4 MiB > 14
