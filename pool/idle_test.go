@@ -76,8 +76,9 @@ func TestReleaseIdleLetsAClassGrow(t *testing.T) {
 		size uint64
 		addr uint64 // alloc: expected address (0: fails); free: the block
 	}{
-		{'a', mib, b},                                                                              // the plan's 1 MiB slot
-		{'a', mib, b + 3*mib}, {'a', mib, b + 4*mib}, {'a', mib, b + 5*mib}, {'a', mib, b + 6*mib}, // slab A1
+		{'a', mib, b}, // the plan's 1 MiB slot
+		// slab A1
+		{'a', mib, b + 3*mib}, {'a', mib, b + 4*mib}, {'a', mib, b + 5*mib}, {'a', mib, b + 6*mib},
 		{'f', 0, b + 3*mib}, {'f', 0, b + 5*mib}, {'f', 0, b + 4*mib}, {'f', 0, b + 6*mib},
 		{'a', 2 * mib, b + mib},   // the plan's 2 MiB slot
 		{'a', 2 * mib, b + 3*mib}, // 7+8 MiB > 14: A1 goes back, the 8 MiB slab takes its place
