@@ -638,6 +638,23 @@ static void serve_synchronized(void) {
 	t_serving = 0;
 }
 
+/* serve_release_idle gives back the idle regions of the current device's pool (cp_release_idle) after
+ * a device allocation that went to CUDA found it out of memory: 1 when it gave back any, and the call
+ * is worth making once more. 0 without a pool, or inside one (a signal handler's call). */
+static int serve_release_idle(void) {
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving)
+		return 0;
+	int d = current_device();
+	if (d < 0 || d >= SERVE_DEVICES || __atomic_load_n(&g_served[d].state, __ATOMIC_ACQUIRE) != 1)
+		return 0;
+	t_serving = 1;
+	pthread_mutex_lock(&g_served[d].mu);
+	uint64_t bytes = cp_release_idle(&g_served[d].pool);
+	pthread_mutex_unlock(&g_served[d].mu);
+	t_serving = 0;
+	return bytes > 0;
+}
+
 /* serve_exported notes that the program exported addr with cudaIpcGetMemHandle/cuIpcGetMemHandle:
  * if a pool handed it out, another process that opens the handle maps the pool's whole region, not
  * the block. Counted, and said once. */
