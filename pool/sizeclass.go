@@ -12,7 +12,9 @@ import (
 // no per-class rounding waste). A class hands out slots from a LIFO free list (the block freed
 // last is reused first, while it is warm in cache); when the list is empty the class grows by a
 // further slab of GrowSlots slots (a Fallback). Requests above LargeThreshold, or above every
-// class, go to a best-fit coalescing arena (the same arena as PolicyBestFit).
+// class, go to a best-fit coalescing arena (the same arena as PolicyBestFit). A growth that finds
+// the Upstream out of memory first gives back the idle grown slabs and arena segments and asks
+// once more (ReleaseIdle, idle.go).
 type sizeClassPool struct {
 	base
 	sizes     []uint64 // class sizes, ascending

@@ -16,6 +16,9 @@
  *     end, or with fit_aged from the end next to the older neighbour; freed blocks merge with free
  *     neighbours of the same segment and owner; when nothing fits it grows by a segment of
  *     max(block, grow_bytes), capped at maximum bytes of arena (a fallback).
+ *   - When a growth finds the upstream out of memory, the pool gives back every grown slab whose slots
+ *     are all free and every arena segment that is entirely free (a deferred block is in use), then
+ *     asks once more (cp_release_idle); the plan stays.
  *
  * No malloc: its memory comes from mmap, so that it can run inside the shim's hooks.
  */
