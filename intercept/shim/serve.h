@@ -315,8 +315,33 @@ static int serve_reserve(void *ctx, uint64_t size, uint64_t *addr) {
 	return CP_OK;
 }
 
+/* serve_any_capturing reports whether a stream the shim knows captures a graph: a blocking one (the
+ * legacy stream says so) or a non-blocking one the program made. */
+static int serve_any_capturing(void) {
+	if (serve_capturing())
+		return 1;
+	if (g_real_event.is_capturing == NULL)
+		return 0;
+	int found = 0;
+	pthread_mutex_lock(&g_apart.mu);
+	for (size_t i = 0; i < g_apart.n && !found; i++) {
+		int status = 0;
+		found = g_real_event.is_capturing((CUstream)(uintptr_t)g_apart.stream[i], &status) == 0 && status != 0;
+	}
+	pthread_mutex_unlock(&g_apart.mu);
+	return found;
+}
+
+/* serve_release gives a region of the pool of ctx back to CUDA. cuMemFree_v2 waits for the device,
+ * so a block of it whose stream-ordered free is still in flight is done with. While a stream captures
+ * a graph, the pool's give-back of idle regions (cp_release_idle) is refused instead (CP_ERR: the
+ * region stays), as the free could break the capture, and PyTorch's allocator frees no cached
+ * blocks then either; closing the pool gives everything back. */
 static int serve_release(void *ctx, uint64_t addr, uint64_t size) {
-	(void)ctx, (void)size;
+	struct served *s = ctx;
+	(void)size;
+	if (!s->pool.closed && serve_any_capturing())
+		return CP_ERR;
 	return g_real_free(addr) == 0 ? CP_OK : CP_ERR;
 }
 
