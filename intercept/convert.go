@@ -214,7 +214,7 @@ func readControl(dir string) (control, error) {
 
 // controlPoolCounters is the number of uint64 counters of struct pool_counters (log.h), after the
 // four of struct control.
-const controlPoolCounters = 12
+const controlPoolCounters = 14
 
 // poolActivity decodes struct pool_counters; nil when no pool reserved anything.
 func poolActivity(b []byte, clamp func(uint64) int64) *trace.PoolActivity {
@@ -228,7 +228,7 @@ func poolActivity(b []byte, clamp func(uint64) int64) *trace.PoolActivity {
 	return &trace.PoolActivity{Syncs: clamp(v[0]), SyncNs: clamp(v[1]), Reservations: clamp(v[2]),
 		Fallbacks: clamp(v[3]), PassedThrough: clamp(v[4]), Events: clamp(v[5]), StreamWaits: clamp(v[6]),
 		HostWaits: clamp(v[7]), PeakReservedBytes: v[8], IPCExports: clamp(v[9]), Barriers: clamp(v[10]),
-		StreamsApart: clamp(v[11])}
+		StreamsApart: clamp(v[11]), IdleReleases: clamp(v[12]), IdleReleasedBytes: v[13]}
 }
 
 // Command returns the command line recorded in the raw logs of dir (of the first process), for the trace metadata.

@@ -339,9 +339,14 @@ func TestServedGivesBackIdleMemory(t *testing.T) {
 		BestFit: &pool.BestFitConfig{GrowBytes: 64 << 20}}
 	device := "FAKECUDA_DEVICE_BYTES=1073741824"
 	want := "700 MiB while a stream captures: 2\n700 MiB after the capture: 0\n900 MiB more: 2\n"
-	got := runServed(t, newLogDir(t), cfg, "pooled_oom", device)
+	dir := newLogDir(t)
+	got := runServed(t, dir, cfg, "pooled_oom", device)
 	if got.ExitCode != 0 || got.Stdout != want {
 		t.Errorf("with the pool: exit %d, stdout %q, stderr %q; want %q", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	// the 73 slabs of 8 MiB, given back after the capture; none while it lasted
+	if _, sum := convertDir(t, dir); sum.Pool == nil || sum.Pool.IdleReleases != 73 || sum.Pool.IdleReleasedBytes != 584<<20 {
+		t.Errorf("pool activity %+v, want 73 idle regions of 584 MiB given back", sum.Pool)
 	}
 	want = "700 MiB while a stream captures: 0\n700 MiB after the capture: 0\n900 MiB more: 2\n"
 	if base := runWith(t, "", nil, []string{device}, "pooled_oom"); base.ExitCode != 0 || base.Stdout != want {

@@ -56,6 +56,11 @@ type PoolActivity struct {
 	// StreamsApart counts the non-blocking streams the program made; with them, an ordering is a
 	// join barrier, or a device synchronization where a join cannot be made (docs/record-pool.md).
 	StreamsApart int64 `json:"streams_apart,omitempty"`
+	// IdleReleases counts the regions the pool gave back to CUDA because nothing in them was in use,
+	// when a growth or a call that went to CUDA found the device out of memory; IdleReleasedBytes
+	// are their bytes.
+	IdleReleases      int64  `json:"idle_releases,omitempty"`
+	IdleReleasedBytes uint64 `json:"idle_released_bytes,omitempty"`
 }
 
 // Schema metadata keys. Every key is written; optional values are written as "" (or "[]").
@@ -135,7 +140,7 @@ func metaPoolActivity(md arrow.Metadata) (*PoolActivity, error) {
 	}
 	if p.Syncs < 0 || p.SyncNs < 0 || p.Reservations < 0 || p.Fallbacks < 0 || p.PassedThrough < 0 ||
 		p.Events < 0 || p.StreamWaits < 0 || p.HostWaits < 0 || p.IPCExports < 0 || p.Barriers < 0 || p.Barriers > p.Syncs ||
-		p.StreamsApart < 0 {
+		p.StreamsApart < 0 || p.IdleReleases < 0 {
 		return nil, fmt.Errorf("schema metadata %q: negative count, or more barriers than syncs, in %s", metaPool, v)
 	}
 	return &p, nil

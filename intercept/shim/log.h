@@ -54,6 +54,8 @@ struct pool_counters {
 	uint64_t ipc_exports;    /* pool blocks the program exported with cudaIpcGetMemHandle */
 	uint64_t barriers;       /* of syncs: barriers on the legacy stream (the host did not wait) */
 	uint64_t streams_apart;  /* non-blocking streams the program made */
+	uint64_t idle_releases;  /* idle regions the pools gave back to CUDA (cp_release_idle) */
+	uint64_t idle_released_bytes; /* their bytes */
 };
 
 struct control {

@@ -550,15 +550,26 @@ static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct st
 	return 0;
 }
 
+/* serve_count_idle adds what the pool of s gave back since its counters read idle and idle_bytes to
+ * the control file's pool counters. */
+static void serve_count_idle(struct served *s, uint64_t idle, uint64_t idle_bytes) {
+	if (s->pool.s.idle_releases == idle)
+		return;
+	POOL_COUNT(idle_releases, s->pool.s.idle_releases - idle);
+	POOL_COUNT(idle_released_bytes, s->pool.s.idle_released_bytes - idle_bytes);
+}
+
 /* serve_take serves size bytes from s (its lock held). Before a growth the pool makes its deferred
  * blocks reusable with one synchronization (cp_alloc); the in-flight entries are then done with. */
 static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uint64_t *addr) {
 	if (!serve_note_stream(s, st))
 		return CP_ERR; /* to CUDA */
 	uint64_t fallbacks = s->pool.s.fallbacks, syncs = s->pool.s.syncs;
+	uint64_t idle = s->pool.s.idle_releases, idle_bytes = s->pool.s.idle_released_bytes;
 	int err = cp_alloc(&s->pool, size, st.policy, addr);
 	if (s->pool.s.syncs != syncs)
 		serve_drop_inflight(s, 1);
+	serve_count_idle(s, idle, idle_bytes);
 	if (s->pool.s.fallbacks != fallbacks) {
 		POOL_COUNT(fallbacks, s->pool.s.fallbacks - fallbacks);
 		pool_note_peak(s->pool.s.peak_reserved_bytes);
@@ -672,10 +683,13 @@ static int serve_release_idle(void) {
 	int d = current_device();
 	if (d < 0 || d >= SERVE_DEVICES || __atomic_load_n(&g_served[d].state, __ATOMIC_ACQUIRE) != 1)
 		return 0;
+	struct served *s = &g_served[d];
 	t_serving = 1;
-	pthread_mutex_lock(&g_served[d].mu);
-	uint64_t bytes = cp_release_idle(&g_served[d].pool);
-	pthread_mutex_unlock(&g_served[d].mu);
+	pthread_mutex_lock(&s->mu);
+	uint64_t idle = s->pool.s.idle_releases, idle_bytes = s->pool.s.idle_released_bytes;
+	uint64_t bytes = cp_release_idle(&s->pool);
+	serve_count_idle(s, idle, idle_bytes);
+	pthread_mutex_unlock(&s->mu);
 	t_serving = 0;
 	return bytes > 0;
 }
