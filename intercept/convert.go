@@ -219,7 +219,7 @@ func readControl(dir string) (control, error) {
 // long, so an older shim's reads its newer counters as 0 anyway).
 const (
 	controlPoolCountersV1 = 12
-	controlPoolCounters   = controlPoolCountersV1 + controlPassReasons + 6
+	controlPoolCounters   = controlPoolCountersV1 + controlPassReasons + 8
 	// controlPassReasons is PASS_REASONS of log.h's enum pool_pass, whose order trace.PassReasons
 	// names.
 	controlPassReasons = 8
@@ -252,6 +252,7 @@ func poolActivity(b []byte, clamp func(uint64) int64) *trace.PoolActivity {
 	rest = rest[controlPassReasons:]
 	p.PoolsNotMade, p.FirstNotMadeError, p.PeakReservedSumBytes = clamp(rest[0]), clamp(rest[1]), rest[2]
 	p.CapturedFrees, p.LateFreesKept, p.Retired = clamp(rest[3]), clamp(rest[4]), clamp(rest[5])
+	p.IdleReleases, p.IdleReleasedBytes = clamp(rest[6]), rest[7]
 	return p
 }
 

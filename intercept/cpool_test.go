@@ -18,8 +18,10 @@ import (
 // The shim's C pool (shim/pool.h) against its specification, package pool's size-class policy:
 // the same request sequences (every device trace and snapshot of testdata, under its recommended
 // pool.json and variants that grow classes, fill a capped arena, keep free lists per stream and
-// place by age, plus random sequences) give the same address for every block, the same failures,
-// and the same counters (during, at peak reserved, after Close).
+// place by age, plus random sequences; and on an upstream of limited capacity, where growths find it
+// out of memory and the pool gives back its idle regions, and with the give-back called now and
+// then) give the same address for every block, the same failures, and the same counters (during, at
+// peak reserved, after Close).
 func TestCPoolMatchesPool(t *testing.T) {
 	comparePools(t, buildCPoolDriver(t))
 }
@@ -39,14 +41,22 @@ func TestCPoolMatchesPoolBeyondItsBook(t *testing.T) {
 // comparePools runs every case of cpoolCases with the Go pool and with driver, the C pool, and
 // compares their outputs line by line.
 func comparePools(t *testing.T, driver string) {
-	var failures, fallbacks, frees, syncs uint64
+	var failures, fallbacks, frees, syncs, idle, idleCalls uint64
 	for _, tc := range cpoolCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			goOut := runGoPool(t, tc)
-			var s [14]uint64
-			fmt.Sscanf(goOut[len(goOut)-3], "stats %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &s[0], &s[1], &s[2], &s[3],
-				&s[4], &s[5], &s[6], &s[7], &s[8], &s[9], &s[10], &s[11], &s[12], &s[13])
+			var s [16]uint64
+			fmt.Sscanf(goOut[len(goOut)-3], "stats %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &s[0], &s[1], &s[2],
+				&s[3], &s[4], &s[5], &s[6], &s[7], &s[8], &s[9], &s[10], &s[11], &s[12], &s[13], &s[14], &s[15])
 			frees, failures, fallbacks, syncs = frees+s[1], failures+s[2], fallbacks+s[12], syncs+s[13]
+			if tc.releaseEvery == 0 {
+				idle += s[14] // given back for growths that found the upstream out of memory
+			}
+			for _, line := range goOut {
+				if strings.HasPrefix(line, "r ") && line != "r 0" {
+					idleCalls++
+				}
+			}
 			cOut := runCPool(t, driver, tc)
 			if len(goOut) != len(cOut) {
 				t.Fatalf("Go pool wrote %d lines, C pool %d", len(goOut), len(cOut))
@@ -58,11 +68,12 @@ func comparePools(t *testing.T, driver string) {
 			}
 		})
 	}
-	if failures == 0 || fallbacks == 0 || frees == 0 || syncs == 0 {
-		t.Errorf("the cases made %d frees, %d failed allocations, %d fallbacks and %d syncs: each path must be taken",
-			frees, failures, fallbacks, syncs)
+	if failures == 0 || fallbacks == 0 || frees == 0 || syncs == 0 || idle == 0 || idleCalls == 0 {
+		t.Errorf("the cases made %d frees, %d failed allocations, %d fallbacks, %d syncs, %d idle regions given back for "+
+			"growths and %d give-back calls that gave back some: each path must be taken", frees, failures, fallbacks, syncs, idle, idleCalls)
 	}
-	t.Logf("%d frees, %d failed allocations, %d fallbacks, %d syncs compared", frees, failures, fallbacks, syncs)
+	t.Logf("%d frees, %d failed allocations, %d fallbacks, %d syncs, %d idle regions given back for growths, %d give-back calls that gave some compared",
+		frees, failures, fallbacks, syncs, idle, idleCalls)
 }
 
 type cpoolCase struct {
@@ -73,6 +84,11 @@ type cpoolCase struct {
 	// deferred serves as record --pool does: the free of an op that synchronizes (a cudaFree) is
 	// deferred, and an op that is only a sync point is a device synchronization.
 	deferred bool
+	// capacity, when not 0, is what the upstream holds at most (bumpUpstream.capacity).
+	capacity uint64
+	// releaseEvery, when not 0, calls the pool's give-back (ReleaseIdle, cp_release_idle) after
+	// every releaseEvery-th op.
+	releaseEvery int
 }
 
 // cpoolCases returns the traces of testdata with their configs and variants, and random sequences.
@@ -94,16 +110,51 @@ func cpoolCases(t *testing.T) []cpoolCase {
 			}
 		}
 		for _, v := range cpoolVariants(cfg) {
-			cases = append(cases, cpoolCase{name + "/" + v.name, v.cfg, tr.Ops, tr.Streams, false})
+			cases = append(cases, cpoolCase{name: name + "/" + v.name, cfg: v.cfg, ops: tr.Ops, handles: tr.Streams})
 		}
-		cases = append(cases, cpoolCase{name + "/deferred", cfg, tr.Ops, tr.Streams, true})
+		cases = append(cases, cpoolCase{name: name + "/deferred", cfg: cfg, ops: tr.Ops, handles: tr.Streams, deferred: true})
+		cases = append(cases, limitedCases(t, name, cpoolVariants(cfg), tr.Ops, tr.Streams)...)
 	}
 	for seed := range uint64(4) {
 		ops, handles := requeststest.RandomOps(seed, 20000, 27)
 		for _, v := range cpoolVariants(base) {
-			cases = append(cases, cpoolCase{fmt.Sprintf("random%d/%s", seed, v.name), v.cfg, ops, handles, false})
-			cases = append(cases, cpoolCase{fmt.Sprintf("random%d/%s/deferred", seed, v.name), v.cfg, ops, handles, true})
+			name := fmt.Sprintf("random%d/%s", seed, v.name)
+			cases = append(cases, cpoolCase{name: name, cfg: v.cfg, ops: ops, handles: handles})
+			cases = append(cases, cpoolCase{name: name + "/deferred", cfg: v.cfg, ops: ops, handles: handles, deferred: true})
 		}
+		cases = append(cases, limitedCases(t, fmt.Sprintf("random%d", seed), cpoolVariants(base), ops, handles)...)
+	}
+	return cases
+}
+
+// limitedCases returns the variants that grow (classes that must grow, a capped arena, per-stream
+// lists) on an upstream whose capacity is the plan plus half of what the pool grew by beyond it on an
+// unbounded one, so that growths find it out of memory and the pool gives back its idle regions:
+// served at once, deferred, and with the give-back called every 500 ops.
+func limitedCases(t *testing.T, name string, variants []cpoolVariant, ops []requests.Op, handles []uint64) []cpoolCase {
+	var cases []cpoolCase
+	for _, v := range variants {
+		if v.name != "grow" && v.name != "capped" && v.name != "per-stream" {
+			continue
+		}
+		up := &bumpUpstream{}
+		a, err := pool.New(v.cfg, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := up.held
+		requests.NewFeeder(a).Feed(ops, handles)
+		a.Close()
+		if up.peak <= plan {
+			continue // it never grew
+		}
+		c := cpoolCase{name: name + "/" + v.name + "/limited", cfg: v.cfg, ops: ops, handles: handles,
+			capacity: plan + (up.peak-plan)/2}
+		cases = append(cases, c)
+		c.name, c.deferred = c.name+"/deferred", true
+		cases = append(cases, c)
+		c.name, c.deferred, c.releaseEvery = name+"/"+v.name+"/limited/release-idle", false, 500
+		cases = append(cases, c)
 	}
 	return cases
 }
@@ -146,33 +197,46 @@ func cpoolVariants(cfg pool.Config) []cpoolVariant {
 }
 
 // bumpUpstream is the driver's upstream: addresses from 0x100000000000 in 2 MiB steps, never
-// reused.
-type bumpUpstream struct{ next uint64 }
+// reused. With a capacity, it holds at most that many bytes (its regions rounded up to 2 MiB).
+type bumpUpstream struct{ next, capacity, held, peak uint64 }
+
+func bumpRounded(size uint64) uint64 { return (size + 2<<20 - 1) &^ (2<<20 - 1) }
 
 func (b *bumpUpstream) Reserve(size uint64) (uint64, error) {
+	if b.capacity > 0 && b.held+bumpRounded(size) > b.capacity {
+		return 0, fmt.Errorf("%d of %d bytes held: %w", b.held, b.capacity, pool.ErrOutOfMemory)
+	}
 	if b.next == 0 {
 		b.next = 0x100000000000
 	}
 	addr := b.next
-	b.next += (size + 2<<20 - 1) &^ (2<<20 - 1)
+	b.next += bumpRounded(size)
+	b.held += bumpRounded(size)
+	b.peak = max(b.peak, b.held)
 	return addr, nil
 }
 
-func (b *bumpUpstream) Release(addr, size uint64) error { return nil }
+func (b *bumpUpstream) Release(addr, size uint64) error {
+	b.held -= bumpRounded(size)
+	return nil
+}
 
 // Synchronize is the driver's synchronization: the device is always done at once.
 func (b *bumpUpstream) Synchronize() error { return nil }
 
 // runGoPool serves the case's ops with package pool and returns the lines the driver would write.
 func runGoPool(t *testing.T, tc cpoolCase) []string {
-	a, err := pool.New(tc.cfg, &bumpUpstream{})
+	a, err := pool.New(tc.cfg, &bumpUpstream{capacity: tc.capacity})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	addrs := map[uint32]uint64{}
-	for _, o := range tc.ops {
+	for i, o := range tc.ops {
 		if line, _, ok := serveOp(a, o, tc, addrs); ok {
+			out = append(out, line)
+		}
+		if line, _, ok := releaseIdle(a, tc, i); ok {
 			out = append(out, line)
 		}
 	}
@@ -222,6 +286,15 @@ func serveOp(a pool.Allocator, o requests.Op, tc cpoolCase, addrs map[uint32]uin
 	return "", "", false
 }
 
+// releaseIdle calls a's give-back after op i when the case says so: the driver's output line and its
+// script line.
+func releaseIdle(a pool.Allocator, tc cpoolCase, i int) (line, script string, ok bool) {
+	if tc.releaseEvery == 0 || (i+1)%tc.releaseEvery != 0 {
+		return "", "", false
+	}
+	return fmt.Sprintf("r %d", a.(pool.IdleReleaser).ReleaseIdle()), "r\n", true
+}
+
 func errCode(err error) string {
 	switch {
 	case errors.Is(err, pool.ErrOutOfMemory):
@@ -237,9 +310,10 @@ func errCode(err error) string {
 }
 
 func statsLine(name string, s pool.Stats) string {
-	return fmt.Sprintf("%s %d %d %d %d %d %d %d %d %d %d %d %d %d %d", name, s.Allocs, s.Frees, s.Failures, s.LiveBytes,
-		s.PeakLiveBytes, s.BlockBytes, s.PeakBlockBytes, s.ReservedBytes, s.PeakReservedBytes, s.UpstreamReserves,
-		s.UpstreamReleases, s.UpstreamFailures, s.Fallbacks, s.Syncs)
+	return fmt.Sprintf("%s %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", name, s.Allocs, s.Frees, s.Failures,
+		s.LiveBytes, s.PeakLiveBytes, s.BlockBytes, s.PeakBlockBytes, s.ReservedBytes, s.PeakReservedBytes,
+		s.UpstreamReserves, s.UpstreamReleases, s.UpstreamFailures, s.Fallbacks, s.Syncs, s.IdleReleases,
+		s.IdleReleasedBytes)
 }
 
 // runCPool runs the driver on the same requests, freeing only what the Go side could (the two
@@ -247,7 +321,7 @@ func statsLine(name string, s pool.Stats) string {
 func runCPool(t *testing.T, driver string, tc cpoolCase) []string {
 	var in strings.Builder
 	in.WriteString(cpoolConfigLine(t, tc.cfg))
-	cmd := exec.Command(driver)
+	cmd := exec.Command(driver, "-capacity", fmt.Sprint(tc.capacity))
 	cmd.Stdin = strings.NewReader(in.String() + cpoolScript(t, tc))
 	outBytes, err := cmd.Output()
 	if err != nil {
@@ -259,15 +333,17 @@ func runCPool(t *testing.T, driver string, tc cpoolCase) []string {
 // cpoolScript writes the driver's script: it serves the ops with the Go pool to know the address of
 // every block the driver must free (a free names an address).
 func cpoolScript(t testing.TB, tc cpoolCase) string {
-	a, err := pool.New(tc.cfg, &bumpUpstream{})
+	a, err := pool.New(tc.cfg, &bumpUpstream{capacity: tc.capacity})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
 	var b strings.Builder
 	addrs := map[uint32]uint64{}
-	for _, o := range tc.ops {
+	for i, o := range tc.ops {
 		_, script, _ := serveOp(a, o, tc, addrs)
+		b.WriteString(script)
+		_, script, _ = releaseIdle(a, tc, i)
 		b.WriteString(script)
 	}
 	b.WriteString("c\n")

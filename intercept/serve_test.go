@@ -367,3 +367,41 @@ func TestServedSignalHandlerPasses(t *testing.T) {
 			"every passed request a signal handler's", mainPairs, handlerPairs, notServed, p)
 	}
 }
+
+// record --pool on a full device (testdata/progs/pooled_oom.c, a fake device of 1 GiB): after 600
+// blocks of 1 MiB came and went, 700 MiB are served (the pool gives back its 73 idle slabs first), as
+// they are without the pool, except while a stream captures a graph (the pool gives nothing back
+// then, and the call fails with CUDA's out of memory); 900 MiB more fail in the pool, then at CUDA.
+// The same when the pool passes the large requests to CUDA (its arena capped): the call that finds
+// CUDA out of memory is made once more after the give-back.
+func TestServedGivesBackIdleMemory(t *testing.T) {
+	cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicySizeClass, SizeClass: &pool.SizeClassConfig{
+		Classes: []pool.Class{{Size: 1 << 20, Slots: 16}}, LargeThreshold: 1 << 20, ArenaBytes: 64 << 20, GrowSlots: 8},
+		BestFit: &pool.BestFitConfig{GrowBytes: 64 << 20}}
+	device := "FAKECUDA_DEVICE_BYTES=1073741824"
+	want := "700 MiB while a stream captures: 2\n700 MiB after the capture: 0\n900 MiB more: 2\n"
+	dir := newLogDir(t)
+	got := runServed(t, dir, cfg, "pooled_oom", device)
+	if got.ExitCode != 0 || got.Stdout != want {
+		t.Errorf("with the pool: exit %d, stdout %q, stderr %q; want %q", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	// the 73 slabs of 8 MiB, given back after the capture; none while it lasted
+	if _, sum := convertDir(t, dir); sum.Pool == nil || sum.Pool.IdleReleases != 73 || sum.Pool.IdleReleasedBytes != 584<<20 {
+		t.Errorf("pool activity %+v, want 73 idle regions of 584 MiB given back", sum.Pool)
+	}
+	// With the arena capped at its plan, the pool refuses the large requests without growing: they go
+	// to CUDA, which is out of memory, and are made once more after the pool gave back its slabs.
+	capped := cfg
+	capped.BestFit = &pool.BestFitConfig{GrowBytes: 64 << 20, MaximumBytes: 64 << 20}
+	dir = newLogDir(t)
+	if got := runServed(t, dir, capped, "pooled_oom", device); got.ExitCode != 0 || got.Stdout != want {
+		t.Errorf("arena capped: exit %d, stdout %q, stderr %q; want %q", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	if _, sum := convertDir(t, dir); sum.Pool == nil || sum.Pool.IdleReleases != 73 || sum.Pool.PassedThrough != 3 {
+		t.Errorf("arena capped: pool activity %+v, want 73 idle regions given back, 3 requests passed to CUDA", sum.Pool)
+	}
+	want = "700 MiB while a stream captures: 0\n700 MiB after the capture: 0\n900 MiB more: 2\n"
+	if base := runWith(t, "", nil, []string{device}, "pooled_oom"); base.ExitCode != 0 || base.Stdout != want {
+		t.Errorf("without the pool: exit %d, stdout %q; want %q", base.ExitCode, base.Stdout, want)
+	}
+}

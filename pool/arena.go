@@ -107,6 +107,9 @@ type arena struct {
 	allocs    uint64
 	pg        *pager // with ArenaPaging: maps the pages of the arena's address space
 	noGrow    bool   // growth fails with errWouldGrow (uncounted)
+	// releaseIdleAll, when set (PolicySizeClass), gives back the owner's idle regions, this arena's
+	// among them, when the Upstream is out of memory for a growth; the growth then tries once more.
+	releaseIdleAll func() (bytes uint64)
 }
 
 func newArena(up *tracked, align, growMin, maximum uint64, perStream bool, fit Fit) *arena {
@@ -273,14 +276,15 @@ func (a *arena) grow(blk uint64) error {
 	if a.noGrow {
 		return errWouldGrow
 	}
-	n := max(blk, a.growMin)
-	if a.maximum > 0 {
-		if a.total >= a.maximum || a.maximum-a.total < blk {
-			return fmt.Errorf("arena of %d bytes at its maximum %d: %w", a.total, a.maximum, ErrOutOfMemory)
-		}
-		n = min(n, a.maximum-a.total)
+	n, err := a.growBytes(blk)
+	if err != nil {
+		return err
 	}
 	addr, err := a.up.reserve(n)
+	if err != nil && isOOM(err) && a.releaseIdleAll != nil && a.releaseIdleAll() > 0 {
+		n, _ = a.growBytes(blk) // the arena holds no more than before: within its maximum still
+		addr, err = a.up.reserve(n)
+	}
 	if err != nil {
 		return err
 	}
@@ -288,6 +292,20 @@ func (a *arena) grow(blk uint64) error {
 	a.owned[addr] = n
 	a.addSpace(addr, n)
 	return nil
+}
+
+// growBytes returns the size of a growth for a block of blk bytes: max(blk, growMin), capped so
+// that the arena's space stays within its maximum; an error wrapping ErrOutOfMemory when the
+// maximum leaves no room for the block.
+func (a *arena) growBytes(blk uint64) (uint64, error) {
+	n := max(blk, a.growMin)
+	if a.maximum > 0 {
+		if a.total >= a.maximum || a.maximum-a.total < blk {
+			return 0, fmt.Errorf("arena of %d bytes at its maximum %d: %w", a.total, a.maximum, ErrOutOfMemory)
+		}
+		n = min(n, a.maximum-a.total)
+	}
+	return n, nil
 }
 
 // close releases the regions the arena reserved, in address order.

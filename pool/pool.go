@@ -124,6 +124,11 @@ type Stats struct {
 	UpstreamFailures  uint64 `json:"upstream_failures"`   // Upstream.Reserve (or Mapper.Map) calls that failed
 	Fallbacks         uint64 `json:"fallbacks"`           // requests served outside their planned class or arena (growth beyond the plan)
 	Syncs             uint64 `json:"syncs,omitempty"`     // device synchronizations made to reuse deferred frees (Deferrer)
+	// IdleReleases counts the regions given back because nothing in them was in use (IdleReleaser):
+	// when the Upstream was out of memory for a growth, or on ReleaseIdle. Each is also an
+	// UpstreamRelease.
+	IdleReleases      uint64 `json:"idle_releases,omitempty"`
+	IdleReleasedBytes uint64 `json:"idle_released_bytes,omitempty"` // the bytes of those regions
 }
 
 // LiveBlocks returns the number of blocks now live.

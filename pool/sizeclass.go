@@ -12,7 +12,9 @@ import (
 // no per-class rounding waste). A class hands out slots from a LIFO free list (the block freed
 // last is reused first, while it is warm in cache); when the list is empty the class grows by a
 // further slab of GrowSlots slots (a Fallback). Requests above LargeThreshold, or above every
-// class, go to a best-fit coalescing arena (the same arena as PolicyBestFit).
+// class, go to a best-fit coalescing arena (the same arena as PolicyBestFit). A growth that finds
+// the Upstream out of memory first gives back the idle grown slabs and arena segments and asks
+// once more (ReleaseIdle, idle.go).
 type sizeClassPool struct {
 	base
 	sizes     []uint64 // class sizes, ascending
@@ -85,6 +87,7 @@ func newSizeClass(cfg Config, up Upstream, o options) (*sizeClassPool, error) {
 		growMin, maximum = cfg.BestFit.GrowBytes, cfg.BestFit.MaximumBytes
 	}
 	p.arena = newArena(&p.up, align, growMin, maximum, sc.PerStream, sc.ArenaFit)
+	p.arena.releaseIdleAll = p.releaseIdle
 	planned := AlignUp(sc.ArenaBytes, align)
 	if sc.ArenaPaging != nil {
 		m, ok := up.(Mapper)
@@ -263,7 +266,7 @@ func (p *sizeClassPool) grow(ci int) error {
 		return errWouldGrow
 	}
 	c := &p.classes[ci]
-	addr, err := p.up.reserve(c.growSlots * c.size)
+	addr, err := p.reserveGrowth(c.growSlots * c.size)
 	if err != nil {
 		return err
 	}

@@ -78,6 +78,11 @@ type PoolActivity struct {
 	LateFreesKept int64 `json:"late_frees_kept,omitempty"`
 	// Retired counts pools given up with their contexts (a device reset, a destroyed context).
 	Retired int64 `json:"retired,omitempty"`
+	// IdleReleases counts the regions the pool gave back to CUDA because nothing in them was in use,
+	// when a growth or a call that went to CUDA found the device out of memory; IdleReleasedBytes
+	// are their bytes.
+	IdleReleases      int64  `json:"idle_releases,omitempty"`
+	IdleReleasedBytes uint64 `json:"idle_released_bytes,omitempty"`
 }
 
 // PeakReservedTotal is the pools' peak reserved bytes summed over processes and devices
@@ -170,7 +175,7 @@ func metaPoolActivity(md arrow.Metadata) (*PoolActivity, error) {
 	if p.Syncs < 0 || p.SyncNs < 0 || p.Reservations < 0 || p.Fallbacks < 0 || p.PassedThrough < 0 ||
 		p.Events < 0 || p.StreamWaits < 0 || p.HostWaits < 0 || p.IPCExports < 0 || p.CapturedFrees < 0 ||
 		p.LateFreesKept < 0 || p.Retired < 0 || p.Barriers < 0 || p.Barriers > p.Syncs ||
-		p.StreamsApart < 0 || p.PoolsNotMade < 0 || p.FirstNotMadeError < 0 {
+		p.StreamsApart < 0 || p.IdleReleases < 0 || p.PoolsNotMade < 0 || p.FirstNotMadeError < 0 {
 		return nil, fmt.Errorf("schema metadata %q: negative count, or more barriers than syncs, in %s", metaPool, v)
 	}
 	for reason, n := range p.PassedBy {

@@ -283,7 +283,21 @@ func statsOf(s *C.struct_cp_stats) pool.Stats {
 		PeakBlockBytes: uint64(s.peak_block_bytes), ReservedBytes: uint64(s.reserved_bytes),
 		PeakReservedBytes: uint64(s.peak_reserved_bytes), UpstreamReserves: uint64(s.upstream_reserves),
 		UpstreamReleases: uint64(s.upstream_releases), UpstreamFailures: uint64(s.upstream_failures),
-		Fallbacks: uint64(s.fallbacks), Syncs: uint64(s.syncs)}
+		Fallbacks: uint64(s.fallbacks), Syncs: uint64(s.syncs), IdleReleases: uint64(s.idle_releases),
+		IdleReleasedBytes: uint64(s.idle_released_bytes)}
+}
+
+// ReleaseIdle gives back the regions the pool grew by that hold no live or deferred block
+// (pool.h's cp_release_idle, package pool's pool.IdleReleaser) and returns their bytes; 0 once
+// closed.
+func (p *Pool) ReleaseIdle() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.c == nil {
+		return 0
+	}
+	p.upErrs = p.upErrs[:0]
+	return uint64(C.cpool_release_idle(p.c))
 }
 
 // Close gives back every region the pool holds, live blocks or not, and the pool's own memory;

@@ -38,6 +38,9 @@ int cpool_alloc(struct cpool *c, uint64_t size, uint64_t stream, uint64_t *addr)
 int cpool_free(struct cpool *c, uint64_t addr, uint64_t stream);
 void cpool_stats(const struct cpool *c, struct cp_stats *now, struct cp_stats *peak);
 
+/* cpool_release_idle gives back the pool's idle regions (pool.h's cp_release_idle): their bytes. */
+uint64_t cpool_release_idle(struct cpool *c);
+
 /* cpool_close gives back everything the pool holds (pool.h's cp_close), CP_OK or CP_ERR; the pool's
  * counters stay readable until cpool_destroy. */
 int cpool_close(struct cpool *c);

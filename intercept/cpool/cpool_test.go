@@ -407,3 +407,110 @@ func TestBuildsWithoutCgo(t *testing.T) {
 		t.Fatalf("CGO_ENABLED=0 go vet: %v\n%s", err, out)
 	}
 }
+
+// idleStep is a step of TestPoolGivesBackIdleMemory: an allocation of size bytes, else the free of
+// the block of step free, else (release) the give-back.
+type idleStep struct {
+	size    uint64
+	free    int
+	release bool
+}
+
+// runIdleSteps serves steps with a on a device of capacity bytes and returns what each step gave
+// (an address, "freed", the bytes given back, or the error) and the counters.
+func runIdleSteps(t *testing.T, a interface {
+	pool.Allocator
+	pool.IdleReleaser
+}, steps []idleStep) ([]string, pool.Stats) {
+	t.Helper()
+	var out []string
+	addrs := make([]uint64, len(steps))
+	for i, s := range steps {
+		switch {
+		case s.release:
+			out = append(out, fmt.Sprintf("released %d", a.ReleaseIdle()))
+		case s.size > 0:
+			addr, err := a.Alloc(s.size, 0)
+			addrs[i] = addr
+			if err != nil {
+				out = append(out, fmt.Sprintf("failed (out of memory: %v)", errors.Is(err, pool.ErrOutOfMemory)))
+				continue
+			}
+			out = append(out, fmt.Sprintf("%#x", addr))
+		default:
+			if err := a.Free(addrs[s.free], 0); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			out = append(out, "freed")
+		}
+	}
+	return out, a.Stats()
+}
+
+// The C pool gives back idle memory as package pool does: 600 blocks of 1 MiB freed, then 700 MiB
+// asked for on a device of 1 GiB (the 73 grown slabs go back, the arena grows); an arena segment
+// given back for a larger one; the give-back called on its own. Every address and counter is the
+// Go pool's, and the upstream holds the same.
+func TestPoolGivesBackIdleMemory(t *testing.T) {
+	needCgo(t)
+	const mib = 1 << 20
+	big := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicySizeClass, SizeClass: &pool.SizeClassConfig{
+		Classes: []pool.Class{{Size: mib, Slots: 16}}, LargeThreshold: mib, ArenaBytes: 64 * mib, GrowSlots: 8},
+		BestFit: &pool.BestFitConfig{GrowBytes: 64 * mib}}
+	var smallThenBig []idleStep
+	for range 600 {
+		smallThenBig = append(smallThenBig, idleStep{size: mib})
+	}
+	for i := range 600 {
+		smallThenBig = append(smallThenBig, idleStep{free: i})
+	}
+	smallThenBig = append(smallThenBig, idleStep{size: 700 * mib}, idleStep{release: true})
+	arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicySizeClass, SizeClass: &pool.SizeClassConfig{
+		Classes: []pool.Class{{Size: 4096, Slots: 1}}, LargeThreshold: 4096}}
+	segments := []idleStep{{size: 2 * mib}, {size: 6 * mib}, {free: 1}, {size: 7 * mib}, {size: 9 * mib},
+		{free: 0}, {free: 3}, {release: true}, {release: true}, {size: 9 * mib}}
+	for _, tc := range []struct {
+		name      string
+		cfg       pool.Config
+		capacity  uint64
+		steps     []idleStep
+		last      string // what the last step gave
+		idle      uint64 // the bytes given back in all
+		reserved  uint64
+		failures  uint64
+		upstreams uint64 // upstream failures
+	}{
+		{"small-then-big", big, 1 << 30, smallThenBig, "released 0", 584 * mib, 780 * mib, 0, 1},
+		{"arena-segments", arena, 10 * mib, segments, fmt.Sprintf("%#x", pool.SimBase+4096+2*mib), 15 * mib, 4096 + 9*mib, 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gup, cup := pool.NewSimUpstream(tc.capacity, 512), pool.NewSimUpstream(tc.capacity, 512)
+			g, err := pool.New(tc.cfg, gup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := cpool.New(tc.cfg, cup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gOut, gStats := runIdleSteps(t, g.(interface {
+				pool.Allocator
+				pool.IdleReleaser
+			}), tc.steps)
+			cOut, cStats := runIdleSteps(t, c, tc.steps)
+			if !slices.Equal(gOut, cOut) || gStats != cStats || g.PeakStats() != c.PeakStats() {
+				t.Fatalf("Go pool %v\n %+v\nC pool %v\n %+v", gOut, gStats, cOut, cStats)
+			}
+			if gOut[len(gOut)-1] != tc.last || cStats.IdleReleasedBytes != tc.idle || cStats.ReservedBytes != tc.reserved ||
+				cStats.Failures != tc.failures || cStats.UpstreamFailures != tc.upstreams {
+				t.Errorf("steps %v\nstats %+v", cOut, cStats)
+			}
+			if gup.Stats() != cup.Stats() {
+				t.Errorf("upstreams: Go pool's %+v, C pool's %+v", gup.Stats(), cup.Stats())
+			}
+			if err := errors.Join(g.Close(), c.Close()); err != nil || cup.Stats().ReservedBytes != 0 {
+				t.Errorf("close: %v, %d bytes still held", err, cup.Stats().ReservedBytes)
+			}
+		})
+	}
+}

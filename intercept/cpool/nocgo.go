@@ -43,5 +43,8 @@ func (p *Pool) Stats() pool.Stats { return pool.Stats{} }
 // PeakStats returns zero counters.
 func (p *Pool) PeakStats() pool.Stats { return pool.Stats{} }
 
+// ReleaseIdle returns 0.
+func (p *Pool) ReleaseIdle() uint64 { return 0 }
+
 // Close does nothing.
 func (p *Pool) Close() error { return nil }

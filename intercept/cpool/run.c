@@ -103,6 +103,8 @@ void cpool_stats(const struct cpool *c, struct cp_stats *now, struct cp_stats *p
 	*peak = c->pool.peak;
 }
 
+uint64_t cpool_release_idle(struct cpool *c) { return cp_release_idle(&c->pool); }
+
 int cpool_close(struct cpool *c) { return cp_close(&c->pool); }
 
 void cpool_destroy(struct cpool *c) { free(c); }

@@ -298,6 +298,12 @@ static inline int served_free(uint64_t p, struct stream_ref st) {
 }
 #define SERVED(TRY, CALL) ((r_try_ = (TRY)) >= 0 ? r_try_ : (CALL))
 
+/* RETRIED is CALL, a driver's device allocation that the pool did not serve (the program's, or the
+ * runtime's own for a cudaMalloc the pool passed on), made once more when it found the device out of
+ * memory (2: CUDA_ERROR_OUT_OF_MEMORY) and the pool then gave back idle regions (serve_release_idle).
+ * At the driver, so that a runtime call that succeeds on the second try leaves no error behind. */
+#define RETRIED(CALL) ((r_cuda_ = (CALL)) == 2 && serve_release_idle() ? (CALL) : r_cuda_)
+
 /* The bit of a record's result that says the pool served the call (CUDA's codes stay below 1000). */
 #define RESULT_POOL 0x8000
 
@@ -345,9 +351,9 @@ BODY cudaError_t b_cudaFreeHost(cudaFreeHost_fn f, int fid, void *cs, void *p) {
 	FREE_BODY(f(p), fid, &g_addrs, PTR(p), 0);
 }
 BODY CUresult b_cuMemAlloc_v2(cuMemAlloc_v2_fn f, int fid, void *cs, CUdeviceptr *p, size_t n) {
-	int r_try_ = -1;
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, sync_stream, 0), f(p, n)), r_try_ >= 0, f(p, n), fid, 1, *p, n, 0,
-			  &g_addrs);
+	int r_try_ = -1, r_cuda_;
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, sync_stream, 0), RETRIED(f(p, n))), r_try_ >= 0,
+			  RETRIED(f(p, n)), fid, 1, *p, n, 0, &g_addrs);
 }
 BODY CUresult b_cuMemFree_v2(cuMemFree_v2_fn f, int fid, void *cs, CUdeviceptr p) {
 	int r_try_ = -1;
@@ -640,10 +646,10 @@ BODY CUresult b_cuMemAllocManaged(cuMemAllocManaged_fn f, int fid, void *cs, CUd
 	ALLOC_BODY(f(p, n, fl), fid, 0, *p, n, 0, &g_addrs);
 }
 BODY CUresult b_cuMemAllocAsync(cuMemAllocAsync_fn f, int fid, void *cs, CUdeviceptr *p, size_t n, CUstream s) {
-	int r_try_ = -1;
+	int r_try_ = -1, r_cuda_;
 	struct stream_ref st = stream_of(PTR(s), fid == FID_cuMemAllocAsync_ptsz);
-	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, st, 0), f(p, n, s)), r_try_ >= 0, f(p, n, s), fid, 1, *p, n,
-			  s, &g_addrs);
+	SERVED_ALLOC_BODY(SERVED(served_alloc(n, (void **)p, st, 0), RETRIED(f(p, n, s))), r_try_ >= 0,
+			  RETRIED(f(p, n, s)), fid, 1, *p, n, s, &g_addrs);
 }
 BODY CUresult b_cuMemFreeAsync(cuMemFreeAsync_fn f, int fid, void *cs, CUdeviceptr p, CUstream s) {
 	int r_try_ = -1;

@@ -76,6 +76,8 @@ struct pool_counters {
 	uint64_t captured_frees; /* pool blocks freed inside a stream capture: kept (the graph may use them) */
 	uint64_t late_frees_kept; /* signal handlers' frees of pool blocks that could not be queued: kept */
 	uint64_t retired;        /* pools given up with their contexts (reset, destroy) */
+	uint64_t idle_releases;  /* idle regions the pools gave back to CUDA (cp_release_idle) */
+	uint64_t idle_released_bytes; /* their bytes */
 };
 
 struct control {

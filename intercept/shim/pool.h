@@ -16,6 +16,9 @@
  *     end, or with fit_aged from the end next to the older neighbour; freed blocks merge with free
  *     neighbours of the same segment and owner; when nothing fits it grows by a segment of
  *     max(block, grow_bytes), capped at maximum bytes of arena (a fallback).
+ *   - When a growth finds the upstream out of memory, the pool gives back every grown slab whose slots
+ *     are all free and every arena segment that is entirely free (a deferred block is in use), then
+ *     asks once more (cp_release_idle); the plan stays.
  *
  * No malloc: its memory comes from mmap, so that it can run inside the shim's hooks.
  */
@@ -164,6 +167,8 @@ struct cp_stats {
 	uint64_t reserved_bytes, peak_reserved_bytes, upstream_reserves, upstream_releases, upstream_failures;
 	uint64_t fallbacks;
 	uint64_t syncs; /* synchronizations the pool made to reuse deferred frees */
+	/* regions given back because nothing in them was in use (cp_release_idle), and their bytes */
+	uint64_t idle_releases, idle_released_bytes;
 };
 
 /* ---- the pool's state ------------------------------------------------------------------------------ */
@@ -202,7 +207,10 @@ struct cp_node {
 	uint64_t born; /* fit_aged: allocation count when it became a live block */
 };
 
-struct cp_region { uint64_t addr, size; };
+struct cp_region {
+	uint64_t addr, size;
+	int plan; /* the up-front region (never given back by cp_release_idle) */
+};
 
 /* A free node's entry in the arena's order, its sort key beside its id, so that a search reads the
  * order's few lines, not a node per step. */
@@ -542,20 +550,37 @@ enum { CP_OK = 0, CP_ERR = 1, CP_OOM = 2, CP_UNKNOWN = 3, CP_CLOSED = 4, CP_WOUL
 /* A class slot's requested-bytes word with this bit: freed by the program, not reusable yet. */
 #define CP_PENDING_BIT (1ull << 63)
 
-/* cp_arena_grow adds a segment that can hold a block of blk bytes: a fallback. */
-static int cp_arena_grow(struct cp_pool *p, uint64_t blk) {
-	if (p->no_grow)
-		return CP_WOULD_GROW;
-	uint64_t n = blk > p->grow_min ? blk : p->grow_min;
+static uint64_t cp_release_idle(struct cp_pool *p);
+
+/* cp_arena_grow_bytes puts into *n the size of a growth for a block of blk bytes: max(blk,
+ * grow_bytes), capped so that the arena stays within its maximum; CP_OOM when the maximum leaves no
+ * room for the block. */
+static int cp_arena_grow_bytes(const struct cp_pool *p, uint64_t blk, uint64_t *n) {
+	*n = blk > p->grow_min ? blk : p->grow_min;
 	uint64_t maximum = p->cfg.maximum;
 	if (maximum > 0) {
 		if (p->arena_total >= maximum || maximum - p->arena_total < blk)
 			return CP_OOM;
-		if (n > maximum - p->arena_total)
-			n = maximum - p->arena_total;
+		if (*n > maximum - p->arena_total)
+			*n = maximum - p->arena_total;
 	}
-	uint64_t addr;
-	int err = cp_reserve(p, n, &addr);
+	return CP_OK;
+}
+
+/* cp_arena_grow adds a segment that can hold a block of blk bytes: a fallback. When the upstream is
+ * out of memory, the pool gives back its idle regions and, if that gave back any, asks once more. */
+static int cp_arena_grow(struct cp_pool *p, uint64_t blk) {
+	if (p->no_grow)
+		return CP_WOULD_GROW;
+	uint64_t n, addr;
+	int err = cp_arena_grow_bytes(p, blk, &n);
+	if (err != CP_OK)
+		return err;
+	err = cp_reserve(p, n, &addr);
+	if (err == CP_OOM && cp_release_idle(p) > 0) {
+		cp_arena_grow_bytes(p, blk, &n); /* the arena holds no more than before: within its maximum */
+		err = cp_reserve(p, n, &addr);
+	}
 	if (err != 0)
 		return err;
 	p->s.fallbacks++;
@@ -566,7 +591,7 @@ static int cp_arena_grow(struct cp_pool *p, uint64_t blk) {
 		at++;
 	struct cp_region *o = (struct cp_region *)p->owned.data;
 	memmove(o + at + 1, o + at, (p->owned.len - at) * sizeof *o);
-	o[at] = (struct cp_region){addr, n};
+	o[at] = (struct cp_region){addr, n, 0};
 	p->owned.len++;
 	return cp_add_segment(p, addr, n) == 0 ? CP_OK : CP_ERR;
 }
@@ -752,18 +777,137 @@ static int cp_pop(struct cp_pool *p, int ci, uint64_t stream, struct cp_slot *ou
 	return 0;
 }
 
+/* ---- giving back idle memory ---------------------------------------------------------------------- */
+
+/* cp_slab_idle reports whether the slab of index entry r has no live or deferred slot. */
+static int cp_slab_idle(const struct cp_slab_ref *r) {
+	for (uint64_t i = 0, n = r->sl->nslots; i < n; i++)
+		if (r->req[i] != 0)
+			return 0;
+	return 1;
+}
+
+/* cp_drop_slots takes the slots of [base, end) out of the free list v; the others keep their order. */
+static void cp_drop_slots(struct cp_vec *v, uint64_t base, uint64_t end) {
+	size_t k = 0;
+	for (size_t i = 0; i < v->len; i++) {
+		struct cp_slot s = CP_AT(v, struct cp_slot, i);
+		if (s.addr < base || s.addr >= end)
+			CP_AT(v, struct cp_slot, k++) = s;
+	}
+	v->len = k;
+}
+
+/* cp_drop_slab takes the idle slab of index entry at out of the slab index and out of its class's
+ * free lists, and frees its bookkeeping; the class has no fresh slab left if it was this one. */
+static void cp_drop_slab(struct cp_pool *p, size_t at) {
+	struct cp_slab_ref r = CP_AT(&p->slabs, struct cp_slab_ref, at);
+	struct cp_class *c = &p->classes[r.cls];
+	cp_drop_slots(&c->free, r.base, r.end);
+	for (size_t i = 0; i < p->streams.len; i++)
+		cp_drop_slots(&CP_AT(&p->streams, struct cp_stream_lists, i).free[r.cls], r.base, r.end);
+	if (c->fresh == r.sl)
+		c->fresh = NULL;
+	struct cp_slab_ref *s = (struct cp_slab_ref *)p->slabs.data;
+	memmove(s + at, s + at + 1, (p->slabs.len - at - 1) * sizeof *s);
+	p->slabs.len--;
+	uint64_t *b = (uint64_t *)p->bases.data;
+	memmove(b + at, b + at + 1, (p->bases.len - at - 1) * sizeof *b);
+	p->bases.len--;
+	cp_vec_free(&r.sl->req);
+	if (!r.sl->lent)
+		munmap(r.sl, sizeof *r.sl);
+}
+
+/* cp_release_idle_slabs gives back, in the order they were grown, the slabs classes grew by whose
+ * slots are all free, and returns their bytes. */
+static uint64_t cp_release_idle_slabs(struct cp_pool *p) {
+	uint64_t bytes = 0;
+	size_t k = 0;
+	for (size_t i = 0; i < p->regions.len; i++) {
+		struct cp_region r = CP_AT(&p->regions, struct cp_region, i);
+		struct cp_slab_ref *sl = r.plan ? NULL : cp_slab_for(p, r.addr);
+		if (sl != NULL && cp_slab_idle(sl) && cp_release(p, r.addr, r.size) == 0) {
+			cp_drop_slab(p, (size_t)(sl - (struct cp_slab_ref *)p->slabs.data));
+			p->s.idle_releases++;
+			p->s.idle_released_bytes += r.size;
+			bytes += r.size;
+			continue;
+		}
+		CP_AT(&p->regions, struct cp_region, k++) = r;
+	}
+	p->regions.len = k;
+	return bytes;
+}
+
+/* cp_whole_free_node returns the free node that covers the arena segment r whole, or CP_NIL. */
+static int32_t cp_whole_free_node(struct cp_pool *p, struct cp_region r) {
+	for (size_t i = 0; i < p->order.len; i++) {
+		const struct cp_okey *k = &CP_AT(&p->order, struct cp_okey, i);
+		if (k->addr == r.addr && k->size == r.size)
+			return k->id;
+	}
+	return CP_NIL;
+}
+
+/* cp_release_idle_segments gives back, in address order, the segments the arena reserved itself that
+ * are entirely free, and returns their bytes. The plan's arena space stays. */
+static uint64_t cp_release_idle_segments(struct cp_pool *p) {
+	uint64_t bytes = 0;
+	size_t k = 0;
+	for (size_t i = 0; i < p->owned.len; i++) {
+		struct cp_region r = CP_AT(&p->owned, struct cp_region, i);
+		int32_t id = cp_whole_free_node(p, r);
+		if (id != CP_NIL && cp_release(p, r.addr, r.size) == 0) {
+			cp_detach(p, id);
+			cp_recycle(p, id);
+			p->arena_total -= r.size;
+			p->s.idle_releases++;
+			p->s.idle_released_bytes += r.size;
+			bytes += r.size;
+			continue;
+		}
+		CP_AT(&p->owned, struct cp_region, k++) = r;
+	}
+	p->owned.len = k;
+	return bytes;
+}
+
+/* cp_release_idle gives back to the upstream every region the pool reserved beyond its plan that
+ * holds no live and no deferred block: the idle grown slabs (in the order they were grown), then the
+ * arena's idle segments (by address); package pool's ReleaseIdle. The plan stays, even when nothing
+ * is live (see pool/idle.go). It returns the bytes given back (0 once closed). The pool calls it
+ * itself when the upstream is out of memory for a growth; the shim, when a call that went to CUDA
+ * found it out of memory. */
+static uint64_t cp_release_idle(struct cp_pool *p) {
+	if (p->closed)
+		return 0;
+	uint64_t bytes = cp_release_idle_slabs(p);
+	return bytes + cp_release_idle_segments(p);
+}
+
+/* cp_reserve_growth reserves size bytes for a growth into *addr; when the upstream is out of memory,
+ * it gives back the idle regions and, if that gave back any, asks once more. */
+static int cp_reserve_growth(struct cp_pool *p, uint64_t size, uint64_t *addr) {
+	int err = cp_reserve(p, size, addr);
+	if (err != CP_OOM || cp_release_idle(p) == 0)
+		return err;
+	return cp_reserve(p, size, addr);
+}
+
+/* cp_grow_class adds a slab of grow_slots slots to class ci: a fallback. */
 static int cp_grow_class(struct cp_pool *p, int ci) {
 	if (p->no_grow)
 		return CP_WOULD_GROW;
 	struct cp_class *c = &p->classes[ci];
 	uint64_t addr, bytes = c->grow_slots * c->size;
-	int err = cp_reserve(p, bytes, &addr);
+	int err = cp_reserve_growth(p, bytes, &addr);
 	if (err != 0)
 		return err;
 	p->s.fallbacks++;
 	if (cp_vec_reserve(&p->regions, p->regions.len + 1) != 0)
 		return CP_ERR;
-	CP_AT(&p->regions, struct cp_region, p->regions.len++) = (struct cp_region){addr, bytes};
+	CP_AT(&p->regions, struct cp_region, p->regions.len++) = (struct cp_region){addr, bytes, 0};
 	return cp_add_slab(p, ci, addr, c->grow_slots) == 0 ? CP_OK : CP_ERR;
 }
 
@@ -879,7 +1023,7 @@ static int cp_init_book(struct cp_pool *p, const struct cp_config *cfg, struct c
 			return err;
 		if (cp_vec_reserve(&p->regions, 1) != 0)
 			return CP_ERR;
-		CP_AT(&p->regions, struct cp_region, p->regions.len++) = (struct cp_region){addr, total};
+		CP_AT(&p->regions, struct cp_region, p->regions.len++) = (struct cp_region){addr, total, 1};
 		for (int i = 0; i < cfg->nclasses; i++) {
 			if (cfg->class_slots[i] == 0)
 				continue;

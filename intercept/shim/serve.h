@@ -497,17 +497,42 @@ static int serve_reserve(void *ctx, uint64_t size, uint64_t *addr) {
 	return CP_OK;
 }
 
-/* serve_release gives a region of pool s back to CUDA, in s's context. */
+/* serve_any_capturing reports whether a stream the shim knows captures a graph: a blocking one (the
+ * legacy stream says so), one the shim saw begin a capture, or a non-blocking one the program made. */
+static int serve_any_capturing(void) {
+	if (serve_capturing())
+		return 1;
+	if (g_real_event.is_capturing == NULL)
+		return 0;
+	int found = 0;
+	pthread_mutex_lock(&g_apart.mu);
+	for (size_t i = 0; i < g_apart.n && !found; i++) {
+		int status = 0;
+		found = g_real_event.is_capturing((CUstream)(uintptr_t)g_apart.stream[i], &status) == 0 && status != 0;
+	}
+	pthread_mutex_unlock(&g_apart.mu);
+	return found;
+}
+
+/* serve_release gives a region of pool s back to CUDA, in s's context. cuMemFree_v2 waits for the
+ * device, so a block of it whose stream-ordered free is still in flight is done with. While a stream
+ * captures a graph, the pool's give-back of idle regions (cp_release_idle) is refused instead
+ * (CP_ERR: the region stays), as the free could break the capture, and PyTorch's allocator frees no
+ * cached blocks then either; closing the pool gives everything back. */
 static int serve_release(void *ctx, uint64_t addr, uint64_t size) {
 	(void)size;
 	struct served *s = ctx;
+	if (!s->pool.closed && serve_any_capturing())
+		return CP_ERR;
 	int pushed = ctx_enter(s->ctx);
 	if (pushed < 0)
 		return CP_ERR;
-	ranges_remove(addr, (int)(s - g_served));
 	CUresult r = g_real_free(addr);
 	ctx_leave(pushed);
-	return r == 0 ? CP_OK : CP_ERR;
+	if (r != 0)
+		return CP_ERR;
+	ranges_remove(addr, (int)(s - g_served));
+	return CP_OK;
 }
 
 /* serve_resolve finds the real driver functions the pools use; 0 when libcuda is not loaded. */
@@ -744,15 +769,26 @@ static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct st
 	return 0;
 }
 
+/* serve_count_idle adds what the pool of s gave back since its counters read idle and idle_bytes to
+ * the control file's pool counters. */
+static void serve_count_idle(struct served *s, uint64_t idle, uint64_t idle_bytes) {
+	if (s->pool.s.idle_releases == idle)
+		return;
+	POOL_COUNT(idle_releases, s->pool.s.idle_releases - idle);
+	POOL_COUNT(idle_released_bytes, s->pool.s.idle_released_bytes - idle_bytes);
+}
+
 /* serve_take serves size bytes from s (its lock held; it may be let go meanwhile, and the pool
  * retired: then CP_CLOSED). A request that would grow the pool while blocks are deferred first
- * orders the context once (serve_order) and takes what that released. */
+ * orders the context once (serve_order) and takes what that released; a growth that finds the
+ * device out of memory gives back idle regions and asks once more (cp_release_idle). */
 static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uint64_t *addr) {
 	if (!serve_note_stream(s, st))
 		return CP_ERR; /* to CUDA */
 	if (s->state != SV_SERVING)
 		return CP_CLOSED;
 	uint64_t fallbacks = s->pool.s.fallbacks;
+	uint64_t idle = s->pool.s.idle_releases, idle_bytes = s->pool.s.idle_released_bytes;
 	int err = cp_try_alloc(&s->pool, size, st.policy, addr);
 	if (err == CP_WOULD_GROW) {
 		if (s->pool.deferred.len > 0 && serve_order(s))
@@ -761,6 +797,7 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
 			return CP_CLOSED;
 		err = cp_alloc_now(&s->pool, size, st.policy, addr);
 	}
+	serve_count_idle(s, idle, idle_bytes);
 	if (s->pool.s.fallbacks != fallbacks) {
 		POOL_COUNT(fallbacks, s->pool.s.fallbacks - fallbacks);
 		pool_note_peak(s);
@@ -1030,6 +1067,30 @@ static void serve_late_frees(void) {
 		int i = --t_late.n, r;
 		serve_free(t_late.addr[i], t_late.st[i], &r);
 	}
+}
+
+/* serve_release_idle gives back the idle regions of the calling thread's context's pool
+ * (cp_release_idle) after a device allocation that went to CUDA found it out of memory: 1 when it
+ * gave back any, and the call is worth making once more. 0 without a pool, or inside one (a signal
+ * handler's call). */
+static int serve_release_idle(void) {
+	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving)
+		return 0;
+	CUcontext ctx = NULL;
+	struct served *s = serve_current(0, &ctx);
+	if (s == NULL || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SV_SERVING)
+		return 0;
+	t_serving = 1;
+	pthread_mutex_lock(&s->mu);
+	uint64_t bytes = 0;
+	if (s->state == SV_SERVING && s->ctx == ctx) {
+		uint64_t idle = s->pool.s.idle_releases, idle_bytes = s->pool.s.idle_released_bytes;
+		bytes = cp_release_idle(&s->pool);
+		serve_count_idle(s, idle, idle_bytes);
+	}
+	pthread_mutex_unlock(&s->mu);
+	t_serving = 0;
+	return bytes > 0;
 }
 
 /* A program's synchronization of its context: it releases what was freed before it began. */

@@ -26,7 +26,7 @@ func TestProgramsRun(t *testing.T) {
 		t.Errorf("second Build returned a different Env")
 	}
 	want := []string{"barriers", "bench", "capture_order", "closefds", "ctxcache", "cupy_style", "daemon", "forkexec", "gpa_local", "killed", "leaky", "loop", "plain", "plugin", "pool_faults",
-		"pooled", "pooled_fork", "pooled_lazy", "pooled_threads", "privdrop", "sighandler", "signals", "static_cudart", "streams",
+		"pooled", "pooled_fork", "pooled_lazy", "pooled_oom", "pooled_threads", "privdrop", "sighandler", "signals", "static_cudart", "streams",
 		"threads"}
 	if got := env.Programs(); !slices.Equal(got, want) {
 		t.Errorf("programs %v, want %v", got, want)

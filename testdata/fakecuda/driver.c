@@ -19,6 +19,8 @@
  *   FAKECUDA_DEVICES=N     cuDeviceGetCount says N (default 4).
  *   FAKECUDA_RAISE=SIG:K   raise(SIG) from inside the K-th cuMemAlloc_v2 call of the process (K >= 1,
  *                          exported and proc-address calls counted together), once.
+ *   FAKECUDA_DEVICE_BYTES=N  device allocations fail with CUDA_ERROR_OUT_OF_MEMORY when the device
+ *                          blocks allocated (each rounded up to 512 bytes) would exceed N bytes.
  * A signal handler may allocate and free while the interrupted thread is inside the allocator: the
  * handler's calls use a second per-thread cache.
  */
@@ -68,6 +70,8 @@ static long ctx_queries;            /* cuCtxGetDevice calls, all threads */
 static __thread int context_bound; /* cuCtxSetCurrent or a runtime call bound this thread */
 static int raise_signal;
 static long raise_at, alloc_calls;
+static uint64_t device_capacity; /* FAKECUDA_DEVICE_BYTES: device bytes held at most (0: the region) */
+static uint64_t device_held;     /* device bytes allocated now, each rounded to the grain */
 static __thread int current_device = 0;
 static __thread long calls_exported, calls_gpa;
 
@@ -84,6 +88,9 @@ __attribute__((constructor)) static void fake_init(void) {
 	v = getenv("FAKECUDA_DEVICES");
 	if (v != NULL && atoi(v) > 0)
 		device_count = atoi(v);
+	v = getenv("FAKECUDA_DEVICE_BYTES");
+	if (v != NULL)
+		device_capacity = strtoull(v, NULL, 10);
 	v = getenv("FAKECUDA_RAISE");
 	if (v != NULL && sscanf(v, "%d:%ld", &raise_signal, &raise_at) != 2)
 		raise_signal = 0;
@@ -127,6 +134,9 @@ static CUresult region_alloc_in(int ri, struct thread_cache *c, CUdeviceptr *out
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	uint64_t rounded = (n + FAKE_GRAIN - 1) & ~(FAKE_GRAIN - 1);
 	uint64_t addr = 0;
+	if (ri == R_DEVICE && device_capacity > 0 &&
+	    __atomic_load_n(&device_held, __ATOMIC_RELAXED) + rounded > device_capacity)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	for (int i = fresh_addresses && ri == R_DEVICE ? -1 : c->nfree - 1; i >= 0; i--) {
 		if (c->free_size[i] == rounded) {
 			addr = c->free_addr[i];
@@ -155,6 +165,8 @@ static CUresult region_alloc_in(int ri, struct thread_cache *c, CUdeviceptr *out
 		c->cur += rounded;
 	}
 	__atomic_store_n(&r->meta[(addr - r->base) / FAKE_GRAIN], (uint64_t)n + 1, __ATOMIC_RELEASE);
+	if (ri == R_DEVICE)
+		__atomic_add_fetch(&device_held, rounded, __ATOMIC_RELAXED);
 	*out = addr;
 	return CUDA_SUCCESS;
 }
@@ -172,6 +184,8 @@ static CUresult region_free_in(int ri, struct thread_cache *c, uint64_t addr) {
 	uint64_t v = __atomic_exchange_n(&r->meta[(addr - r->base) / FAKE_GRAIN], 0, __ATOMIC_ACQ_REL);
 	if (v == 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (ri == R_DEVICE)
+		__atomic_sub_fetch(&device_held, ((v - 1) + FAKE_GRAIN - 1) & ~(FAKE_GRAIN - 1), __ATOMIC_RELAXED);
 	if (c->nfree < FREE_LIST) {
 		c->free_addr[c->nfree] = addr;
 		c->free_size[c->nfree] = ((v - 1) + FAKE_GRAIN - 1) & ~(FAKE_GRAIN - 1);

@@ -1,19 +1,22 @@
 /*
  * Drives the shim's C pool (intercept/shim/pool.h) from a script on stdin, for the differential test
  * against package pool (intercept/cpool_test.go). The upstream is a bump allocator from
- * 0x100000000000 in 2 MiB steps that never reuses an address, the same as the test's Go upstream.
+ * 0x100000000000 in 2 MiB steps that never reuses an address, the same as the test's Go upstream;
+ * with the arguments -capacity N it holds at most N bytes (its regions rounded up to 2 MiB) and
+ * refuses a reserve beyond them as out of memory.
  *
  *   config ALIGN THRESHOLD ARENA GROW_BYTES MAXIMUM GROW_SLOTS PER_STREAM FIT_AGED N SIZE SLOTS ...
  *   a SIZE STREAM     -> the block's address in hex, or "E<code>"
  *   f ADDR STREAM     -> "ok", or "E<code>"
  *   d ADDR STREAM     -> a deferred free (cp_defer_free): "ok", or "E<code>"
  *   s                 -> the device synchronized (cp_synced): no output
+ *   r                 -> give back the idle regions (cp_release_idle): "r BYTES"
  *   b N SIZE          -> N alloc/free pairs of SIZE bytes on stream 0: "ns_per_request X"
  * With the argument -time, the a and f lines are read first and then run in one timed loop, 5 times
  * over, each on a fresh pool (the upstream starts over too, so the addresses are the same), which
  * prints "ns_per_request X" (the least of the 5: the pool's own time per request, as replay measures
  * the Go pool's) before the counters of the last repetition.
- *   c                 -> close; then the counters: "stats" and the 14 numbers of struct cp_stats,
+ *   c                 -> close; then the counters: "stats" and the 16 numbers of struct cp_stats,
  *                        and "peak" and the same at peak reserved memory
  * Exits 0, or 2 on a malformed script.
  */
@@ -24,16 +27,23 @@
 #include <time.h>
 
 static uint64_t next_addr = 0x100000000000ull;
+static uint64_t capacity, held; /* -capacity (0: none), and the bytes the upstream holds */
+
+static uint64_t bump_rounded(uint64_t size) { return (size + (2ull << 20) - 1) & ~((2ull << 20) - 1); }
 
 static int bump_reserve(void *ctx, uint64_t size, uint64_t *addr) {
 	(void)ctx;
+	if (capacity > 0 && held + bump_rounded(size) > capacity)
+		return CP_OOM;
+	held += bump_rounded(size);
 	*addr = next_addr;
-	next_addr += (size + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+	next_addr += bump_rounded(size);
 	return 0;
 }
 
 static int bump_release(void *ctx, uint64_t addr, uint64_t size) {
-	(void)ctx, (void)addr, (void)size;
+	(void)ctx, (void)addr;
+	held -= bump_rounded(size);
 	return 0;
 }
 
@@ -44,14 +54,15 @@ static int always_synced(void *ctx) {
 }
 
 static void print_stats(const char *name, const struct cp_stats *s) {
-	printf("%s %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", name,
+	printf("%s %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", name,
 	       (unsigned long long)s->allocs, (unsigned long long)s->frees, (unsigned long long)s->failures,
 	       (unsigned long long)s->live_bytes, (unsigned long long)s->peak_live_bytes,
 	       (unsigned long long)s->block_bytes, (unsigned long long)s->peak_block_bytes,
 	       (unsigned long long)s->reserved_bytes, (unsigned long long)s->peak_reserved_bytes,
 	       (unsigned long long)s->upstream_reserves, (unsigned long long)s->upstream_releases,
 	       (unsigned long long)s->upstream_failures, (unsigned long long)s->fallbacks,
-	       (unsigned long long)s->syncs);
+	       (unsigned long long)s->syncs, (unsigned long long)s->idle_releases,
+	       (unsigned long long)s->idle_released_bytes);
 }
 
 /* bench times n alloc/free pairs of size bytes and prints the nanoseconds per request. */
@@ -104,7 +115,7 @@ static int timed(struct cp_pool *pool, const struct cp_config *cfg) {
 	for (int rep = 0; rep < 5; rep++) {
 		if (rep > 0) {
 			cp_close(pool);
-			next_addr = 0x100000000000ull;
+			next_addr = 0x100000000000ull, held = 0;
 			if (cp_init(pool, cfg, (struct cp_upstream){bump_reserve, bump_release, NULL}) != CP_OK)
 				return 2;
 		}
@@ -130,6 +141,15 @@ static int timed(struct cp_pool *pool, const struct cp_config *cfg) {
 int main(int argc, char **argv) {
 	struct cp_config cfg;
 	static struct cp_pool pool;
+	int timing = 0;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-time") == 0)
+			timing = 1;
+		else if (strcmp(argv[i], "-capacity") == 0 && i + 1 < argc)
+			capacity = strtoull(argv[++i], NULL, 10);
+		else
+			return 2;
+	}
 	if (read_config(&cfg) != 0)
 		return 2;
 	struct cp_upstream up = {bump_reserve, bump_release, NULL, always_synced};
@@ -147,7 +167,7 @@ int main(int argc, char **argv) {
 		printf("init E%d\n", err);
 		return 0;
 	}
-	if (argc > 1 && strcmp(argv[1], "-time") == 0) {
+	if (timing) {
 		if (timed(&pool, &cfg) != 0)
 			return 2;
 		print_stats("stats", &pool.s);
@@ -160,6 +180,10 @@ int main(int argc, char **argv) {
 			break;
 		if (op == 's') {
 			cp_synced(&pool);
+			continue;
+		}
+		if (op == 'r') {
+			printf("r %llu\n", (unsigned long long)cp_release_idle(&pool));
 			continue;
 		}
 		if (op == 'b') {

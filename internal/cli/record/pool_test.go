@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/internal/testcuda"
+	"github.com/allocscope/allocscope/trace"
 )
 
 // record --pool: the program runs on the pool (the fake driver sees one allocation, freed blocks wait
@@ -122,5 +123,25 @@ func TestRecordPoolPeakSummedOverProcesses(t *testing.T) {
 	const plan = 512*1024 + 4096*256 + 65536*64 + 1048576*16 + 256<<20
 	if p := info.Pool; p == nil || p.PeakReservedBytes != plan || p.PeakReservedSumBytes != 2*plan || p.Reservations != 2 {
 		t.Errorf("pool activity %+v; want peak %d, summed %d, 2 reservations", p, plan, 2*plan)
+	}
+}
+
+// The pool's summary says how much idle memory it gave back, when it gave back any.
+func TestPrintPoolSaysWhatWasGivenBack(t *testing.T) {
+	p := &trace.PoolActivity{Reservations: 76, Fallbacks: 74, PeakReservedBytes: 780 << 20, IdleReleases: 73,
+		IdleReleasedBytes: 584 << 20}
+	var b strings.Builder
+	printPool(&b, p)
+	want := "allocscope: pool: peak reserved 780.00 MiB in 76 reservation(s), 74 fallback(s), 0 request(s) passed to CUDA, " +
+		"0 synchronization(s) of its own (0s)\n" +
+		"allocscope: pool: gave back 73 idle region(s) of 584.00 MiB to CUDA when the device was out of memory\n"
+	if b.String() != want {
+		t.Errorf("summary\n%q\nwant\n%q", b.String(), want)
+	}
+	p.IdleReleases, p.IdleReleasedBytes = 0, 0
+	b.Reset()
+	printPool(&b, p)
+	if strings.Contains(b.String(), "gave back") {
+		t.Errorf("without a give-back: %q", b.String())
 	}
 }

@@ -79,6 +79,10 @@ func printPool(w io.Writer, p *trace.PoolActivity) {
 		fmt.Fprintf(w, "allocscope: pool: %s event(s) at stream-ordered frees, %s stream wait(s), %s host wait(s)\n",
 			units.FormatCount(p.Events), units.FormatCount(p.StreamWaits), units.FormatCount(p.HostWaits))
 	}
+	if p.IdleReleases > 0 {
+		fmt.Fprintf(w, "allocscope: pool: gave back %s idle region(s) of %s to CUDA when the device was out of memory\n",
+			units.FormatCount(p.IdleReleases), units.FormatBytesStyle(p.IdleReleasedBytes, units.TwoDecimals))
+	}
 }
 
 // barrierNote says how many of the pool's synchronizations were barriers, and why the others were
