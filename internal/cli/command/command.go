@@ -1,6 +1,6 @@
 // Package command holds the conventions allocscope's three commands (record, analyze, replay)
 // share: --version, usage errors that exit 2 with a hint, runtime errors that exit 1, byte-count
-// flags, and the checks of output paths.
+// flags.
 package command
 
 import (
