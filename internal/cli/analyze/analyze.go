@@ -85,13 +85,13 @@ trace is analyzed.`,
 	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json; -: standard output, with -q)")
 	f.IntVar(&opt.top, "top", 10, "number of most frequent sizes to list")
 	f.IntVar(&opt.k, "k", 0, "force the number of size classes (default: chosen by the k rule)")
-	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (paged only when one region would pass\n"+
-		"1.05 x peak live and at most one page operation per 500 requests is needed), fixed (one region)\n"+
+	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (paged only when one region would pass "+
+		"1.05 x peak live and at most one page operation per 500 requests is needed), fixed (one region) "+
 		"or paged (paged whenever one region would pass 1.05 x peak live and the paged one meets it)")
-	f.Float64Var(&opt.headroom, "pool-headroom", 1, "multiply the recommended pool's class slots and arena by `F` (>= 1):\n"+
-		"room for blocks freed by cudaFree under record --pool, which waits for a synchronization\n"+
+	f.Float64Var(&opt.headroom, "pool-headroom", 1, "multiply the recommended pool's class slots and arena by `F` (>= 1): "+
+		"room for blocks freed by cudaFree under record --pool, which waits for a synchronization "+
 		"before reusing them; more room, fewer synchronizations of its own (the report predicts them)")
-	f.BoolVar(&opt.torchConf, "pytorch-conf", false, "print only the best PYTORCH_CUDA_ALLOC_CONF value of the search\n"+
+	f.BoolVar(&opt.torchConf, "pytorch-conf", false, "print only the best PYTORCH_CUDA_ALLOC_CONF value of the search "+
 		"(an empty line when PyTorch's defaults are best); exit 1 when no setting fits --capacity")
 	f.BoolVar(&opt.compare, "compare", false, "compare two recordings of a program (e.g. without and with record --pool): "+
 		"time inside its allocation calls, calls the pool served, wall time, peak live")
