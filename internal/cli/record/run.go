@@ -28,6 +28,9 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 // program, the shim, the trace file or the raw log directory is unusable. With -q it prints only
 // errors and warnings.
 func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
+	if opt.wait < 0 {
+		return command.Usagef("--wait: %s is negative (0: do not wait)", opt.wait)
+	}
 	start := time.Now()
 	if opt.output == "" {
 		opt.output = defaultOutput(start)

@@ -60,6 +60,11 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown flag", append([]string{"--bogus"}, prog...), "record: unknown flag: --bogus\nRun 'record --help' for usage.\n"},
 		{"bad duration", append([]string{"--wait", "soon"}, prog...),
 			"record: --wait: \"soon\" is not a duration (examples: 500ms, 10s, 2m)\nRun 'record --help' for usage.\n"},
+		{"negative wait", append([]string{"--wait", "-5s"}, prog...),
+			"record: --wait: -5s is negative (0: do not wait)\nRun 'record --help' for usage.\n"},
+		{"trace to stdout", append([]string{"-o", "-"}, prog...),
+			"record: -o -: the trace is written to a file only (standard output carries the program's output); " +
+				"name a file (./- for one called -)\nRun 'record --help' for usage.\n"},
 		{"flag without value", []string{"-o"}, "record: flag needs an argument: 'o' in -o\nRun 'record --help' for usage.\n"},
 		{"convert without a directory", []string{"convert"},
 			"record: accepts 1 arg(s), received 0\nRun 'record convert --help' for usage.\n"},
