@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 )
 
 // Stdout is the path that names standard output, for the outputs that may go there.
@@ -83,19 +84,24 @@ func Write(path string, perm fs.FileMode, write func(io.Writer) error) error {
 	return nil
 }
 
-// fill gives the temporary file the mode of the file it replaces (existing, when not nil), lets
-// write fill it and syncs it. Errors of the file are wrapped as fileError.
+// fill gives the temporary file the mode (and, where allowed, the owner) of the file it replaces
+// (existing, when not nil), lets write fill it and syncs it. Errors of the file are wrapped as
+// fileError; a failed write fails fill even when write ignored the error.
 func fill(f file, existing fs.FileInfo, write func(io.Writer) error) error {
 	if existing != nil {
 		if err := f.Chmod(existing.Mode().Perm()); err != nil {
 			return fileError{err}
 		}
+		if st, ok := existing.Sys().(*syscall.Stat_t); ok {
+			_ = f.Chown(int(st.Uid), int(st.Gid)) // best effort: only root may give a file away
+		}
 	}
 	w := &recordingWriter{f: f}
-	if err := write(w); err != nil {
-		if w.err != nil {
-			return fileError{w.err}
-		}
+	err := write(w)
+	if w.err != nil { // also when write ignored it: the file is incomplete
+		return fileError{w.err}
+	}
+	if err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {
@@ -108,7 +114,10 @@ func fill(f file, existing fs.FileInfo, write func(io.Writer) error) error {
 // produced its contents.
 type fileError struct{ err error }
 
+// Error returns the file's error message.
 func (e fileError) Error() string { return e.err.Error() }
+
+// Unwrap returns the file's error.
 func (e fileError) Unwrap() error { return e.err }
 
 // describe turns a failure of Write into its one-line error: "write PATH: CAUSE" for the file's

@@ -229,6 +229,8 @@ func TestFaultsLeaveNoPartialFile(t *testing.T) {
 		{"write", faultySystem{writeErr: syscall.ENOSPC}, writeString("new contents"), "write %s: no space left on device"},
 		{"sync", faultySystem{syncErr: syscall.ENOSPC}, writeString("new contents"), "write %s: no space left on device"},
 		{"rename", faultySystem{renameErr: syscall.EXDEV}, writeString("new contents"), "write %s: invalid cross-device link"},
+		{"ignored write error", faultySystem{writeErr: syscall.ENOSPC},
+			func(w io.Writer) error { io.WriteString(w, "new contents"); return nil }, "write %s: no space left on device"},
 		{"producer", faultySystem{}, func(w io.Writer) error { io.WriteString(w, "half"); return producerErr }, producerErr.Error()},
 	} {
 		dir := t.TempDir()

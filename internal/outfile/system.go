@@ -12,6 +12,7 @@ type file interface {
 	Sync() error
 	Close() error
 	Chmod(fs.FileMode) error
+	Chown(uid, gid int) error
 }
 
 // fileSystem holds the operations Write performs on the file system; tests replace system to
