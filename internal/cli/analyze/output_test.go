@@ -1,8 +1,10 @@
 package analyze
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -115,5 +117,47 @@ func TestAnalyzeUnwritableDirectory(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("left %v behind", entries)
+	}
+}
+
+// envRunAnalyze makes the test binary act as the analyze command, for a test that runs it in a
+// process of its own (with a file size limit).
+const envRunAnalyze = "ALLOCSCOPE_TEST_RUN_ANALYZE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envRunAnalyze) == "1" {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// A write that fails half way (the file size limit of `ulimit -f 1`, which fails a write past
+// 512 bytes with EFBIG as a full disk fails it with ENOSPC) exits 1 with one line naming the file
+// and leaves the file it would have replaced as it was, and no temporary file.
+func TestAnalyzeWriteFailsHalfWay(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := writeTrace(t, t.TempDir())
+	out := filepath.Join(dir, "report.html")
+	if err := os.WriteFile(out, []byte("the old report"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `ulimit -f 1 && exec "$0" "$@"`, self, "-q", "--html", out, path)
+	cmd.Env = append(os.Environ(), envRunAnalyze+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	want := "analyze: --html: write " + out + ": file too large\n"
+	if cmd.ProcessState.ExitCode() != 1 || stdout.String() != "" || stderr.String() != want {
+		t.Errorf("exit %v, stdout %q, stderr %q; want 1 and %q", err, stdout.String(), stderr.String(), want)
+	}
+	if data, _ := os.ReadFile(out); string(data) != "the old report" {
+		t.Errorf("%s holds %.40q, want the old report", out, data)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("directory holds %v, want report.html alone", entries)
 	}
 }

@@ -1,7 +1,9 @@
 package record
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -106,4 +108,40 @@ func TestOutputRefused(t *testing.T) {
 		t.Errorf("raw logs %q before, %q after; want the one kept", logs, now)
 	}
 	notExist(t, "-")
+}
+
+// A trace write that fails half way (`ulimit -f 1`: EFBIG past 512 bytes, as a full disk gives
+// ENOSPC) exits 1 with one line, keeps the trace it would have replaced and the raw logs, and
+// leaves no temporary file.
+func TestConvertWriteFailsHalfWay(t *testing.T) {
+	env := testcuda.Build(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "plain.arrow")
+	if code, _, _ := runMain(t, "-q", "--keep-raw", "-o", out, "--shim", env.Shim, "--", env.Prog("plain")); code != 7 {
+		t.Fatalf("record exit code %d, want 7", code)
+	}
+	writeFile(t, out, []byte("the old trace"))
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `ulimit -f 1 && exec "$0" "$@"`, self, "convert", out+".raw", "-o", out)
+	cmd.Env = append(os.Environ(), envRunRecord+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	want := "record: write " + out + ": file too large\n"
+	if cmd.ProcessState.ExitCode() != 1 || stdout.String() != "" || stderr.String() != want {
+		t.Errorf("exit %v, stdout %q, stderr %q; want 1 and %q", err, stdout.String(), stderr.String(), want)
+	}
+	if data, _ := os.ReadFile(out); string(data) != "the old trace" {
+		t.Errorf("%s holds %.40q, want the old trace", out, data)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 2 || entries[0].Name() != "plain.arrow" || entries[1].Name() != "plain.arrow.raw" {
+		t.Errorf("directory holds %v, want plain.arrow and plain.arrow.raw", entries)
+	}
+	if logs, _ := filepath.Glob(filepath.Join(out+".raw", "*.alog")); len(logs) != 1 {
+		t.Errorf("raw logs %q, want the one kept", logs)
+	}
 }
