@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/allocscope/allocscope"
 	"github.com/allocscope/allocscope/analysis"
 	"github.com/allocscope/allocscope/internal/cli/command"
+	"github.com/allocscope/allocscope/internal/outfile"
+	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -80,17 +81,17 @@ trace is analyzed.`,
 	command.BytesVar(f, &opt.memory, "memory", analysis.DefaultMemoryBytes,
 		"memory the decoded requests of the traces may hold; the rest is spilled to $TMPDIR (0: all of it)")
 	f.BoolVar(&opt.json, "json", false, "print the report as JSON instead of text")
-	f.StringVar(&opt.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
-	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json)")
+	f.StringVar(&opt.html, "html", "", "also write a self-contained HTML report with charts to `FILE` (-: standard output, with -q)")
+	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json; -: standard output, with -q)")
 	f.IntVar(&opt.top, "top", 10, "number of most frequent sizes to list")
 	f.IntVar(&opt.k, "k", 0, "force the number of size classes (default: chosen by the k rule)")
-	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (paged only when one region would pass\n"+
-		"1.05 x peak live and at most one page operation per 500 requests is needed), fixed (one region)\n"+
+	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (paged only when one region would pass "+
+		"1.05 x peak live and at most one page operation per 500 requests is needed), fixed (one region) "+
 		"or paged (paged whenever one region would pass 1.05 x peak live and the paged one meets it)")
-	f.Float64Var(&opt.headroom, "pool-headroom", 1, "multiply the recommended pool's class slots and arena by `F` (>= 1):\n"+
-		"room for blocks freed by cudaFree under record --pool, which waits for a synchronization\n"+
+	f.Float64Var(&opt.headroom, "pool-headroom", 1, "multiply the recommended pool's class slots and arena by `F` (>= 1): "+
+		"room for blocks freed by cudaFree under record --pool, which waits for a synchronization "+
 		"before reusing them; more room, fewer synchronizations of its own (the report predicts them)")
-	f.BoolVar(&opt.torchConf, "pytorch-conf", false, "print only the best PYTORCH_CUDA_ALLOC_CONF value of the search\n"+
+	f.BoolVar(&opt.torchConf, "pytorch-conf", false, "print only the best PYTORCH_CUDA_ALLOC_CONF value of the search "+
 		"(an empty line when PyTorch's defaults are best); exit 1 when no setting fits --capacity")
 	f.BoolVar(&opt.compare, "compare", false, "compare two recordings of a program (e.g. without and with record --pool): "+
 		"time inside its allocation calls, calls the pool served, wall time, peak live")
@@ -136,14 +137,22 @@ func run(opt options, args []string, stdout, stderr io.Writer) error {
 }
 
 // checkOutputs fails, before the analysis runs, when --html or --emit-config names a file that
-// cannot be written.
+// cannot be written (outfile.Check), or when standard output (-) would carry two things.
 func checkOutputs(opt options) error {
+	reportOnStdout := opt.torchConf || !opt.quiet
+	onStdout := ""
 	for _, out := range []struct{ flag, path string }{{"--html", opt.html}, {"--emit-config", opt.emitConfig}} {
-		if out.path == "" {
-			continue
-		}
-		if err := command.CheckWritable(out.path); err != nil {
-			return fmt.Errorf("%s: %w", out.flag, err)
+		switch {
+		case out.path == outfile.Stdout && onStdout != "":
+			return command.Usagef("%s - and %s - cannot both write standard output", onStdout, out.flag)
+		case out.path == outfile.Stdout && reportOnStdout:
+			return command.Usagef("%s -: standard output also carries the report; add -q", out.flag)
+		case out.path == outfile.Stdout:
+			onStdout = out.flag
+		case out.path != "":
+			if err := outfile.Check(out.path); err != nil {
+				return fmt.Errorf("%s: %w", out.flag, err)
+			}
 		}
 	}
 	return nil
@@ -180,32 +189,43 @@ func write(opt options, rep *analysis.Report, stdout io.Writer) error {
 		}
 	}
 	if opt.html != "" {
-		if err := writeHTML(opt.html, rep); err != nil {
-			return fmt.Errorf("html report: %w", err)
+		if err := writeOutput(opt.html, stdout, func(w io.Writer) error { return analysis.WriteHTML(w, rep) }); err != nil {
+			return fmt.Errorf("--html: %w", err)
 		}
 	}
 	if opt.emitConfig != "" {
 		if err := analysis.CheckFits(rep, opt.capacity); err != nil {
 			return fmt.Errorf("--emit-config %s not written: %w", opt.emitConfig, err)
 		}
-		if err := analysis.Config(rep).Save(opt.emitConfig); err != nil {
-			return err
+		if err := writeOutput(opt.emitConfig, stdout, configWriter(analysis.Config(rep))); err != nil {
+			return fmt.Errorf("--emit-config: %w", err)
 		}
 	}
 	return nil
 }
 
-// writeHTML writes the HTML report to path. Its errors name the file.
-func writeHTML(path string, rep *analysis.Report) error {
-	f, err := os.Create(path)
-	if err != nil {
+// writeOutput writes what produce writes to path (outfile.Write), or to stdout when path is -.
+func writeOutput(path string, stdout io.Writer, produce func(io.Writer) error) error {
+	if path == outfile.Stdout {
+		return produce(stdout)
+	}
+	return outfile.Write(path, outfile.Mode, produce)
+}
+
+// configWriter returns a producer of cfg as pool.json: validated, indented JSON and a newline, as
+// pool.Config.Save writes it.
+func configWriter(cfg *pool.Config) func(io.Writer) error {
+	return func(w io.Writer) error {
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("pool configuration: %w", err)
+		}
+		data, err := json.MarshalIndent(cfg, "", "  ")
+		if err != nil {
+			return fmt.Errorf("pool configuration: %w", err)
+		}
+		_, err = w.Write(append(data, '\n'))
 		return err
 	}
-	if err := analysis.WriteHTML(f, rep); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // compare is analyze --compare BEFORE AFTER.

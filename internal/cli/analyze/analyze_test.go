@@ -193,12 +193,14 @@ func TestAnalyzeChecksOutputsFirst(t *testing.T) {
 		want string
 	}{
 		{[]string{"--html", filepath.Join(missingDir, "r.html"), trace},
-			"analyze: --html: open " + missingDir + "/r.html: no such file or directory\n"},
+			"analyze: --html: " + missingDir + "/r.html: directory " + missingDir + ": no such file or directory\n"},
 		{[]string{"--emit-config", filepath.Join(missingDir, "pool.json"), trace},
-			"analyze: --emit-config: open " + missingDir + "/pool.json: no such file or directory\n"},
-		{[]string{"--emit-config", dir, trace}, "analyze: --emit-config: open " + dir + ": is a directory\n"},
+			"analyze: --emit-config: " + missingDir + "/pool.json: directory " + missingDir + ": no such file or directory\n"},
+		{[]string{"--emit-config", dir, trace}, "analyze: --emit-config: " + dir + " is a directory, not a regular file\n"},
 		{[]string{"--html", filepath.Join(dir, "ok.html"), "--emit-config", dir, trace},
-			"analyze: --emit-config: open " + dir + ": is a directory\n"},
+			"analyze: --emit-config: " + dir + " is a directory, not a regular file\n"},
+		{[]string{"--emit-config", "/dev/full", trace}, "analyze: --emit-config: /dev/full is a character device, not a regular file\n"},
+		{[]string{"--html", "/dev/null", trace}, "analyze: --html: /dev/null is a character device, not a regular file\n"},
 	} {
 		code, stdout, stderr := runMain(c.args...)
 		if code != 1 || stdout != "" || stderr != c.want {

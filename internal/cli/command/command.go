@@ -1,12 +1,13 @@
 // Package command holds the conventions allocscope's three commands (record, analyze, replay)
 // share: --version, usage errors that exit 2 with a hint, runtime errors that exit 1, byte-count
-// flags, and the checks of output paths.
+// flags.
 package command
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -60,7 +61,16 @@ func Setup(root *cobra.Command, stdout, stderr io.Writer) {
 	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	root.Flags().Bool("version", false, "print the version and exit")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(describeFlagError(err)) })
+	root.SetUsageTemplate(wrappedUsage(root.UsageTemplate()))
 	setupTree(root)
+}
+
+// HelpWidth is the most columns a line of any command's usage or help text takes.
+const HelpWidth = 100
+
+// wrappedUsage is cobra's usage template with the flag lists wrapped to HelpWidth columns.
+func wrappedUsage(template string) string {
+	return strings.ReplaceAll(template, ".FlagUsages ", fmt.Sprintf(".FlagUsagesWrapped %d ", HelpWidth))
 }
 
 // setupTree silences cobra's printing and marks argument errors as usage errors, on cmd and its
@@ -78,7 +88,18 @@ func setupTree(cmd *cobra.Command) {
 // Execute runs root (set up by Setup) with args and returns the exit code: 0, the code of an
 // ExitCode error, 2 for a UsageError (printed as "<root>: <error>" and a line naming the failed
 // command's --help), 1 for any other error (printed as "<root>: <error>").
+//
+// A first argument "help" and a lone "version" are the words, not files or programs of those
+// names: "help" prints the usage (of the subcommand named after it, where there are subcommands),
+// "version" what --version prints. Name ./help or ./version for a file.
 func Execute(root *cobra.Command, args []string) int {
+	if len(args) == 1 && args[0] == "version" {
+		fmt.Fprintf(root.OutOrStdout(), "%s %s\n", root.Name(), root.Version)
+		return ExitOK
+	}
+	if len(args) > 0 && args[0] == "help" && !root.HasSubCommands() {
+		args = []string{"--help"} // with subcommands, cobra's help command reads "help convert"
+	}
 	root.SetArgs(args)
 	failed, err := root.ExecuteC()
 	var code ExitCode

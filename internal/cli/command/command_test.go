@@ -3,8 +3,6 @@ package command
 import (
 	"bytes"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -52,32 +50,6 @@ func TestExecute(t *testing.T) {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %d, %q, %q", c.name, code, stdout, stderr,
 				c.code, c.stdout, c.want)
 		}
-	}
-}
-
-// CheckWritable creates no file and leaves an existing one as it was.
-func TestCheckWritable(t *testing.T) {
-	dir := t.TempDir()
-	existing := filepath.Join(dir, "existing")
-	if err := os.WriteFile(existing, []byte("kept"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fresh := filepath.Join(dir, "fresh")
-	if err := CheckWritable(fresh); err != nil {
-		t.Errorf("CheckWritable(%s) = %v", fresh, err)
-	}
-	if err := CheckWritable(existing); err != nil {
-		t.Errorf("CheckWritable(%s) = %v", existing, err)
-	}
-	if data, err := os.ReadFile(existing); string(data) != "kept" {
-		t.Errorf("existing file holds %q (%v), want kept", data, err)
-	}
-	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
-		t.Errorf("CheckWritable left %s behind (%v)", fresh, err)
-	}
-	missing := filepath.Join(dir, "missing", "out")
-	if err := CheckWritable(missing); err == nil || err.Error() != "open "+missing+": no such file or directory" {
-		t.Errorf("CheckWritable(%s) = %v", missing, err)
 	}
 }
 

@@ -1,10 +1,7 @@
 package command
 
 import (
-	"errors"
-	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"strconv"
 
@@ -46,26 +43,6 @@ func (b *bytesValue) Type() string { return "bytes" }
 func BytesVar(f *pflag.FlagSet, p *uint64, name string, value uint64, usage string) {
 	*p = value
 	f.Var((*bytesValue)(p), name, usage)
-}
-
-// CheckWritable fails when a file cannot be written at path: its directory is missing or not
-// writable, or path is a directory or a file that cannot be opened for writing. It leaves an
-// existing file as it is and no new file behind.
-func CheckWritable(path string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if errors.Is(err, fs.ErrExist) {
-		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err == nil {
-			return f.Close()
-		}
-	}
-	if err != nil {
-		return err
-	}
-	f.Close()
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("remove the file written to check: %w", err)
-	}
-	return nil
 }
 
 // IsTerminal reports whether w is a terminal, where progress bars are drawn.

@@ -2,6 +2,7 @@ package record
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/allocscope/allocscope/intercept"
 	"github.com/allocscope/allocscope/internal/cli/command"
+	"github.com/allocscope/allocscope/internal/outfile"
 	"github.com/allocscope/allocscope/internal/progress"
 	"github.com/allocscope/allocscope/internal/version"
 	"github.com/allocscope/allocscope/trace"
@@ -25,34 +27,63 @@ const progressThreshold = 1 << 20
 
 func unixTcgetpgrp(fd int) (int, error) { return unix.IoctlGetInt(fd, unix.TIOCGPGRP) }
 
-// newConvertCommand returns `record convert DIR -o out.arrow`, which prints its summary on stderr.
+// newConvertCommand returns `record convert DIR -o out.arrow`, which prints its summary on stderr
+// and removes the raw logs it converted unless --keep-raw is given.
 func newConvertCommand(stderr io.Writer) *cobra.Command {
 	var output string
+	var keepRaw bool
 	cmd := &cobra.Command{
 		Use:   "convert DIR -o out.arrow",
 		Short: "Convert raw logs left behind by a killed record into an Arrow trace",
+		Long: `convert merges the raw logs in DIR, left behind by a record that was killed or whose
+conversion failed, into one Arrow trace, and removes them once the trace is written (unless
+--keep-raw), so that a new record into the same place starts clean.`,
 		Example: `  record convert run.arrow.raw                # writes run.arrow
   record convert /tmp/logs -o run.arrow`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir := args[0]
-			if output == "" {
-				output = convertOutput(dir)
-			}
-			command, err := intercept.Command(dir)
-			if err != nil {
-				return err
-			}
-			sum, err := writeTrace(dir, output, traceInfo(command, rawStartTime(dir)), stderr)
-			if err != nil {
-				return err
-			}
-			printSummary(stderr, sum, 0, output, false)
-			return nil
+			return runConvert(args[0], output, keepRaw, stderr)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "trace file to write (default DIR without .raw, plus .arrow)")
+	cmd.Flags().BoolVar(&keepRaw, "keep-raw", false, "keep the raw logs after converting them")
 	return cmd
+}
+
+// runConvert converts the raw logs of dir into the trace output (default convertOutput(dir)) and
+// removes them unless keepRaw.
+func runConvert(dir, output string, keepRaw bool, stderr io.Writer) error {
+	if output == "" {
+		output = convertOutput(dir)
+	}
+	if err := checkTraceOutput(output); err != nil {
+		return err
+	}
+	command, err := intercept.Command(dir)
+	if err != nil {
+		return err
+	}
+	sum, err := writeTrace(dir, output, traceInfo(command, rawStartTime(dir)), stderr)
+	if err != nil {
+		return err
+	}
+	if !keepRaw {
+		removeRawLogs(dir, true) // the directory itself only when nothing else is in it
+	}
+	printSummary(stderr, sum, 0, output, false)
+	return nil
+}
+
+// checkTraceOutput fails when the trace cannot be written at path: "-" (the Arrow trace goes to a
+// file only: record's standard output is the program's) or what outfile.Check refuses.
+func checkTraceOutput(path string) error {
+	if path == outfile.Stdout {
+		return command.Usagef("-o -: the trace is written to a file only (standard output carries the program's output); name a file (./- for one called -)")
+	}
+	if err := outfile.Check(path); err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	return nil
 }
 
 // newShimCommand returns `record shim -o PATH`, which builds the shim for machines without a compiler.
@@ -65,11 +96,8 @@ func newShimCommand(stdout io.Writer) *cobra.Command {
   record --shim ./liballocscope.so -o run.arrow -- ./app   # on the machine without a compiler`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output == "" {
-				return command.Usagef("-o PATH is required")
-			}
-			if err := intercept.BuildShim(output); err != nil {
-				return err // names the output: "build shim PATH: ..."
+			if err := buildShim(output); err != nil {
+				return err
 			}
 			fmt.Fprintf(stdout, "wrote %s\n", output)
 			return nil
@@ -77,6 +105,44 @@ func newShimCommand(stdout io.Writer) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "where to write the shared library")
 	return cmd
+}
+
+// shimMode is the permission of a shim library that record shim writes anew, before the umask: the
+// compiler's own for a shared library.
+const shimMode = 0o755
+
+// buildShim compiles the shim in a temporary directory and writes it to output with outfile.
+func buildShim(output string) error {
+	switch output {
+	case "":
+		return command.Usagef("-o PATH is required")
+	case outfile.Stdout:
+		return command.Usagef("-o -: the shim library is written to a file only; name a file (./- for one called -)")
+	}
+	if err := outfile.Check(output); err != nil {
+		return fmt.Errorf("shim: %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "allocscope-shim-*")
+	if err != nil {
+		return fmt.Errorf("build shim %s: %w", output, err)
+	}
+	defer os.RemoveAll(tmp)
+	built := filepath.Join(tmp, intercept.ShimFileName)
+	if err := intercept.BuildShim(built); err != nil {
+		if cause := errors.Unwrap(err); cause != nil {
+			err = cause // BuildShim's message names the temporary path
+		}
+		return fmt.Errorf("build shim %s: %w", output, err)
+	}
+	lib, err := os.Open(built)
+	if err != nil {
+		return fmt.Errorf("build shim %s: %w", output, err)
+	}
+	defer lib.Close()
+	return outfile.Write(output, shimMode, func(w io.Writer) error {
+		_, err := io.Copy(w, lib)
+		return err
+	})
 }
 
 // rawStartTime is the modification time of the raw log directory, the best start time a convert knows.
@@ -97,27 +163,22 @@ func convertOutput(dir string) string {
 	return out
 }
 
-// writeTrace merges the raw logs of dir into the Arrow trace output, drawing a progress bar on
-// progress for large conversions (io.Discard: none). On failure it removes what it wrote of output,
-// so that no truncated trace is left behind.
+// writeTrace merges the raw logs of dir into the Arrow trace output (written by outfile: atomically,
+// so that a failure leaves no truncated trace), drawing a progress bar on progress for large
+// conversions (io.Discard: none).
 func writeTrace(dir, output string, info trace.Info, progress io.Writer) (intercept.Summary, error) {
-	out, err := os.Create(output)
-	if err != nil {
-		return intercept.Summary{}, fmt.Errorf("create trace: %w", err)
-	}
-	sum, err := convertDir(dir, out, info, progress)
-	if cerr := out.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("write trace %s: %w", output, cerr)
-	}
-	if err != nil {
-		os.Remove(output)
-	}
+	var sum intercept.Summary
+	err := outfile.Write(output, outfile.Mode, func(out io.Writer) error {
+		var err error
+		sum, err = convertDir(dir, out, output, info, progress)
+		return err
+	})
 	return sum, err
 }
 
-// convertDir merges the raw logs of dir into an Arrow trace written to out, with a progress bar on
-// progress.
-func convertDir(dir string, out *os.File, info trace.Info, progress io.Writer) (intercept.Summary, error) {
+// convertDir merges the raw logs of dir into an Arrow trace written to out (the trace file name),
+// with a progress bar on progress.
+func convertDir(dir string, out io.Writer, name string, info trace.Info, progress io.Writer) (intercept.Summary, error) {
 	logs, err := intercept.OpenLogs(dir)
 	if err != nil {
 		return intercept.Summary{}, fmt.Errorf("convert raw logs %s: %w", dir, err)
@@ -129,7 +190,7 @@ func convertDir(dir string, out *os.File, info trace.Info, progress io.Writer) (
 	bw := bufio.NewWriterSize(out, 1<<20)
 	w, err := trace.NewWriter(bw, info)
 	if err != nil {
-		return intercept.Summary{}, fmt.Errorf("write trace %s: %w", out.Name(), err)
+		return intercept.Summary{}, fmt.Errorf("write trace %s: %w", name, err)
 	}
 	bar, finish := newProgress(progress)
 	sum, err := logs.Convert(w, intercept.ConvertOptions{Progress: bar})
@@ -139,10 +200,10 @@ func convertDir(dir string, out *os.File, info trace.Info, progress io.Writer) (
 		return sum, fmt.Errorf("convert raw logs %s: %w", dir, err)
 	}
 	if err := w.Close(); err != nil {
-		return sum, fmt.Errorf("write trace %s: %w", out.Name(), err)
+		return sum, fmt.Errorf("write trace %s: %w", name, err)
 	}
 	if err := bw.Flush(); err != nil {
-		return sum, fmt.Errorf("write trace %s: %w", out.Name(), err)
+		return sum, fmt.Errorf("write trace %s: %w", name, err)
 	}
 	return sum, nil
 }

@@ -11,8 +11,10 @@ import (
 	"github.com/allocscope/allocscope/trace"
 )
 
-// record --keep-raw leaves the raw logs in OUT.raw; `record convert OUT.raw -o other.arrow` and
-// `record convert OUT.raw` (default name OUT) write the same events and command line as the run.
+// record --keep-raw leaves the raw logs in OUT.raw; `record convert --keep-raw OUT.raw -o
+// other.arrow` and `record convert OUT.raw` (default name OUT) write the same events and command
+// line as the run; the second removes OUT.raw, so that a new `record -o OUT` is not refused for the
+// raw logs of the first.
 func TestConvertKeptRaw(t *testing.T) {
 	env := testcuda.Build(t)
 	out := tempPath(t, "plain.arrow")
@@ -28,7 +30,7 @@ func TestConvertKeptRaw(t *testing.T) {
 	}
 	const summary = "allocscope: 55 events from 1 process(es), device(s) 0,1, peak live 2.01 MiB"
 	other := filepath.Join(t.TempDir(), "other.arrow")
-	code, stdout, stderr := runMain(t, "convert", raw, "-o", other)
+	code, stdout, stderr := runMain(t, "convert", "--keep-raw", raw, "-o", other)
 	if code != 0 || stdout != "" {
 		t.Errorf("convert: exit code %d, stdout %q", code, stdout)
 	}
@@ -44,6 +46,13 @@ func TestConvertKeptRaw(t *testing.T) {
 	}
 	checkSummary(t, stderr, summary, out, false)
 	checkSameTrace(t, out, direct, directInfo.Command)
+	notExist(t, raw) // converted, so removed: a new record -o out starts clean
+	code, _, stderr = runMain(t, "-q", "-o", out, "--shim", env.Shim, "--", env.Prog("plain"))
+	if code != 7 || stderr != "" {
+		t.Errorf("record -o %s after its convert: exit code %d, stderr %q; want 7 and nothing", out, code, stderr)
+	}
+	events, _ := testcuda.ReadTrace(t, out)
+	testcuda.CheckEvents(t, events, testcuda.PlainEvents)
 }
 
 func checkSameTrace(t *testing.T, path string, want []trace.Event, command []string) {

@@ -28,6 +28,9 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 // program, the shim, the trace file or the raw log directory is unusable. With -q it prints only
 // errors and warnings.
 func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
+	if opt.wait < 0 {
+		return command.Usagef("--wait: %s is negative (0: do not wait)", opt.wait)
+	}
 	start := time.Now()
 	if opt.output == "" {
 		opt.output = defaultOutput(start)
@@ -97,8 +100,8 @@ func prepareRun(opt options, args []string) (lib string, created bool, err error
 	if strings.ContainsAny(lib, ": ") {
 		return "", false, fmt.Errorf("shim path %q contains a colon or space, which LD_PRELOAD cannot hold", lib)
 	}
-	if err := command.CheckWritable(opt.output); err != nil {
-		return "", false, fmt.Errorf("create trace: %w", err)
+	if err := checkTraceOutput(opt.output); err != nil {
+		return "", false, err
 	}
 	created, err = prepareLogDir(opt.logDir)
 	return lib, created, err
@@ -162,7 +165,7 @@ func prepareLogDir(dir string) (created bool, err error) {
 	created = errors.Is(statErr, fs.ErrNotExist)
 	if old, _ := filepath.Glob(filepath.Join(dir, "*.alog")); len(old) > 0 {
 		return false, fmt.Errorf("raw log directory %s already holds %d raw log(s) of an earlier run: "+
-			"convert them with `record convert %s` or remove them", dir, len(old), dir)
+			"convert them with `record convert %s` (which removes them once converted) or remove them", dir, len(old), dir)
 	}
 	if err := intercept.PrepareLogDir(dir); err != nil {
 		return false, fmt.Errorf("prepare raw log directory: %w", err)

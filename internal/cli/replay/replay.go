@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -84,7 +85,7 @@ host backend replays on mmap'd host memory and measures HOST memory, not GPU mem
 	f.StringVar(&opt.config, "config", "", "pool configuration `FILE` (pool.json), required")
 	f.StringVar(&opt.backend, "backend", replay.DefaultBackend(), "memory to replay on: cuda or host")
 	f.StringVar(&opt.modes, "modes", "raw,pool,async", "modes to run, comma-separated, in this order (raw, pool, cpool, async)")
-	f.IntVar(&opt.repeat, "repeat", 3, "repetitions of the whole trace per mode, interleaved mode by mode")
+	f.IntVar(&opt.repeat, "repeat", 3, "repetitions of the whole trace per mode, interleaved mode by mode (1 to 10000)")
 	f.BoolVar(&opt.verify, "verify", false, "check after every allocation that no live blocks overlap and the block lies in reserved memory")
 	f.BoolVar(&opt.touch, "touch", false, "write every block (memset) and read samples back, after allocation and before free")
 	f.BoolVar(&opt.json, "json", false, "print the report as JSON instead of text")
@@ -99,6 +100,13 @@ host backend replays on mmap'd host memory and measures HOST memory, not GPU mem
 	return cmd
 }
 
+// maxRepeat is the most repetitions --repeat takes: each replays the whole trace twice per mode,
+// and more than this many is a typing error, not a measurement.
+const maxRepeat = 10000
+
+// positiveFinite reports whether x is a number above 0 and not infinite (NaN is neither).
+func positiveFinite(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
+
 // validate checks the flags and returns the modes to run. Its errors are usage errors.
 func (o options) validate() ([]replay.Mode, error) {
 	switch {
@@ -106,8 +114,14 @@ func (o options) validate() ([]replay.Mode, error) {
 		return nil, errors.New("--config is required: the pool.json to replay against (write one with analyze --emit-config)")
 	case o.repeat < 1:
 		return nil, fmt.Errorf("--repeat: %d is not a positive number", o.repeat)
-	case o.peakTolerance <= 0 || o.maxOverhead <= 0:
-		return nil, errors.New("--peak-tolerance and --max-overhead must be above 0")
+	case o.repeat > maxRepeat:
+		return nil, fmt.Errorf("--repeat: %d is more than %d repetitions", o.repeat, maxRepeat)
+	case o.device < 0:
+		return nil, fmt.Errorf("--device: %d is not a device ordinal (0 or more)", o.device)
+	case !positiveFinite(o.peakTolerance):
+		return nil, fmt.Errorf("--peak-tolerance: %g is not a number above 0", o.peakTolerance)
+	case !positiveFinite(o.maxOverhead):
+		return nil, fmt.Errorf("--max-overhead: %g is not a number above 0", o.maxOverhead)
 	}
 	if err := replay.BackendUnavailable(o.backend); err != nil {
 		return nil, fmt.Errorf("--backend %s: %w", o.backend, err)
@@ -166,17 +180,21 @@ func checkNames(cs []replay.Check) string {
 	return strings.Join(names, "; ")
 }
 
-// extract reads the trace's request stream, with the reader's warnings added to its own. The
-// reader's errors name the file.
+// extract reads the trace's request stream, with the reader's warnings added to its own. It refuses
+// a trace without events, as analyze does. The reader's errors name the file.
 func extract(path string, bar replayProgress) (*replay.Trace, error) {
 	r, err := trace.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	tr, err := replay.Extract(bar.reading(r))
+	source := bar.reading(r)
+	tr, err := replay.Extract(source)
 	warnings := r.Warnings()
 	if err = errors.Join(err, r.Close()); err != nil {
 		return nil, err
+	}
+	if *source.events == 0 {
+		return nil, fmt.Errorf("%s: empty trace: no events", path) // analyze's words
 	}
 	tr.Warnings = append(warnings, tr.Warnings...)
 	return tr, nil

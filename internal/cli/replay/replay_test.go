@@ -182,7 +182,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		{[]string{tr, "--config", cfg, "--modes", "raw,fast"}, "replay: --modes: unknown mode \"fast\" (modes: raw, pool, cpool, async)\n"},
 		{[]string{tr, "--config", cfg, "--repeat", "0"}, "replay: --repeat: 0 is not a positive number\n"},
 		{[]string{tr, "--config", cfg, "--repeat", "x"}, "replay: --repeat: \"x\" is not an integer\n"},
-		{[]string{tr, "--config", cfg, "--max-overhead", "0"}, "replay: --peak-tolerance and --max-overhead must be above 0\n"},
+		{[]string{tr, "--config", cfg, "--max-overhead", "0"}, "replay: --max-overhead: 0 is not a number above 0\n"},
 		{[]string{tr, "--config", cfg, "--peak-tolerance", "1%"}, "replay: --peak-tolerance: \"1%\" is not a number\n"},
 		{[]string{tr, "--config", cfg, "--host-capacity", "lots"},
 			"replay: --host-capacity: \"lots\" is not a byte count (examples: 81920, 512MiB, 80GiB)\n"},
@@ -273,5 +273,54 @@ func TestTextReportRecordedCalls(t *testing.T) {
 		"  included): 1234 x the pool's time\n"
 	if !strings.Contains(got.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, got.String())
+	}
+}
+
+// Numeric flags out of range are refused with one line, exit 2, before the trace is read.
+func TestReplayNumbersOutOfRange(t *testing.T) {
+	dir := t.TempDir()
+	tr, cfg := writeTrace(t, dir), writeConfig(t, dir, 1<<20)
+	const hint = "Run 'replay --help' for usage.\n"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--device", "-7"}, "replay: --device: -7 is not a device ordinal (0 or more)\n"},
+		{[]string{"--repeat", "1000000000"}, "replay: --repeat: 1000000000 is more than 10000 repetitions\n"},
+		{[]string{"--repeat", "-3"}, "replay: --repeat: -3 is not a positive number\n"},
+		{[]string{"--max-overhead", "0"}, "replay: --max-overhead: 0 is not a number above 0\n"},
+		{[]string{"--max-overhead", "NaN"}, "replay: --max-overhead: NaN is not a number above 0\n"},
+		{[]string{"--peak-tolerance", "-0.5"}, "replay: --peak-tolerance: -0.5 is not a number above 0\n"},
+		{[]string{"--peak-tolerance", "+Inf"}, "replay: --peak-tolerance: +Inf is not a number above 0\n"},
+	} {
+		args := append([]string{tr, "--config", cfg, "--backend", "host"}, c.args...)
+		code, out, errOut := runMain(args...)
+		if code != 2 || out != "" || errOut != c.want+hint {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2, nothing, %q", c.args, code, out, errOut, c.want+hint)
+		}
+	}
+}
+
+// A trace without events is refused as analyze refuses it: one line, exit 1, no report. (A trace
+// with events but no request to replay, only failed allocations say, is replayed: its peak check is
+// skipped as "trace allocates nothing".)
+func TestReplayEmptyTrace(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, 1<<20)
+	empty := filepath.Join(dir, "empty.arrow")
+	w, err := trace.Create(empty, trace.Info{Source: "allocscope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		empty: "replay: " + empty + ": empty trace: no events\n",
+	} {
+		code, out, errOut := runMain(path, "--config", cfg, "--backend", "host")
+		if code != 1 || out != "" || errOut != want {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 1, nothing, %q", path, code, out, errOut, want)
+		}
 	}
 }
