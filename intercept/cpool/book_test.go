@@ -25,7 +25,7 @@ func TestBookBytesOfTheLargestPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = 585326336 // 558 MiB
+	const want = 669213696 // 638 MiB
 	if got != want || got >= pool.MaxBookkeepingBytes {
 		t.Fatalf("book of %d slots = %d bytes, want %d (under %d)", pool.MaxSlots, got, uint64(want), uint64(pool.MaxBookkeepingBytes))
 	}
