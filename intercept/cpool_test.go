@@ -15,7 +15,7 @@ import (
 	"github.com/allocscope/allocscope/pool"
 )
 
-// The shim's C pool (shim/pool.h) against its specification, package pool's size-class policy:
+// The shim's C pool (cpool/pool.c) against its specification, package pool's size-class policy:
 // the same request sequences (every device trace and snapshot of testdata, under its recommended
 // pool.json and variants that grow classes, fill a capped arena, keep free lists per stream and
 // place by age, plus random sequences; and on an upstream of limited capacity, where growths find it
@@ -383,8 +383,8 @@ func buildCPoolDriverWith(t testing.TB, flags ...string) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "driver")
-	args := append([]string{"-O2", "-Wall", "-I", filepath.Join("shim"), "-o", path}, flags...)
-	cmd := exec.Command("cc", append(args, filepath.Join("testdata", "cpool", "driver.c"))...)
+	args := append([]string{"-O2", "-Wall", "-I", "cpool", "-o", path}, flags...)
+	cmd := exec.Command("cc", append(args, filepath.Join("testdata", "cpool", "driver.c"), filepath.Join("cpool", "pool.c"))...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the C pool driver: %v: %s", err, out)
 	}

@@ -12,11 +12,11 @@ import (
 // (`record --pool`): the PoolSpec of a pool.json.
 const EnvPool = "ALLOCSCOPE_POOL"
 
-// maxPoolClasses is the most classes the shim's C pool takes (CP_MAX_CLASSES in shim/pool.h).
+// maxPoolClasses is the most classes the shim's C pool takes (CP_MAX_CLASSES in cpool/pool.h).
 const maxPoolClasses = 64
 
 // CPoolConfig is a pool.Config as the shim's C pool takes it: the fields of struct cp_config
-// (shim/pool.h), the alignment defaulted. PoolSpec's line and package intercept/cpool's C config are
+// (cpool/pool.c), the alignment defaulted. PoolSpec's line and package intercept/cpool's C config are
 // both made from it.
 type CPoolConfig struct {
 	Alignment      uint64       // alignment_bytes, pool.DefaultAlignment when 0
@@ -60,7 +60,7 @@ func NewCPoolConfig(cfg pool.Config) (CPoolConfig, error) {
 	return c, nil
 }
 
-// PoolSpec encodes cfg for the shim's C pool (shim/pool.h): one line, "config ALIGN THRESHOLD
+// PoolSpec encodes cfg for the shim's C pool (cpool/pool.c): one line, "config ALIGN THRESHOLD
 // ARENA GROW_BYTES MAXIMUM GROW_SLOTS PER_STREAM FIT_AGED N" and N pairs "SIZE SLOTS". It refuses
 // what NewCPoolConfig refuses, with the same error.
 func PoolSpec(cfg pool.Config) (string, error) {

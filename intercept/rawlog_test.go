@@ -20,7 +20,7 @@ import (
 func TestFunctionTableMatchesShim(t *testing.T) {
 	re := regexp.MustCompile(`X\((\d+), (\w+), (\w+), (\w+), (\w+)\)`)
 	files, _ := shimFiles()
-	matches := re.FindAllStringSubmatch(string(files["common.h"]), -1)
+	matches := re.FindAllStringSubmatch(string(files["shim/common.h"]), -1)
 	if len(matches) != len(functionTable)-1 {
 		t.Fatalf("shim.c has %d functions, rawlog.go %d", len(matches), len(functionTable)-1)
 	}

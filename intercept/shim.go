@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/allocscope/allocscope/internal/shimbuild"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,26 +27,30 @@ const EnvLogDir = "ALLOCSCOPE_LOG_DIR"
 // ShimFileName is the name of the compiled shim inside its cache directory.
 const ShimFileName = "liballocscope.so"
 
-// shimFS holds the shim's C source: shim.c, which includes the headers beside it.
+// shimFS holds the shim's C source: the units and headers of shim/, its build recipe shim/BUILD, and
+// the C pool it links (cpool/pool.c and pool.h).
 //
-//go:embed shim/*.c shim/*.h
+//go:embed shim/*.c shim/*.h shim/BUILD cpool/pool.c cpool/pool.h
 var shimFS embed.FS
 
-// shimFiles returns the shim's source files by name, and their names in order.
+// shimFiles returns the shim's source files by their paths under intercept/, and the paths in order.
 func shimFiles() (map[string][]byte, []string) {
-	entries, err := shimFS.ReadDir("shim")
-	if err != nil {
-		panic(fmt.Sprintf("intercept: embedded shim source: %v", err)) // fixed at build time
-	}
 	files := map[string][]byte{}
 	var names []string
-	for _, e := range entries {
-		b, err := shimFS.ReadFile("shim/" + e.Name())
+	for _, dir := range []string{"shim", "cpool"} {
+		entries, err := shimFS.ReadDir(dir)
 		if err != nil {
-			panic(fmt.Sprintf("intercept: embedded shim source: %v", err))
+			panic(fmt.Sprintf("intercept: embedded shim source: %v", err)) // fixed at build time
 		}
-		files[e.Name()] = b
-		names = append(names, e.Name())
+		for _, e := range entries {
+			name := dir + "/" + e.Name()
+			b, err := shimFS.ReadFile(name)
+			if err != nil {
+				panic(fmt.Sprintf("intercept: embedded shim source: %v", err))
+			}
+			files[name] = b
+			names = append(names, name)
+		}
 	}
 	return files, names
 }
@@ -99,13 +104,20 @@ func BuildShim(out string) error {
 	defer os.RemoveAll(tmp)
 	files, _ := shimFiles()
 	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+		path := filepath.Join(tmp, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("build shim %s: %w", out, err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return fmt.Errorf("build shim %s: %w", out, err)
 		}
 	}
-	src := filepath.Join(tmp, "shim.c")
+	recipe, err := shimbuild.Parse(files["shim/BUILD"])
+	if err != nil {
+		return fmt.Errorf("build shim %s: %w", out, err)
+	}
 	lib := filepath.Join(tmp, ShimFileName)
-	if err := compileShim(src, lib); err != nil {
+	if err := compileShim(recipe.Args(tmp, lib)); err != nil {
 		return fmt.Errorf("build shim %s: %w", out, err)
 	}
 	if err := os.Rename(lib, out); err != nil {
@@ -114,8 +126,8 @@ func BuildShim(out string) error {
 	return nil
 }
 
-// compileShim runs the C compiler: $CC (which may carry flags), else cc.
-func compileShim(src, lib string) error {
+// compileShim runs the C compiler with the recipe's arguments: $CC (which may carry flags), else cc.
+func compileShim(recipeArgs []string) error {
 	cc := strings.Fields(os.Getenv("CC"))
 	if len(cc) == 0 {
 		cc = []string{"cc"}
@@ -123,7 +135,7 @@ func compileShim(src, lib string) error {
 	if _, err := exec.LookPath(cc[0]); err != nil {
 		return fmt.Errorf("no C compiler %q (install one, or build the shim elsewhere with `record shim -o PATH` and pass --shim PATH): %w", cc[0], err)
 	}
-	args := append(cc[1:len(cc):len(cc)], "-shared", "-fPIC", "-O2", "-o", lib, src, "-ldl", "-lpthread")
+	args := append(cc[1:len(cc):len(cc)], recipeArgs...)
 	cmd := exec.Command(cc[0], args...)
 	msg, err := cmd.CombinedOutput()
 	if err != nil {

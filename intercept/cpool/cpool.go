@@ -3,7 +3,7 @@
 package cpool
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../shim -O2
+#cgo CFLAGS: -O2
 #include "cpool.h"
 */
 import "C"
@@ -70,7 +70,7 @@ func New(cfg pool.Config, up pool.Upstream) (*Pool, error) {
 }
 
 // BookBytes returns the host bytes the C pool's tables take for cfg's plan (cp_book_bytes of
-// shim/pool.h), or NewCPoolConfig's error.
+// cpool/pool.c), or NewCPoolConfig's error.
 func BookBytes(cfg pool.Config) (uint64, error) {
 	cc, err := intercept.NewCPoolConfig(cfg)
 	if err != nil {

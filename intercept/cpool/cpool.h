@@ -1,7 +1,7 @@
 //go:build cgo
 
 /*
- * The shim's C pool (../shim/pool.h) driven from Go (cpool.go): one call serves a whole op sequence,
+ * The C pool (pool.h, pool.c) driven from Go (cpool.go): one call serves a whole op sequence,
  * its upstream calls back into Go (export.go).
  */
 #ifndef ALLOCSCOPE_CPOOL_H

@@ -1,8 +1,8 @@
 // Package cpool is the C pool of `record --pool`, driven from Go for replay and tests.
 //
-// The LD_PRELOAD shim serves a program's cudaMalloc/cudaFree from intercept/shim/pool.h, a C
-// implementation of package pool's size-class policy. This package builds that same C code (cgo,
-// the header included from ../shim) and serves a whole op sequence with it in one call into C: the
+// The LD_PRELOAD shim serves a program's cudaMalloc/cudaFree from the C pool of this directory
+// (pool.h, pool.c), a C implementation of package pool's size-class policy. The shim's build
+// compiles pool.c beside its own units; this package builds the same file with cgo and serves a whole op sequence with it in one call into C: the
 // ops are converted once into a flat C array (NewOps), and Pool.Run runs them all, timing each
 // request with clock_gettime(CLOCK_MONOTONIC) when asked, and returns every op's address and the
 // ops the pool could not serve. Only the pool's upstream, its rare region reservations and

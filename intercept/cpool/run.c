@@ -1,7 +1,7 @@
 //go:build cgo
 
 /*
- * The run loop of package cpool: the shim's C pool (../shim/pool.h, the pool record --pool deploys)
+ * The run loop of package cpool: the C pool (pool.c, the pool record --pool deploys)
  * serving a whole op sequence in one call from Go. Only the pool's upstream (rare region
  * reservations and releases) calls back into Go.
  */

@@ -7,6 +7,7 @@
 
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -127,7 +128,7 @@ HIDDEN dlsym_fn get_real_dlsym(void);
 
 /* shim_dlclose is the real dlclose, for the shim's own handles: the exported dlclose (shim.c)
  * first saves the process's mappings when something was loaded since they were last saved. */
-static int shim_dlclose(void *h) {
+static inline int shim_dlclose(void *h) {
 	typedef int (*dlclose_fn)(void *);
 	static dlclose_fn real;
 	dlclose_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
@@ -148,7 +149,7 @@ static inline int64_t now_ns(clockid_t clk) {
 }
 
 /* say writes one line to stderr with write(2): no stdio lock, usable anywhere. */
-static void say(const char *line, size_t n) {
+static inline void say(const char *line, size_t n) {
 	while (n > 0) {
 		ssize_t w = write(2, line, n);
 		if (w < 0 && errno == EINTR)

@@ -18,27 +18,18 @@
 #include "addrmap.h"
 #include "clock.h"
 #include "log.h"
+#include "resolve.h"
+#include "serve.h"
+#include "shim.h"
 
 enum { FRAME_RUNTIME = 1, FRAME_IN_CALL = 2 };
 
-static int g_enabled;   /* logging on: ALLOCSCOPE_LOG_DIR was set at start-up */
-static int g_init_done;
-static void shim_init(void);
+extern TLS int t_depth;
+extern TLS unsigned char t_frame[MAX_DEPTH];
 
-static TLS int t_depth;
-static TLS unsigned char t_frame[MAX_DEPTH];
+extern struct addr_map g_addrs;   /* device/host/managed addresses */
+extern struct addr_map g_handles; /* cuMemCreate handles */
 
-static struct addr_map g_addrs;   /* device/host/managed addresses */
-static struct addr_map g_handles; /* cuMemCreate handles */
-
-/* shim_enabled reports whether the shim records (and wraps what the program resolves), starting it
- * first when it runs before the shim's constructor, from another library's: a stream that library
- * makes then goes through the hooks too. */
-static inline int shim_enabled(void) {
-	if (UNLIKELY(!__atomic_load_n(&g_init_done, __ATOMIC_ACQUIRE)))
-		shim_init();
-	return __atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE);
-}
 
 /* hook_enter returns the depth at which to record this call, or -1 to pass it straight through. */
 static inline int hook_enter(int fid) {
@@ -98,74 +89,6 @@ static inline void emit(int d, uint64_t seq, int fid, int tsc, uint64_t t0, uint
 	log_commit(d);
 }
 
-/* ---- current device ------------------------------------------------------------------------------
- * A thread's device comes from the driver (cuCtxGetDevice, resolved once). Its first call after the
- * program ran a while costs about 0.8 us on the H200 host, its data being out of the caches. Where
- * the process sees one device, a thread that has a context is always on device 0, so the thread
- * remembers that it had one until any thread unsets, pops or destroys a context (g_ctx_epoch), and
- * asks again after that. */
-
-typedef CUresult (*cuCtxGetDevice_fn)(CUdevice *);
-typedef CUresult (*cuDeviceGetCount_fn)(int *);
-static cuCtxGetDevice_fn g_ctx_get_device;
-static unsigned long g_ctx_epoch;     /* bumped before every call that may leave a thread without a context */
-static TLS unsigned long t_ctx_known; /* g_ctx_epoch + 1 when this thread had a context on the only device */
-static int g_one_device;              /* 1: the process sees one device, -1: more, 0: not known yet */
-
-/* one_device reports whether the process sees exactly one device (asked until the driver answers). */
-static int one_device(void) {
-	int known = __atomic_load_n(&g_one_device, __ATOMIC_ACQUIRE);
-	if (known != 0)
-		return known == 1;
-	static cuDeviceGetCount_fn count;
-	cuDeviceGetCount_fn f = __atomic_load_n(&count, __ATOMIC_ACQUIRE);
-	if (f == NULL) {
-		void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-		dlsym_fn rd = get_real_dlsym();
-		f = h != NULL && rd != NULL ? (cuDeviceGetCount_fn)rd(h, "cuDeviceGetCount") : NULL;
-		if (h != NULL)
-			shim_dlclose(h);
-		if (f == NULL) { /* a driver without it: the device is asked at every call */
-			__atomic_store_n(&g_one_device, -1, __ATOMIC_RELEASE);
-			return 0;
-		}
-		__atomic_store_n(&count, f, __ATOMIC_RELEASE);
-	}
-	int n = 0;
-	if (f(&n) != 0)
-		return 0;
-	__atomic_store_n(&g_one_device, n == 1 ? 1 : -1, __ATOMIC_RELEASE);
-	return n == 1;
-}
-
-/* context_changes notes a call that may leave threads without a context: every thread asks again. */
-static void context_changes(void) { __atomic_add_fetch(&g_ctx_epoch, 1, __ATOMIC_ACQ_REL); }
-
-static int current_device(void) {
-	unsigned long epoch = __atomic_load_n(&g_ctx_epoch, __ATOMIC_ACQUIRE);
-	if (t_ctx_known == epoch + 1)
-		return 0;
-	cuCtxGetDevice_fn f = __atomic_load_n(&g_ctx_get_device, __ATOMIC_ACQUIRE);
-	if (f == NULL) {
-		void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-		if (h == NULL)
-			return -1;
-		dlsym_fn rd = get_real_dlsym();
-		f = rd ? (cuCtxGetDevice_fn)rd(h, "cuCtxGetDevice") : NULL;
-		shim_dlclose(h);
-		if (f == NULL)
-			return -1;
-		__atomic_store_n(&g_ctx_get_device, f, __ATOMIC_RELEASE);
-	}
-	CUdevice d = -1;
-	if (f(&d) != 0)
-		return -1;
-	if (d == 0 && one_device())
-		t_ctx_known = epoch + 1;
-	return d;
-}
-
-#include "serve.h"
 
 /* ---- the three shapes of hook ------------------------------------------------------------------- */
 
@@ -710,5 +633,53 @@ BODY CUresult b_cuMemAddressReserve(cuMemAddressReserve_fn f, int fid, void *cs,
 BODY CUresult b_cuMemAddressFree(cuMemAddressFree_fn f, int fid, void *cs, CUdeviceptr p, size_t n) {
 	PLAIN_BODY(f(p, n), fid, p, n, 0, -1);
 }
+
+/* The resolvers: what they hand out is turned into the shim's wrappers (resolve_versioned). */
+BODY CUresult b_cuGetProcAddress(cuGetProcAddress_fn f, int path, void *cs, const char *sym, void **fp, int v,
+				 unsigned long long fl) {
+	(void)cs;
+	(void)path;
+	CUresult r = f(sym, fp, v, fl);
+	int e = errno;
+	if (r == 0 && fp != NULL)
+		*fp = resolve_versioned(sym, v, fl, *fp, P_GPA, (const void *)f);
+	errno = e;
+	return r;
+}
+BODY CUresult b_cuGetProcAddress_v2(cuGetProcAddress_v2_fn f, int path, void *cs, const char *sym, void **fp,
+				    int v, unsigned long long fl, void *st) {
+	(void)cs;
+	(void)path;
+	CUresult r = f(sym, fp, v, fl, st);
+	int e = errno;
+	if (r == 0 && fp != NULL)
+		*fp = resolve_versioned(sym, v, fl, *fp, P_GPA, (const void *)f);
+	errno = e;
+	return r;
+}
+BODY cudaError_t b_cudaGetDriverEntryPoint(cudaGetDriverEntryPoint_fn f, int path, void *cs, const char *sym,
+					   void **fp, unsigned long long fl, void *st) {
+	(void)cs;
+	(void)path;
+	cudaError_t r = f(sym, fp, fl, st);
+	int e = errno;
+	if (r == 0 && fp != NULL)
+		*fp = resolve_versioned(sym, LONG_MAX, fl, *fp, P_EP, (const void *)f);
+	errno = e;
+	return r;
+}
+BODY cudaError_t b_cudaGetDriverEntryPointByVersion(cudaGetDriverEntryPointByVersion_fn f, int path, void *cs,
+						    const char *sym, void **fp, unsigned int v,
+						    unsigned long long fl, void *st) {
+	(void)cs;
+	(void)path;
+	cudaError_t r = f(sym, fp, v, fl, st);
+	int e = errno;
+	if (r == 0 && fp != NULL)
+		*fp = resolve_versioned(sym, (long)v, fl, *fp, P_EP, (const void *)f);
+	errno = e;
+	return r;
+}
+
 
 #endif

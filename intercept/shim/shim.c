@@ -1,30 +1,36 @@
 /*
  * allocscope LD_PRELOAD shim: records every CUDA memory allocation and free of an unmodified program
  * into memory-mapped per-process raw logs (format: docs/DESIGN.md, reader: intercept/rawlog.go).
+ * This unit starts it (the constructor), and follows forks and dlclose.
  *
- * Built by intercept.BuildShim with: cc -shared -fPIC -O2 -o liballocscope.so shim.c -ldl -lpthread
- * (the other files of this directory are included from here). No CUDA headers are needed.
+ * Built by intercept.BuildShim from the units that shim/BUILD lists, each with its own small header
+ * and hidden visibility (only the hooked CUDA entry points, dlsym, dlclose and the ABI marker are
+ * exported). No CUDA headers are needed.
  *
- *   common.h   CUDA types (ABI only), the function table, the record
- *   clock.h    timestamps (TSC where it is constant, else CLOCK_MONOTONIC)
- *   addrmap.h  address -> size map, so that frees carry sizes
- *   log.h      the raw log: control file, per-process log, per-thread lanes
- *   hooks.h    what a hooked call does around the real one
- *   pool.h     the size-class pool in C (package pool's PolicySizeClass)
- *   serve.h    record --pool: the program's allocations served from pool.h
- *   resolve.h  the wrappers, how the real functions are found, and the dlsym override
+ *   common.h             CUDA types (ABI only), the function table, the record, small helpers
+ *   clock.c/.h           timestamps (TSC where it is constant, else CLOCK_MONOTONIC)
+ *   addrmap.c/.h         address -> size map, so that frees carry sizes
+ *   log.c/.h             the raw log: control file, per-process log, per-thread lanes
+ *   hooks.c/.h           what a hooked call does around the real one, and the wrappers
+ *   resolve.c/.h         how the real functions are found, and the dlsym override
+ *   contexts.c/.h        the thread's device and context, graph captures, the pools' reservations
+ *   serve.c/.h           record --pool: the program's allocations served from the C pool
+ *   ../cpool/pool.c/.h   the size-class pool in C (package pool's PolicySizeClass)
  *
  * The rules it keeps: writers never wait for each other; no hook takes a lock, so a signal handler
  * that interrupts one can make CUDA calls (they are recorded); the program's return values and errno
  * never change; a log that cannot be written stops recording with one line on stderr and every
  * event after that is counted as lost.
  */
-#include "common.h"
+#include "shim.h"
 #include "clock.h"
 #include "addrmap.h"
 #include "log.h"
 #include "hooks.h"
-#include "resolve.h"
+#include "serve.h"
+
+int g_enabled; /* logging on: ALLOCSCOPE_LOG_DIR was set at start-up */
+int g_init_done;
 
 /* The raw-log format this shim writes; `record --shim` refuses a library without it. */
 EXPORT const int allocscope_shim_abi_2 = 2;
@@ -52,7 +58,7 @@ static void atfork_child(void) {
 		close(parent_log);
 }
 
-static void shim_init(void) {
+void shim_init(void) {
 	if (__atomic_exchange_n(&g_init_done, 1, __ATOMIC_ACQ_REL))
 		return;
 	int e = errno;

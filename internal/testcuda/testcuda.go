@@ -2,11 +2,11 @@
 // shim without a GPU: the fake CUDA runtime and driver of testdata/fakecuda (libcudart.so,
 // libcuda.so.1, and a variant of the driver in exported/libcuda.so.1), the C test programs of
 // testdata/progs, the preloadable libraries of testdata/preload and the shim itself (from
-// intercept/shim/shim.c, with the flags intercept.BuildShim uses), all with the system C compiler
+// the units intercept/shim/BUILD lists, with its flags, as intercept.BuildShim does), all with the system C compiler
 // ($CC, else cc). It also runs those programs and compares the events they produce with expected
 // listings. For the tests that run on a real GPU (build tag cuda) it opens the device
-// (OpenDevice0). It imports no allocscope package but trace, so intercept's own tests and the CUDA
-// backend's can use it.
+// (OpenDevice0). It imports no allocscope package but trace and internal/shimbuild, so intercept's
+// own tests and the CUDA backend's can use it.
 //
 // A test binary that uses it calls Cleanup from its TestMain after m.Run, which removes the build
 // directory.
@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allocscope/allocscope/internal/shimbuild"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +40,7 @@ type Env struct {
 	// LibDir holds libcuda.so.1 (and the link libcuda.so), libcudart.so and the programs. The
 	// programs find the libraries through their run path ($ORIGIN), so no LD_LIBRARY_PATH is needed.
 	LibDir string
-	// Shim is the shim library compiled from intercept/shim/shim.c.
+	// Shim is the shim library compiled as intercept/shim/BUILD says.
 	Shim string
 	// ExportedDriver is a variant of the fake driver (driver.c built with -DFAKE_PROC_EXPORTED, so
 	// without -Bsymbolic and with a cuGetProcAddress that hands out the library's own exported
@@ -179,8 +180,16 @@ func (e *Env) compileAll(testdata string) error {
 		})
 	}
 	run(func() error {
-		src := filepath.Join(testdata, "..", "intercept", "shim", "shim.c")
-		return compile("-shared", "-fPIC", "-O2", "-o", e.Shim, src, "-ldl", "-lpthread")
+		root := filepath.Join(testdata, "..", "intercept")
+		b, err := os.ReadFile(filepath.Join(root, "shim", "BUILD"))
+		if err != nil {
+			return err
+		}
+		recipe, err := shimbuild.Parse(b)
+		if err != nil {
+			return err
+		}
+		return compile(recipe.Args(root, e.Shim)...)
 	})
 	for name, out := range e.preloads {
 		src := filepath.Join(testdata, "preload", name+".c")

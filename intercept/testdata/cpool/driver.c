@@ -1,5 +1,5 @@
 /*
- * Drives the shim's C pool (intercept/shim/pool.h) from a script on stdin, for the differential test
+ * Drives the shim's C pool (intercept/cpool/pool.c) from a script on stdin, for the differential test
  * against package pool (intercept/cpool_test.go). The upstream is a bump allocator from
  * 0x100000000000 in 2 MiB steps that never reuses an address, the same as the test's Go upstream;
  * with the arguments -capacity N it holds at most N bytes (its regions rounded up to 2 MiB) and
