@@ -11,7 +11,7 @@ int main(void) {
 	void *a = NULL, *b = NULL;
 	static void *v[MANY];
 	cudaSetDevice(0);
-	cudaMalloc(&a, 4096);
+	cudaMalloc(&a, 500); /* the pool's first class: its block is at the plan's base */
 	printf("first block: %#llx\n", (unsigned long long)(uintptr_t)a);
 	printf("free: %d\n", (int)cudaFree(a));
 	printf("second free: %d\n", (int)cudaFree(a));
