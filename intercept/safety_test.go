@@ -66,7 +66,7 @@ func checkSafety(t *testing.T, what string, got result, want string) {
 // did not wait for.
 func TestSafetySyncRace(t *testing.T) {
 	want := "failures: 0\n" + safetyReport
-	runSafety(t, "sync_race", []string{"FAKECUDA_SYNC_DELAY_US=20000"}, nil, want, want)
+	runSafety(t, "sync_race", []string{"FAKECUDA_SYNC_DELAY_US=200000"}, nil, want, want)
 }
 
 // Graph capture (testdata/progs/capture.c): stream-ordered calls on a capturing non-blocking stream

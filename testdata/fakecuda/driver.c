@@ -23,7 +23,7 @@
  *                          allocations beyond it fail with CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo_v2 says
  *                          free = BYTES - allocated, total = BYTES. Accounting granularity: a request
  *                          over 1 MiB counts whole 2 MiB pages, a smaller one its size rounded to 512 bytes.
- *   FAKECUDA_SYNC_DELAY_US=N  a device synchronization sleeps N µs between taking its snapshot of the
+ *   FAKECUDA_SYNC_DELAY_US=N  a device synchronization (cuCtxSynchronize) sleeps N µs between taking its snapshot of the
  *                          work to complete and completing it, so other threads can issue work meanwhile.
  *   FAKECUDA_SYNC_PROBE=1  inside cuCtxSynchronize and cuEventSynchronize, another thread calls
  *                          cudaMalloc + cudaFree through the symbols the process resolves (dlsym
@@ -627,10 +627,16 @@ static void complete_context(int ctx) {
 	drop_pending(ctx);
 }
 
-/* device_sync completes the work of context ctx issued before the call, after FAKECUDA_SYNC_DELAY_US. */
-static void device_sync(int ctx) {
+static int syncs_waiting; /* device synchronizations between their snapshot and their completion */
+
+/* fakecuda_syncs_waiting: how many device synchronizations are between their snapshot and their end. */
+int fakecuda_syncs_waiting(void) { return __atomic_load_n(&syncs_waiting, __ATOMIC_ACQUIRE); }
+
+/* device_sync completes the work of context ctx issued before the call, after FAKECUDA_SYNC_DELAY_US
+ * when delayed (cuCtxSynchronize; not the wait inside cuMemFree_v2). */
+static void device_sync(int ctx, int delayed) {
 	int took = work_lock();
-	if (sync_delay_us == 0) {
+	if (sync_delay_us == 0 || !delayed) {
 		complete_context(ctx);
 		work_unlock(took);
 		return;
@@ -639,8 +645,10 @@ static void device_sync(int ctx) {
 	int n = nslots;
 	for (int j = 0; j < n && snap != NULL; j++)
 		snap[j] = slots[j].ctx == ctx ? slots[j].issued : 0;
+	__atomic_add_fetch(&syncs_waiting, 1, __ATOMIC_RELEASE);
 	work_unlock(took);
 	usleep((useconds_t)sync_delay_us);
+	__atomic_sub_fetch(&syncs_waiting, 1, __ATOMIC_RELEASE);
 	took = work_lock();
 	if (snap != NULL)
 		complete(snap, n);
@@ -771,7 +779,7 @@ static CUresult i_cuCtxSynchronize(void) {
 	if (capture_blocks())
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	sync_probe_run();
-	device_sync(eff_ctx());
+	device_sync(eff_ctx(), 1);
 	return CUDA_SUCCESS;
 }
 
@@ -1154,7 +1162,7 @@ static CUresult i_cuMemFree_v2(CUdeviceptr p) {
 	if (r == CUDA_SUCCESS && ri >= R_FIRST_CTX && !in_work) /* CUDA's free waits for the device */
 		for (int c = 0; c < MAX_CTX; c++)
 			if (ctxs[c].used && ctxs[c].region == ri)
-				device_sync(c);
+				device_sync(c, 0);
 	return r;
 }
 static CUresult i_cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int elem) {

@@ -204,6 +204,9 @@ long fakecuda_interior_frees(void);
 void fakecuda_graph_allocs(long *allocs, long *frees);
 /* Fake only: event records and stream waits on capturing streams. */
 long fakecuda_capture_intrusions(void);
+/* Fake only: device synchronizations now inside their FAKECUDA_SYNC_DELAY_US (snapshot taken, work not
+ * yet completed), so a test can issue work a running synchronization does not wait for. */
+int fakecuda_syncs_waiting(void);
 /* Fake only: the device whose region holds addr, -1 if none. */
 int fakecuda_device_of(uint64_t addr);
 
