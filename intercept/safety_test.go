@@ -161,7 +161,9 @@ func TestSafetyAddressRange(t *testing.T) {
 func TestSafetyStress(t *testing.T) {
 	for _, seed := range []string{"1", "2", "3"} {
 		t.Run("seed "+seed, func(t *testing.T) {
-			want := "seed: " + seed + "\nops: 400\nfailures: 0\n" + safetyReport
+			want := "seed: " + seed + "\nops: 400\nfailed cudaMalloc: 0\nfailed cudaFree: 0\nfailed cudaMallocAsync: 0\n" +
+				"failed cudaFreeAsync: 0\nfailed synchronizations: 0\nfailed captures: 0\n" +
+				"failed streams, events and resets: 0\n" + safetyReport
 			runSafety(t, "stress", []string{"FAKECUDA_DEVICES=2"}, []string{seed, "400"}, want, want)
 		})
 	}

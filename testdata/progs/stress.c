@@ -5,7 +5,7 @@
  * stream), synchronizes the device, a stream or an event, and now and then captures a graph on a
  * private non-blocking stream (thread-local mode). Half way, all threads free their blocks, meet at a
  * barrier, thread 0 resets both devices (cudaDeviceReset), and after a second barrier each makes new
- * streams. Prints the seed, op count, failed calls and the safety report (0 hazards, 0 overlaps). */
+ * streams. Prints the seed, op count, failed calls of each kind and the safety report (0 hazards, 0 overlaps). */
 #include "safety.h"
 
 #include <string.h>
@@ -14,9 +14,13 @@
 #define HOLD 16
 #define PER_THREAD_STREAM ((cudaStream_t)0x2)
 
+enum { F_MALLOC, F_FREE, F_MALLOC_ASYNC, F_FREE_ASYNC, F_SYNC, F_CAPTURE, F_SETUP, F_KINDS };
+static const char *const failure_names[F_KINDS] = {"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
+						   "synchronizations", "captures", "streams, events and resets"};
+
 struct block { void *p; size_t size; cudaStream_t s; int async; uint64_t owner; };
 struct thread { int id, device; uint64_t rng; cudaStream_t blocking, apart, capture; CUevent ev;
-	struct block held[HOLD]; int n; long failed; };
+	struct block held[HOLD]; int n; long failed[F_KINDS]; };
 
 static long ops;
 static pthread_barrier_t meet;
@@ -34,10 +38,10 @@ static cudaStream_t pick_stream(struct thread *t) {
 
 static void make_streams(struct thread *t) {
 	cudaSetDevice(t->device);
-	t->failed += cudaStreamCreateWithFlags(&t->blocking, 0) != 0;
-	t->failed += cudaStreamCreateWithFlags(&t->apart, 1) != 0;
-	t->failed += cudaStreamCreateWithFlags(&t->capture, 1) != 0;
-	t->failed += cuEventCreate(&t->ev, 0) != 0;
+	t->failed[F_SETUP] += cudaStreamCreateWithFlags(&t->blocking, 0) != 0;
+	t->failed[F_SETUP] += cudaStreamCreateWithFlags(&t->apart, 1) != 0;
+	t->failed[F_SETUP] += cudaStreamCreateWithFlags(&t->capture, 1) != 0;
+	t->failed[F_SETUP] += cuEventCreate(&t->ev, 0) != 0;
 }
 
 static void launch(struct block *b, cudaStream_t s) {
@@ -50,7 +54,7 @@ static void take(struct thread *t, int async) {
 	b->async = async, b->s = pick_stream(t);
 	int r = async ? cudaMallocAsync(&b->p, b->size, b->s) : cudaMalloc(&b->p, b->size);
 	if (r != 0) {
-		t->failed++;
+		t->failed[async ? F_MALLOC_ASYNC : F_MALLOC]++;
 		return;
 	}
 	b->owner = new_owner();
@@ -62,26 +66,28 @@ static void take(struct thread *t, int async) {
 static void give(struct thread *t, int i) {
 	struct block *b = &t->held[i];
 	live_remove(b->p);
-	t->failed += (b->async ? cudaFreeAsync(b->p, b->s) : cudaFree(b->p)) != 0;
+	t->failed[b->async ? F_FREE_ASYNC : F_FREE] += (b->async ? cudaFreeAsync(b->p, b->s) : cudaFree(b->p)) != 0;
 	t->held[i] = t->held[--t->n];
 }
 
 static void capture(struct thread *t) {
 	void *p = NULL, *g = NULL;
-	t->failed += cudaStreamBeginCapture(t->capture, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != 0;
-	t->failed += cudaMallocAsync(&p, 4096, t->capture) != 0;
+	long *f = &t->failed[F_CAPTURE];
+	*f += cudaStreamBeginCapture(t->capture, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != 0;
+	*f += cudaMallocAsync(&p, 4096, t->capture) != 0;
 	fakecuda_launch(t->capture, (uint64_t)(uintptr_t)p, 4096, new_owner());
-	t->failed += cudaFreeAsync(p, t->capture) != 0;
-	t->failed += cudaStreamEndCapture(t->capture, &g) != 0;
+	*f += cudaFreeAsync(p, t->capture) != 0;
+	*f += cudaStreamEndCapture(t->capture, &g) != 0;
 }
 
 static void sync_something(struct thread *t) {
+	long *f = &t->failed[F_SYNC];
 	switch (next_rand(t) % 3) {
-	case 0: t->failed += cudaDeviceSynchronize() != 0; break;
-	case 1: t->failed += cuStreamSynchronize(pick_stream(t)) != 0; break;
+	case 0: *f += cudaDeviceSynchronize() != 0; break;
+	case 1: *f += cuStreamSynchronize(pick_stream(t)) != 0; break;
 	default:
-		t->failed += cuEventRecord(t->ev, pick_stream(t)) != 0;
-		t->failed += cuEventSynchronize(t->ev) != 0;
+		*f += cuEventRecord(t->ev, pick_stream(t)) != 0;
+		*f += cuEventSynchronize(t->ev) != 0;
 	}
 }
 
@@ -111,7 +117,7 @@ static void *run(void *arg) {
 	if (t->id == 0)
 		for (int d = 0; d < 2; d++) {
 			cudaSetDevice(d);
-			t->failed += cudaDeviceReset() != 0;
+			t->failed[F_SETUP] += cudaDeviceReset() != 0;
 		}
 	pthread_barrier_wait(&meet);
 	make_streams(t);
@@ -136,12 +142,15 @@ int main(int argc, char **argv) {
 		th[i].id = i, th[i].device = i % 2, th[i].rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t)i + 1;
 		pthread_create(&id[i], NULL, run, &th[i]);
 	}
-	long failed = 0;
+	long failed[F_KINDS] = {0};
 	for (int i = 0; i < THREADS; i++) {
 		pthread_join(id[i], NULL);
-		failed += th[i].failed;
+		for (int k = 0; k < F_KINDS; k++)
+			failed[k] += th[i].failed[k];
 	}
-	printf("seed: %llu\nops: %ld\nfailures: %ld\n", seed, ops, failed);
+	printf("seed: %llu\nops: %ld\n", seed, ops);
+	for (int k = 0; k < F_KINDS; k++)
+		printf("failed %s: %ld\n", failure_names[k], failed[k]);
 	report();
 	return 0;
 }

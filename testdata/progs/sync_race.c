@@ -1,8 +1,8 @@
 /* A device synchronization racing with frees (run with FAKECUDA_SYNC_DELAY_US set, long enough for
  * the workers' few calls): thread A calls cudaDeviceSynchronize; while it waits, WORKERS threads each
  * launch on their blocks on one non-blocking stream and cudaFree them; once it returned, they allocate
- * the same sizes again and launch on the new blocks (new owners) on a second non-blocking stream. CUDA's cudaFree waits for the device, so no new work may overlap old work still
- * pending. Prints failures, then the safety report (hazards 0, misuses 0, overlaps 0). */
+ * the same sizes again and launch on the new blocks (new owners) on a second non-blocking stream.
+ * CUDA's cudaFree waits for the device, so no new work may overlap old work still pending. Prints failures, then the safety report (hazards 0, misuses 0, overlaps 0). */
 #include "safety.h"
 
 #include <sched.h>
