@@ -20,17 +20,21 @@ const safetyReport = "hazards: 0\nmisuses: 0\noverlaps: 0\n"
 // runSafety runs the program without the shim and with record --pool's, with extraEnv and args, and
 // checks that each run exits 0 with nothing on stderr and the stdout wanted (wantBase without the shim,
 // wantPool with it).
+// The two runs are subtests, so a run that hangs (killed after runTimeout) is named too.
 func runSafety(t *testing.T, name string, extraEnv, args []string, wantBase, wantPool string) {
 	t.Helper()
-	base := runWith(t, "", nil, extraEnv, name, args...)
-	checkSafety(t, name+" without the shim", base, wantBase)
-	spec, err := PoolSpec(sizeClassPool(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := runWith(t, newLogDir(t), []string{env(t).Shim}, append([]string{EnvPool + "=" + spec}, extraEnv...),
-		name, args...)
-	checkSafety(t, name+" under record --pool", served, wantPool)
+	t.Run("without the shim", func(t *testing.T) {
+		checkSafety(t, name+" without the shim", runWith(t, "", nil, extraEnv, name, args...), wantBase)
+	})
+	t.Run("under record --pool", func(t *testing.T) {
+		spec, err := PoolSpec(sizeClassPool(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := runWith(t, newLogDir(t), []string{env(t).Shim}, append([]string{EnvPool + "=" + spec}, extraEnv...),
+			name, args...)
+		checkSafety(t, name+" under record --pool", served, wantPool)
+	})
 }
 
 // checkSafety fails t with every line of got's stdout that differs from want, and with a non-zero exit
