@@ -7,8 +7,10 @@
  * rounded up to 512 bytes, and a freed block is reused (last freed first) by the next allocation of the
  * same rounded size on the same thread (never, with FAKECUDA_FRESH=1: see driver.c).
  *
- * Each context has its own device-memory region (device d's primary context at FAKE_DEVICE_BASE +
- * d * 64 GiB, contexts of cuCtxCreate_v2 at FAKE_CTX_BASE + j * 64 GiB); a reset restarts it at its base.
+ * With FAKECUDA_DEVICES set, each context has its own device-memory region (device d's primary context at
+ * FAKE_DEVICE_BASE + d * 64 GiB, contexts of cuCtxCreate_v2 at FAKE_CTX_BASE + j * 64 GiB); without it the
+ * primary contexts share device 0's region (the layout older tests' addresses assume). A reset restarts
+ * a region at its base.
  *
  * The fake models device work (driver.c's top comment has the whole model): fakecuda_launch issues a
  * kernel over a range on a stream, by an allocation lifetime ("owner"); work completes only through host
