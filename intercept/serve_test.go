@@ -378,7 +378,7 @@ func TestServedGivesBackIdleMemory(t *testing.T) {
 	cfg := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicySizeClass, SizeClass: &pool.SizeClassConfig{
 		Classes: []pool.Class{{Size: 1 << 20, Slots: 16}}, LargeThreshold: 1 << 20, ArenaBytes: 64 << 20, GrowSlots: 8},
 		BestFit: &pool.BestFitConfig{GrowBytes: 64 << 20}}
-	device := "FAKECUDA_DEVICE_BYTES=1073741824"
+	device := "FAKECUDA_CAPACITY=1073741824"
 	want := "700 MiB while a stream captures: 2\n700 MiB after the capture: 0\n900 MiB more: 2\n"
 	dir := newLogDir(t)
 	got := runServed(t, dir, cfg, "pooled_oom", device)

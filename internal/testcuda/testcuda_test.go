@@ -25,9 +25,10 @@ func TestProgramsRun(t *testing.T) {
 	if again := Build(t); again != env {
 		t.Errorf("second Build returned a different Env")
 	}
-	want := []string{"barriers", "bench", "capture_order", "closefds", "ctxcache", "cupy_style", "daemon", "forkexec", "gpa_local", "killed", "leaky", "loop", "plain", "plugin", "pool_faults",
-		"pooled", "pooled_fork", "pooled_lazy", "pooled_oom", "pooled_threads", "privdrop", "sighandler", "signals", "static_cudart", "streams",
-		"threads"}
+	want := []string{"address_range", "barriers", "bench", "capture", "capture_order", "closefds", "ctxcache", "cupy_style",
+		"daemon", "double_free", "forkexec", "gpa_local", "killed", "leaky", "loop", "oom", "plain", "plugin", "pool_faults",
+		"pooled", "pooled_fork", "pooled_lazy", "pooled_oom", "pooled_threads", "privdrop", "reset", "sighandler", "signals",
+		"static_cudart", "streams", "stress", "sync_deadlock", "sync_race", "threads", "two_devices"}
 	if got := env.Programs(); !slices.Equal(got, want) {
 		t.Errorf("programs %v, want %v", got, want)
 	}

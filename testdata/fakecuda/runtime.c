@@ -33,6 +33,13 @@ static struct {
 	CUresult (*memAllocHost)(void **, size_t);
 	CUresult (*memHostAlloc)(void **, size_t, unsigned int);
 	CUresult (*memFreeHost)(void *);
+	/* Optional (not part of drv.ok). */
+	CUresult (*ctxGetDevice)(CUdevice *);
+	CUresult (*primaryCtxReset)(CUdevice);
+	CUresult (*memGetInfo)(size_t *, size_t *);
+	CUresult (*beginCapture)(CUstream, int);
+	CUresult (*endCapture)(CUstream, void **);
+	CUresult (*exchangeCaptureMode)(int *);
 	int ok;
 } drv;
 
@@ -71,6 +78,12 @@ static void runtime_init(void) {
 	resolve("cuMemAllocHost", &drv.memAllocHost);
 	resolve("cuMemHostAlloc", &drv.memHostAlloc);
 	resolve("cuMemFreeHost", &drv.memFreeHost);
+	resolve("cuCtxGetDevice", &drv.ctxGetDevice);
+	resolve("cuDevicePrimaryCtxReset", &drv.primaryCtxReset);
+	resolve("cuMemGetInfo", &drv.memGetInfo);
+	resolve("cuStreamBeginCapture", &drv.beginCapture);
+	resolve("cuStreamEndCapture", &drv.endCapture);
+	resolve("cuThreadExchangeStreamCaptureMode", &drv.exchangeCaptureMode);
 	drv.ok = drv.memAlloc && drv.memFree && drv.memAllocPitch && drv.memAllocManaged && drv.memAllocAsync &&
 		 drv.memFreeAsync && drv.memAllocFromPoolAsync && drv.memAllocHost && drv.memHostAlloc &&
 		 drv.memFreeHost && drv.ctxSetCurrent && drv.ctxSynchronize && drv.streamDestroy && drv.ipcGetMemHandle &&
@@ -169,6 +182,7 @@ cudaError_t cudaFreeHost(void *p) {
 	return drv.memFreeHost(p);
 }
 
+/* cudaSetDevice makes the device's primary context current (CUDA_ERROR_INVALID_CONTEXT past the last device). */
 cudaError_t cudaSetDevice(int device) {
 	INIT();
 	return drv.ctxSetCurrent((CUcontext)(intptr_t)(device + 1));
@@ -203,4 +217,38 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigne
 					     unsigned long long flags, void *status) {
 	INIT();
 	return drv.getProcAddress(sym, fn, (int)version, flags, status);
+}
+
+/* cudaDeviceReset resets the current device's primary context (cuDevicePrimaryCtxReset). */
+cudaError_t cudaDeviceReset(void) {
+	INIT();
+	CUdevice d = 0;
+	if (drv.ctxGetDevice == NULL || drv.primaryCtxReset == NULL)
+		return cudaErrorInitializationError;
+	CUresult r = drv.ctxGetDevice(&d);
+	return r != CUDA_SUCCESS ? r : drv.primaryCtxReset(d);
+}
+
+/* cudaMemGetInfo is cuMemGetInfo_v2 of the current context. */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+	INIT();
+	return drv.memGetInfo == NULL ? cudaErrorInitializationError : drv.memGetInfo(free_bytes, total);
+}
+
+/* cudaStreamBeginCapture is cuStreamBeginCapture_v2 (modes: global 0, thread-local 1, relaxed 2). */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode) {
+	INIT();
+	return drv.beginCapture == NULL ? cudaErrorInitializationError : drv.beginCapture(s, mode);
+}
+
+/* cudaStreamEndCapture is cuStreamEndCapture (901 for an invalidated capture). */
+cudaError_t cudaStreamEndCapture(cudaStream_t s, void **graph) {
+	INIT();
+	return drv.endCapture == NULL ? cudaErrorInitializationError : drv.endCapture(s, graph);
+}
+
+/* cudaThreadExchangeStreamCaptureMode is cuThreadExchangeStreamCaptureMode. */
+cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode) {
+	INIT();
+	return drv.exchangeCaptureMode == NULL ? cudaErrorInitializationError : drv.exchangeCaptureMode(mode);
 }

@@ -1,5 +1,5 @@
 /* What `record --pool` does when the device is full, on the fake driver run with a 1 GiB device
- * (FAKECUDA_DEVICE_BYTES): the program allocates 600 blocks of 1 MiB (the pool grows its 1 MiB class
+ * (FAKECUDA_CAPACITY): the program allocates 600 blocks of 1 MiB (the pool grows its 1 MiB class
  * by slabs), frees them and synchronizes, then asks for 700 MiB: first while a blocking stream
  * captures a graph (the pool gives nothing back then: the request fails, there and at CUDA; without
  * the pool it succeeds and is freed), then after the capture (the pool gives back its idle slabs and
