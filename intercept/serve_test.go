@@ -138,16 +138,16 @@ func TestServedKnowsStreamsMadeBeforeItsConstructor(t *testing.T) {
 
 // Where the process sees one device, a thread's device is asked of the driver once, not at every
 // call (testdata/progs/ctxcache.c): 1,000 served pairs cost one cuCtxGetDevice; unsetting the context
-// makes the shim ask again (the pair without a context passes to CUDA, asked at the allocation and
-// for its record), and so does setting it again. With four devices every served allocation asks, for
-// the pool and for the record.
+// makes the shim ask again (the pair without a context passes to CUDA: the pool finds no context with
+// cuCtxGetCurrent, and the record asks for the device once), and so does setting it again. With four
+// devices every served allocation asks twice, for the pool and for its record.
 func TestServedKnowsTheDevice(t *testing.T) {
 	for _, c := range []struct {
 		devices, want string
 	}{
-		{"1", "device queries, 1000 pairs: 1\ndevice queries, a pair without a context: 2\n" +
+		{"1", "device queries, 1000 pairs: 1\ndevice queries, a pair without a context: 1\n" +
 			"device queries, 1000 pairs with the context again: 1\n"},
-		{"4", "device queries, 1000 pairs: 2000\ndevice queries, a pair without a context: 2\n" +
+		{"4", "device queries, 1000 pairs: 2000\ndevice queries, a pair without a context: 1\n" +
 			"device queries, 1000 pairs with the context again: 2000\n"},
 	} {
 		got := runServed(t, newLogDir(t), sizeClassPool(t), "ctxcache", "FAKECUDA_DEVICES="+c.devices,

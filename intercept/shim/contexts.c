@@ -103,8 +103,10 @@ int ctx_current(CUcontext *ctx, int *device) {
 		return d >= 0 ? 0 : -1;
 	}
 	CUcontext c = NULL;
-	CUdevice d = -1;
-	if (g_ctx.get_current(&c) != 0 || c == NULL || g_ctx.get_device == NULL || g_ctx.get_device(&d) != 0)
+	if (g_ctx.get_current(&c) != 0 || c == NULL)
+		return -1;
+	int d = current_device(); /* remembered per thread where the process sees one device */
+	if (d < 0)
 		return -1;
 	*ctx = c, *device = d;
 	return 0;

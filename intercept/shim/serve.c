@@ -926,6 +926,31 @@ static int serve_other_ctx(struct served *s, struct stream_ref st) {
 	return ctx_of_stream(st.handle, &c, &d) != 0 || c != s->ctx;
 }
 
+/* serve_free_in takes a free of addr on stream st into s, when s's reservations hold it (listed:
+ * g_ranges says so): 1 with *result the call's result, else 0. The pool's own driver calls are made
+ * in s's context. */
+static int serve_free_in(struct served *s, int listed, uint64_t addr, struct stream_ref st, int *result) {
+	int other = serve_other_ctx(s, st), taken = 0;
+	int pushed = ctx_several() ? ctx_enter(s->ctx) : 0;
+	pthread_mutex_lock(&s->mu);
+	if (s->state == SV_RETIRING && listed) {
+		taken = 1, *result = 0; /* its memory goes with its context, now being reset or destroyed */
+	} else if (s->state == SV_SERVING && cp_owns(&s->pool, addr)) {
+		taken = 1;
+		if (serve_give_back(s, addr, st, other, result) == GIVEN_AFTER_STREAM && g_ctx.stream_sync != NULL) {
+			pthread_mutex_unlock(&s->mu);
+			g_ctx.stream_sync((CUstream)(uintptr_t)st.handle); /* its work before the free is done */
+			pthread_mutex_lock(&s->mu);
+			if (s->state == SV_SERVING)
+				*result = cp_free(&s->pool, addr, st.policy) == CP_OK ? 0 : RESULT_INVALID_VALUE;
+			POOL_COUNT(host_waits, 1);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	ctx_leave(pushed);
+	return taken;
+}
+
 int serve_free(uint64_t addr, struct stream_ref st, int *result) {
 	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || addr == 0)
 		return 0;
@@ -938,25 +963,8 @@ int serve_free(uint64_t addr, struct stream_ref st, int *result) {
 	}
 	int taken = 0;
 	t_serving = 1;
-	for (int i = slot >= 0 ? slot : 0; i < (slot >= 0 ? slot + 1 : SERVE_POOLS) && !taken; i++) {
-		struct served *s = &g_served[i];
-		int other = serve_other_ctx(s, st);
-		pthread_mutex_lock(&s->mu);
-		if (s->state == SV_RETIRING && slot >= 0) {
-			taken = 1, *result = 0; /* its memory goes with its context, now being reset or destroyed */
-		} else if (s->state == SV_SERVING && cp_owns(&s->pool, addr)) {
-			taken = 1;
-			if (serve_give_back(s, addr, st, other, result) == GIVEN_AFTER_STREAM && g_ctx.stream_sync != NULL) {
-				pthread_mutex_unlock(&s->mu);
-				g_ctx.stream_sync((CUstream)(uintptr_t)st.handle); /* its work before the free is done */
-				pthread_mutex_lock(&s->mu);
-				if (s->state == SV_SERVING)
-					*result = cp_free(&s->pool, addr, st.policy) == CP_OK ? 0 : RESULT_INVALID_VALUE;
-				POOL_COUNT(host_waits, 1);
-			}
-		}
-		pthread_mutex_unlock(&s->mu);
-	}
+	for (int i = slot >= 0 ? slot : 0; i < (slot >= 0 ? slot + 1 : SERVE_POOLS) && !taken; i++)
+		taken = serve_free_in(&g_served[i], slot >= 0, addr, st, result);
 	t_serving = 0;
 	serve_late_frees();
 	return taken;

@@ -980,7 +980,8 @@ static CUresult i_cuCtxSetCurrent(CUcontext ctx) {
 static CUresult i_cuCtxGetCurrent(CUcontext *ctx) {
 	if (ctx == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*ctx = cur_ctx < 0 ? NULL : ctx_handle(cur_ctx);
+	/* as cuCtxGetDevice: without FAKECUDA_LAZY_CONTEXT a thread is in device 0's primary context */
+	*ctx = cur_ctx < 0 && lazy_context ? NULL : ctx_handle(eff_ctx());
 	return CUDA_SUCCESS;
 }
 static CUresult i_cuCtxPushCurrent_v2(CUcontext ctx) {
