@@ -210,7 +210,8 @@ static struct {
 	void *event[APART_MAX];  /* recorded on stream[i] at a join; made on first use */
 	void *gone[APART_MAX];   /* recorded on destroyed streams (left of them); made on first use */
 	uint64_t gone_total;     /* events ever recorded into gone: the first left of gone are the last ones */
-} g_apart = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, {0}, {0}, {0}, 0};
+	CUcontext ctx;           /* the context of every stream above and of their events (one: joins order one context) */
+} g_apart = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, {0}, {0}, {0}, 0, NULL};
 
 /* serve_barrier_event makes s's barrier event on first use: 1 when s has one. */
 static int serve_barrier_event(struct served *s) {
@@ -226,6 +227,8 @@ static int serve_barrier_event(struct served *s) {
  * when it cannot (the caller synchronizes the device; waits already queued only add order). */
 static int serve_join_locked(struct served *s) {
 	size_t n = g_apart.n;
+	if ((n > 0 || g_apart.left > 0) && g_apart.ctx != s->ctx)
+		return JOIN_NO; /* another context's streams: a join cannot order them */
 	for (size_t i = 0; i < n && g_real_event.is_capturing != NULL; i++) {
 		int status = 0; /* first, as a synchronization would break a capture too */
 		if (g_real_event.is_capturing((CUstream)(uintptr_t)g_apart.stream[i], &status) == 0 && status != 0)
@@ -1112,12 +1115,14 @@ int serve_stream_destroying(uint64_t stream) {
 		if (g_apart.stream[i] != stream)
 			continue;
 		void **e = &g_apart.gone[g_apart.left];
-		if (g_apart.left < APART_MAX && g_real_event.record != NULL &&
+		int pushed = ctx_enter(g_apart.ctx); /* the stream's context, where its events are made */
+		if (pushed >= 0 && g_apart.left < APART_MAX && g_real_event.record != NULL &&
 		    (*e != NULL || g_real_event.create(e, 0x2 /* DISABLE_TIMING */) == 0) &&
 		    g_real_event.record(*e, (CUstream)(uintptr_t)stream) == 0)
 			g_apart.left++, g_apart.gone_total++;
 		else
 			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
+		ctx_leave(pushed);
 		break;
 	}
 	t_destroying = stream;
@@ -1165,7 +1170,11 @@ void serve_stream_made(uint64_t stream, int green) {
 	g_apart.making--;
 	int waits = 1;
 	if (stream != 0) {
-		if (!green && g_apart.n < APART_MAX)
+		CUcontext ctx = NULL;
+		int d;
+		if (ctx_current(&ctx, &d) == 0 && g_apart.ctx == NULL)
+			g_apart.ctx = ctx; /* the first stream's context: the others must share it */
+		if (!green && g_apart.n < APART_MAX && ctx != NULL && ctx == g_apart.ctx)
 			g_apart.stream[g_apart.n++] = stream;
 		else
 			__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
@@ -1264,7 +1273,7 @@ static void serve_apart_forget(void) {
 	if (ctx_several()) {
 		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
 	} else {
-		g_apart.n = g_apart.left = 0;
+		g_apart.n = g_apart.left = 0, g_apart.ctx = NULL;
 		memset(g_apart.event, 0, sizeof g_apart.event);
 		memset(g_apart.gone, 0, sizeof g_apart.gone);
 	}
@@ -1283,7 +1292,7 @@ void serve_forget(void) {
 	}
 	pthread_mutex_init(&g_slots_mu, NULL);
 	pthread_mutex_init(&g_apart.mu, NULL); /* the parent's streams and events are not the child's */
-	g_apart.making = 0, g_apart.n = g_apart.left = 0;
+	g_apart.making = 0, g_apart.n = g_apart.left = 0, g_apart.ctx = NULL;
 	memset(g_apart.event, 0, sizeof g_apart.event);
 	memset(g_apart.gone, 0, sizeof g_apart.gone);
 	ranges_forget();
