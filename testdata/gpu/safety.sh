@@ -11,8 +11,7 @@
 #
 #   bash testdata/gpu/safety.sh LOGDIR     (from the repository root; needs bin/record from
 #                                           testdata/gpu/build_bin.sh, nvcc and a GPU)
-# Known on 2026-12-04 (docs/benchmarks.md): ipc_export differs by design (the pool refuses IPC
-# handles of its blocks) and oom_retry's one large cudaMalloc fails under the pool (2).
+# ipc_export differs by design (the pool refuses IPC handles of its blocks: docs/record-pool.md).
 # Binaries go to $OUT/safety_bin (or /tmp/safety_bin); every run's stdout and stderr to LOGDIR.
 set -u
 if [ $# -ne 1 ]; then echo "usage: bash testdata/gpu/safety.sh LOGDIR" >&2; exit 2; fi
