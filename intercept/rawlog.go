@@ -11,7 +11,7 @@ import (
 	"github.com/allocscope/allocscope/trace"
 )
 
-// The raw per-process log written by the shim (intercept/shim/log.h, docs/DESIGN.md): a log file
+// The raw per-process log written by the shim (intercept/shim/log.c, docs/DESIGN.md): a log file
 // (a header, then chunks of laneSlots records flushed from lanes) and a lanes file (groups of
 // lanes, each a 64-byte head in the group's first page and laneSlots records of its own).
 const (
