@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"fmt"
+	"github.com/allocscope/allocscope/internal/testcuda"
 	"strings"
 	"testing"
 )
@@ -47,19 +48,9 @@ func checkSafety(t *testing.T, what string, got result, want string) {
 	if got.Stdout == want {
 		return
 	}
-	gotLines, wantLines := strings.Split(got.Stdout, "\n"), strings.Split(want, "\n")
 	var diffs []string
-	for i := 0; i < len(gotLines) || i < len(wantLines); i++ {
-		g, w := "(no line)", "(no line)"
-		if i < len(gotLines) {
-			g = gotLines[i]
-		}
-		if i < len(wantLines) {
-			w = wantLines[i]
-		}
-		if g != w {
-			diffs = append(diffs, fmt.Sprintf("line %d: %q, want %q", i+1, g, w))
-		}
+	for _, d := range testcuda.LineDiffs(strings.Split(got.Stdout, "\n"), strings.Split(want, "\n")) {
+		diffs = append(diffs, fmt.Sprintf("line %d: %q, want %q", d.Index+1, d.Got, d.Want))
 	}
 	t.Errorf("%s: stdout differs:\n  %s\nwhole stdout:\n%s", what, strings.Join(diffs, "\n  "), got.Stdout)
 }

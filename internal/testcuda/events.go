@@ -40,20 +40,35 @@ func CheckEvents(t testing.TB, events []trace.Event, want string) {
 	for i := range events {
 		got[i] = Render(&events[i])
 	}
-	for i := 0; i < max(len(got), len(wantLines)); i++ {
+	if d := LineDiffs(got, wantLines); len(d) > 0 {
+		t.Errorf("%d events, want %d; first difference at event %d:\n got  %s\n want %s",
+			len(got), len(wantLines), d[0].Index, d[0].Got, d[0].Want)
+	}
+}
+
+// LineDiff is one line where two listings differ: its index from 0, and each side's line, "(none)"
+// where that side is shorter.
+type LineDiff struct {
+	Index     int
+	Got, Want string
+}
+
+// LineDiffs returns every line where got and want differ, in order.
+func LineDiffs(got, want []string) []LineDiff {
+	var diffs []LineDiff
+	for i := 0; i < max(len(got), len(want)); i++ {
 		g, w := "(none)", "(none)"
 		if i < len(got) {
 			g = got[i]
 		}
-		if i < len(wantLines) {
-			w = wantLines[i]
+		if i < len(want) {
+			w = want[i]
 		}
 		if g != w {
-			t.Errorf("%d events, want %d; first difference at event %d:\n got  %s\n want %s",
-				len(got), len(wantLines), i, g, w)
-			return
+			diffs = append(diffs, LineDiff{i, g, w})
 		}
 	}
+	return diffs
 }
 
 // CheckSeqs asserts that the events carry exactly the seqs first, first+1, ... in order.

@@ -16,37 +16,14 @@
 // Build: nvcc -O2 -o double_free double_free.cu -lcuda
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include "safety.cuh"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-  fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e)); exit(3); } } while (0)
-#define CU(x) do { CUresult r = (x); if (r != CUDA_SUCCESS) { \
-  fprintf(stderr, "%s:%d: %s: error %d\n", __FILE__, __LINE__, #x, (int)r); exit(3); } } while (0)
-
 static const unsigned long long SPIN_NS = 1000000ULL;
 static const size_t SIZES[] = {256, 4096, 65536, 1 << 20, 2 << 20};
-
-// pattern is word i of the block seeded with seed.
-__host__ __device__ static inline uint32_t pattern(uint32_t seed, size_t i) {
-  return seed * 2654435761u ^ (uint32_t)(i * 40503u + 17u);
-}
-
-__device__ static inline unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// spin_fill waits spin_ns on the device's global timer, then fills p[0..n) with seed's pattern.
-__global__ void spin_fill(uint32_t *p, size_t n, uint32_t seed, unsigned long long spin_ns) {
-  unsigned long long t0 = global_ns();
-  while (global_ns() - t0 < spin_ns) {}
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = pattern(seed, i);
-}
 
 // holds copies n words of d back and says whether they hold seed's pattern.
 static bool holds(const uint32_t *d, size_t n, uint32_t seed) {

@@ -19,21 +19,13 @@
 //
 // Build: nvcc -O2 -o graph_capture graph_capture.cu -lcuda
 #include <cuda_runtime.h>
+#include "safety.cuh"
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-  fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e)); exit(3); } } while (0)
-
 static const unsigned long long SPIN_NS = 2000000ULL;
 static const size_t BYTES = 1 << 20, WORDS = BYTES / 4;
-
-__device__ static inline unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // spin_fill waits spin_ns on the device's global timer, then sets p[0..n) to v.
 __global__ void spin_fill(int *p, size_t n, int v, unsigned long long spin_ns) {

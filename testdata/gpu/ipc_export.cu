@@ -16,15 +16,13 @@
 //
 // Build: nvcc -O2 -o ipc_export ipc_export.cu -lcuda
 #include <cuda_runtime.h>
+#include "safety.cuh"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <string>
-
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-  fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e)); exit(3); } } while (0)
 
 static const size_t WORDS = (1 << 20) / sizeof(int);
 

@@ -15,20 +15,13 @@
 //
 // Build: nvcc -O2 -o oom_retry oom_retry.cu -lcuda
 #include <cuda_runtime.h>
+#include "safety.cuh"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-  fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e)); exit(3); } } while (0)
-
 static const size_t MIB = 1 << 20, TOUCHED = 64 << 10;
-
-// pattern is word i of the block seeded with seed.
-__host__ __device__ static inline uint32_t pattern(uint32_t seed, size_t i) {
-  return seed * 2654435761u ^ (uint32_t)(i * 40503u + 17u);
-}
 
 // fill_blocks writes block b's pattern into the first words of blocks[b], one CUDA block per block.
 __global__ void fill_blocks(uint32_t *const *blocks, size_t words) {
@@ -44,11 +37,6 @@ __global__ void check_blocks(uint32_t *const *blocks, size_t words, unsigned int
     if (blocks[blockIdx.x][i] != pattern(blockIdx.x, i)) wrong = 1;
   __syncthreads();
   if (threadIdx.x == 0 && wrong) atomicAdd(bad, 1u);
-}
-
-__global__ void fill(uint32_t *p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = pattern(seed, i);
 }
 
 __global__ void count_wrong(const uint32_t *p, size_t n, uint32_t seed, unsigned long long *bad) {

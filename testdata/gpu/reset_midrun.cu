@@ -19,31 +19,17 @@
 // Build: nvcc -O2 -o reset_midrun reset_midrun.cu -lcuda
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include "safety.cuh"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
-
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-  fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e)); exit(3); } } while (0)
-#define CU(x) do { CUresult r = (x); if (r != CUDA_SUCCESS) { \
-  fprintf(stderr, "%s:%d: %s: error %d\n", __FILE__, __LINE__, #x, (int)r); exit(3); } } while (0)
 
 static const size_t OLD_SIZES[] = {256, 4096, 65536, 1 << 20, 3 << 20, 8 << 20};
 static const size_t BIG = 300u << 20;
 static const int SMALL = 200;
 
 static size_t new_size(int i) { return i == 0 ? BIG : (size_t)4096 << (i % 5); }
-
-// pattern is word i of the block seeded with seed.
-__host__ __device__ static inline uint32_t pattern(uint32_t seed, size_t i) {
-  return seed * 2654435761u ^ (uint32_t)(i * 40503u + 17u);
-}
-
-__global__ void fill(uint32_t *p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = pattern(seed, i);
-}
 
 __global__ void count_wrong(const uint32_t *p, size_t n, uint32_t seed, unsigned int *bad) {
   unsigned int mine = 0;

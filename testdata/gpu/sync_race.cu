@@ -21,6 +21,7 @@
 //   sync_race [THREADS [ROUNDS]]
 // Build: nvcc -O2 -o sync_race sync_race.cu -lcuda
 #include <cuda_runtime.h>
+#include "safety.cuh"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,31 +29,9 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-  fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e)); exit(3); } } while (0)
-
 static const unsigned long long SPIN_NS = 2000000ULL;
 static const int KEEP_EVERY = 10;
 static const size_t SIZES[] = {4096, 256 << 10, 1 << 20, 2 << 20, 3 << 20};
-
-// pattern is the word i of the block seeded with seed (host and device agree on it).
-__host__ __device__ static inline uint32_t pattern(uint32_t seed, size_t i) {
-  return seed * 2654435761u ^ (uint32_t)(i * 40503u + 17u);
-}
-
-__device__ static inline unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// spin_fill waits spin_ns on the device's global timer, then fills p[0..n) with seed's pattern.
-__global__ void spin_fill(uint32_t *p, size_t n, uint32_t seed, unsigned long long spin_ns) {
-  unsigned long long t0 = global_ns();
-  while (global_ns() - t0 < spin_ns) {}
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = pattern(seed, i);
-}
 
 // verify counts into *bad the words of p[0..n) that do not hold seed's pattern and adds all words to *sum.
 __global__ void verify(const uint32_t *p, size_t n, uint32_t seed, unsigned int *bad, unsigned long long *sum) {
