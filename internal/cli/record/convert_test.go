@@ -133,9 +133,7 @@ type rawRun struct{ dir, log string }
 // the first lane of the lanes file: 55 records are never flushed) with 238.
 func corruptRun(t *testing.T, env *testcuda.Env, out string) rawRun {
 	t.Helper()
-	if code, _, _ := runMain(t, "-q", "--keep-raw", "-o", out, "--shim", env.Shim, "--", env.Prog("plain")); code != 7 {
-		t.Fatalf("record exit code %d, want 7", code)
-	}
+	recordKeepingRaw(t, env, out)
 	lanes, _ := filepath.Glob(filepath.Join(out+".raw", "*.lanes"))
 	if len(lanes) != 1 {
 		t.Fatalf("lanes %v, want one", lanes)

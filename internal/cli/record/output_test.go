@@ -78,9 +78,7 @@ func TestOutputRefused(t *testing.T) {
 	env := testcuda.Build(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "plain.arrow")
-	if code, _, _ := runMain(t, "-q", "--keep-raw", "-o", out, "--shim", env.Shim, "--", env.Prog("plain")); code != 7 {
-		t.Fatalf("record exit code %d, want 7", code)
-	}
+	recordKeepingRaw(t, env, out)
 	raw := out + ".raw"
 	logs, _ := filepath.Glob(filepath.Join(raw, "*.alog"))
 	const dash = "the trace is written to a file only (standard output carries the program's output); name a file (./- for one called -)"
@@ -117,9 +115,7 @@ func TestConvertWriteFailsHalfWay(t *testing.T) {
 	env := testcuda.Build(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "plain.arrow")
-	if code, _, _ := runMain(t, "-q", "--keep-raw", "-o", out, "--shim", env.Shim, "--", env.Prog("plain")); code != 7 {
-		t.Fatalf("record exit code %d, want 7", code)
-	}
+	recordKeepingRaw(t, env, out)
 	writeFile(t, out, []byte("the old trace"))
 	self, err := os.Executable()
 	if err != nil {
@@ -143,5 +139,13 @@ func TestConvertWriteFailsHalfWay(t *testing.T) {
 	}
 	if logs, _ := filepath.Glob(filepath.Join(out+".raw", "*.alog")); len(logs) != 1 {
 		t.Errorf("raw logs %q, want the one kept", logs)
+	}
+}
+
+// recordKeepingRaw records testdata/progs/plain.c (exit code 7) into out, keeping its raw logs.
+func recordKeepingRaw(t *testing.T, env *testcuda.Env, out string) {
+	t.Helper()
+	if code, _, _ := runMain(t, "-q", "--keep-raw", "-o", out, "--shim", env.Shim, "--", env.Prog("plain")); code != 7 {
+		t.Fatalf("record exit code %d, want 7", code)
 	}
 }
