@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -86,9 +87,12 @@ func collect(src Source, opts Options) (*stats.Collector, *requests.Log, error) 
 	}()
 	defer close(batches)
 	report := progress(opts, "statistics "+opts.input, 0)
+	passed := passThrough(src)
+	var kept []trace.Event
 	for {
 		b, err := src.Next()
-		batches <- b
+		kept = requests.WithoutSizes(b, passed, kept[:0])
+		batches <- kept
 		c.Add(b)
 		if derr := <-decoded; derr != nil {
 			d.Close()
@@ -111,6 +115,15 @@ func collect(src Source, opts Options) (*stats.Collector, *requests.Log, error) 
 	}
 }
 
+// passThrough returns the request sizes record --pool sends to CUDA for src's program: the sizes of
+// the device allocations it exported by IPC (trace.Info.IPCExportSizes; pool.Config.PassThroughSizes).
+func passThrough(src Source) []uint64 {
+	if s, ok := src.(interface{ Info() trace.Info }); ok {
+		return s.Info().IPCExportSizes
+	}
+	return nil
+}
+
 // analyzeStream runs every stage over one stream of events. It returns the stream's request log,
 // for analyses across inputs; the caller closes it.
 func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, []string, *requests.Log, error) {
@@ -121,8 +134,10 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	var info *model.TraceInfo
 	var snap *trace.Snapshot
 	var memo *memoSource
+	var passed []uint64
 	err := open.pass(&warns, func(src Source) (err error) {
 		info = traceInfo(src)
+		passed = passThrough(src)
 		if w := lostEventsWarning(src); w != "" {
 			warns = append(warns, opts.input+": "+w)
 		}
@@ -154,7 +169,35 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		return nil, nil, nil, err
 	}
 	tr.Info = info
+	if len(passed) > 0 {
+		passThroughConfigs(tr, passed)
+		warns = append(warns, fmt.Sprintf("%s: the program exported device allocations of %s by IPC "+
+			"(cudaIpcGetMemHandle): record --pool sends requests of these sizes to CUDA "+
+			"(pass_through_sizes), and the pool's plan leaves them out", opts.input, sizeList(passed)))
+	}
 	return tr, warns, log, nil
+}
+
+// passThroughConfigs writes the sizes record --pool sends to CUDA into tr's configs.
+func passThroughConfigs(tr *model.TraceReport, passed []uint64) {
+	if tr.Config != nil {
+		tr.Config.PassThroughSizes = passed
+	}
+	if tr.PerProcess != nil && tr.PerProcess.Config != nil {
+		tr.PerProcess.Config.PassThroughSizes = passed
+	}
+}
+
+// sizeList names byte counts for a sentence: "1 MiB, 4 KiB and 256 B".
+func sizeList(sizes []uint64) string {
+	names := make([]string, len(sizes))
+	for i, n := range sizes {
+		names[i] = units.FormatBytes(n)
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // analyzeRequests runs the stages after the statistics pass over the request log.

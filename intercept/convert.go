@@ -33,7 +33,11 @@ type Summary struct {
 	Lost          int64               // events the shim could not write (full disk, unwritable log, ...)
 	ShimLoads     int64               // processes that loaded the shim; -1 when the directory has no control file
 	Pool          *trace.PoolActivity // what record --pool's pool did; nil when no process served
-	Warnings      []string            // non-fatal problems, one line each (lost events, private seq counters, ...)
+	// IPCExportSizes are the sizes of the device allocations the program exported by IPC
+	// (cudaIpcGetMemHandle), distinct, ascending: analyze sends such requests to CUDA under
+	// record --pool (trace.Info.IPCExportSizes).
+	IPCExportSizes []uint64
+	Warnings       []string // non-fatal problems, one line each (lost events, private seq counters, ...)
 }
 
 // eventSink receives converted events; *trace.Writer is one.
@@ -103,6 +107,9 @@ func (l *Logs) Lost() int64 { return l.sum.Lost }
 // Pool returns what record --pool's pool did in the recording, or nil.
 func (l *Logs) Pool() *trace.PoolActivity { return l.sum.Pool }
 
+// IPCExportSizes returns the sizes of the device allocations the program exported by IPC (Summary's).
+func (l *Logs) IPCExportSizes() []uint64 { return l.sum.IPCExportSizes }
+
 // Close closes the log files.
 func (l *Logs) Close() error {
 	for _, lf := range l.files {
@@ -141,6 +148,7 @@ func (l *Logs) summarizeFaults() {
 	s := &l.sum
 	s.ShimLoads = l.control.processes
 	s.Pool = l.control.pool
+	s.IPCExportSizes = l.control.exports
 	for _, lf := range l.files {
 		h := &lf.log.header
 		s.Lost += lf.log.lost
@@ -189,6 +197,7 @@ type control struct {
 	openFailed int64
 	lost       int64
 	pool       *trace.PoolActivity // nil when no pool reserved anything
+	exports    []uint64            // pool_counters.ipc_export_sizes, distinct, ascending
 }
 
 // readControl reads dir's control file; a missing one gives processes -1.
@@ -210,7 +219,24 @@ func readControl(dir string) (control, error) {
 	if len(b) >= 32+8*controlPoolCountersV1 {
 		c.pool = poolActivity(b[32:], clamp)
 	}
+	c.exports = exportSizes(b[min(len(b), 32+8*controlPoolCounters):])
 	return c, nil
+}
+
+// controlExportSizes is EXPORT_SIZES of log.h: the entries of pool_counters.ipc_export_sizes.
+const controlExportSizes = 16
+
+// exportSizes decodes pool_counters.ipc_export_sizes (b starts there): the sizes noted, distinct,
+// ascending; a shorter file (an older shim's) has none.
+func exportSizes(b []byte) []uint64 {
+	var sizes []uint64
+	for i := 0; i < controlExportSizes && 8*i+8 <= len(b); i++ {
+		if v := binary.LittleEndian.Uint64(b[8*i:]); v != 0 && !slices.Contains(sizes, v) {
+			sizes = append(sizes, v)
+		}
+	}
+	slices.Sort(sizes)
+	return sizes
 }
 
 // controlPoolCountersV1 is the number of uint64 counters of struct pool_counters (log.h), after the
@@ -398,7 +424,7 @@ type converter struct {
 func newConverter(sink eventSink, opts ConvertOptions, l *Logs) *converter {
 	c := &converter{sink: sink, opts: opts, files: l.files, total: l.total, managed: map[liveKey]struct{}{},
 		readBuf: make([]byte, segBytes)}
-	c.sum.Lost, c.sum.ShimLoads, c.sum.Pool = l.sum.Lost, l.sum.ShimLoads, l.sum.Pool
+	c.sum.Lost, c.sum.ShimLoads, c.sum.Pool, c.sum.IPCExportSizes = l.sum.Lost, l.sum.ShimLoads, l.sum.Pool, l.sum.IPCExportSizes
 	for _, lf := range l.files {
 		if lf.records > 0 {
 			c.sum.Processes++ // a process image: a forked child that execs leaves two logs

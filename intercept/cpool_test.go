@@ -463,9 +463,15 @@ func TestPoolSpecRefuses(t *testing.T) {
 			t.Errorf("PoolSpec: %v, want %q", err, want)
 		}
 	}
-	spec, err := PoolSpec(loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json")))
+	cfg := loadConfig(t, filepath.Join("..", "pool", "testdata", "sizeclass.json"))
+	spec, err := PoolSpec(cfg)
 	if want := "config 512 1048576 268435456 67108864 0 0 0 0 4 512 1024 4096 256 65536 64 1048576 16"; err != nil || spec != want {
 		t.Errorf("PoolSpec = %q, %v; want %q", spec, err, want)
+	}
+	cfg.PassThroughSizes = []uint64{12345, 4096}
+	spec, err = PoolSpec(cfg)
+	if want := "config 512 1048576 268435456 67108864 0 0 0 0 4 512 1024 4096 256 65536 64 1048576 16 pass 2 12345 4096"; err != nil || spec != want {
+		t.Errorf("PoolSpec with pass-through sizes = %q, %v; want %q", spec, err, want)
 	}
 }
 

@@ -61,8 +61,9 @@ func NewCPoolConfig(cfg pool.Config) (CPoolConfig, error) {
 }
 
 // PoolSpec encodes cfg for the shim's C pool (cpool/pool.c): one line, "config ALIGN THRESHOLD
-// ARENA GROW_BYTES MAXIMUM GROW_SLOTS PER_STREAM FIT_AGED N" and N pairs "SIZE SLOTS". It refuses
-// what NewCPoolConfig refuses, with the same error.
+// ARENA GROW_BYTES MAXIMUM GROW_SLOTS PER_STREAM FIT_AGED N" and N pairs "SIZE SLOTS", then, when the
+// config sends sizes to CUDA, "pass M" and the M sizes. It refuses what NewCPoolConfig refuses, with
+// the same error.
 func PoolSpec(cfg pool.Config) (string, error) {
 	c, err := NewCPoolConfig(cfg)
 	if err != nil {
@@ -73,6 +74,12 @@ func PoolSpec(cfg pool.Config) (string, error) {
 		c.MaximumBytes, c.GrowSlots, boolDigit(c.PerStream), boolDigit(c.FitAged), len(c.Classes))
 	for _, cl := range c.Classes {
 		fmt.Fprintf(&b, " %d %d", cl.Size, cl.Slots)
+	}
+	if n := len(cfg.PassThroughSizes); n > 0 {
+		fmt.Fprintf(&b, " pass %d", n)
+		for _, size := range cfg.PassThroughSizes {
+			fmt.Fprintf(&b, " %d", size)
+		}
 	}
 	return b.String(), nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -403,5 +404,39 @@ func TestServedGivesBackIdleMemory(t *testing.T) {
 	want = "700 MiB while a stream captures: 0\n700 MiB after the capture: 0\n900 MiB more: 2\n"
 	if base := runWith(t, "", nil, []string{device}, "pooled_oom"); base.ExitCode != 0 || base.Stdout != want {
 		t.Errorf("without the pool: exit %d, stdout %q; want %q", base.ExitCode, base.Stdout, want)
+	}
+}
+
+// An IPC export (testdata/progs/ipc_export.c): recorded without a pool, the trace's summary names the
+// exported block's size (12,345 B); under a pool the handle of a pool block is refused (1); with
+// pool.json's pass_through_sizes naming that size, the block is CUDA's (counted as "excluded") and
+// its export works as without the pool, while the 4,000-byte block is still served.
+func TestServedPassesExportedSizes(t *testing.T) {
+	dir := newLogDir(t)
+	plain := runWith(t, dir, []string{env(t).Shim}, nil, "ipc_export")
+	_, sum := convertDir(t, dir)
+	want := "cudaMalloc 4000: 0\ncudaMalloc 12345: 0\ncudaIpcGetMemHandle: 0\ncudaFree: 0 0\n"
+	if plain.Stdout != want || !slices.Equal(sum.IPCExportSizes, []uint64{12345}) {
+		t.Errorf("recorded: stdout %q, exported sizes %v; want %q, [12345]", plain.Stdout, sum.IPCExportSizes, want)
+	}
+	cfg := sizeClassPool(t)
+	refused := runServed(t, newLogDir(t), cfg, "ipc_export")
+	if wantRefused := strings.Replace(want, "cudaIpcGetMemHandle: 0", "cudaIpcGetMemHandle: 1", 1); refused.Stdout != wantRefused {
+		t.Errorf("under the pool: %q, want %q", refused.Stdout, wantRefused)
+	}
+	cfg.PassThroughSizes = []uint64{12345}
+	dir = newLogDir(t)
+	passed := runServed(t, dir, cfg, "ipc_export")
+	events, sum := convertDir(t, dir)
+	served := 0
+	for i := range events {
+		if events[i].Pool {
+			served++
+		}
+	}
+	if passed.Stdout != want || passed.Stderr != "" || sum.Pool == nil ||
+		!maps.Equal(sum.Pool.PassedBy, map[string]int64{"excluded": 1}) || served != 2 {
+		t.Errorf("passing 12,345 B through: stdout %q, stderr %q, pool %+v, %d calls served; want %q, nothing, "+
+			"1 excluded, 2 served (the 4,000-byte block's pair)", passed.Stdout, passed.Stderr, sum.Pool, served, want)
 	}
 }

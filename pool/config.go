@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // This file's types are the pool.json contract between analyze (which writes it) and replay (which
@@ -70,6 +71,12 @@ type Config struct {
 	PyTorch *PyTorchConfig `json:"pytorch,omitempty"`
 	// StreamOrdered parameterises PolicyStreamOrdered (default: release threshold 0).
 	StreamOrdered *StreamOrderedConfig `json:"stream_ordered,omitempty"`
+	// PassThroughSizes are request sizes that record --pool sends to CUDA instead of serving them:
+	// the sizes of the device allocations the program exported by IPC (cudaIpcGetMemHandle) in
+	// the recording the config came from, since another process that opens a handle of a pool
+	// block would map the pool's region. At most MaxPassThroughSizes, each above 0, none twice.
+	// New ignores them: the pool itself serves every request (replay too).
+	PassThroughSizes []uint64 `json:"pass_through_sizes,omitempty"`
 	// Prediction is what analyze predicted for this config on its trace (not read by New).
 	Prediction *Prediction `json:"prediction,omitempty"`
 	// Equivalents are the nearest settings of other allocators (not read by New).
@@ -211,7 +218,7 @@ func (c Config) Validate() error {
 	if c.Version != ConfigVersion {
 		return fmt.Errorf("version: %d is not supported (this build reads version %d)", c.Version, ConfigVersion)
 	}
-	if !slicesContains(Policies, c.Policy) {
+	if !slices.Contains(Policies, c.Policy) {
 		return fmt.Errorf("policy: %q is not one of %q", c.Policy, Policies)
 	}
 	if c.Alignment != 0 && bits.OnesCount64(c.Alignment) != 1 {
@@ -222,6 +229,9 @@ func (c Config) Validate() error {
 	}
 	if c.Policy == PolicySizeClass && c.SizeClass == nil {
 		return errors.New("size_class: required for policy \"sizeclass\"")
+	}
+	if err := validPassThrough(c.PassThroughSizes); err != nil {
+		return err
 	}
 	if c.SizeClass != nil {
 		if err := c.SizeClass.validate(c.alignment(), c.BestFit); err != nil {
@@ -241,13 +251,23 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func slicesContains(ps []Policy, p Policy) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
+// MaxPassThroughSizes bounds Config.PassThroughSizes (EXPORT_SIZES of the shim's intercept/shim/log.h).
+const MaxPassThroughSizes = 16
+
+// validPassThrough checks Config.PassThroughSizes.
+func validPassThrough(sizes []uint64) error {
+	if len(sizes) > MaxPassThroughSizes {
+		return fmt.Errorf("pass_through_sizes: %d sizes, at most %d", len(sizes), MaxPassThroughSizes)
+	}
+	for i, n := range sizes {
+		if n == 0 {
+			return fmt.Errorf("pass_through_sizes[%d]: 0 is not a request size", i)
+		}
+		if slices.Contains(sizes[:i], n) {
+			return fmt.Errorf("pass_through_sizes[%d]: %d is there twice", i, n)
 		}
 	}
-	return false
+	return nil
 }
 
 // MinAlignment is the smallest Config.Alignment accepted: cudaMalloc's alignment, 256 bytes.

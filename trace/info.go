@@ -34,6 +34,10 @@ type Info struct {
 	LostEvents      int64         // calls the recorder saw but could not write (the trace lacks them)
 	Pool            *PoolActivity // what record --pool's pool did; nil for a recording without it
 	Modules         []Module      // the recorded processes' executable mappings, for naming callsites
+	// IPCExportSizes are the sizes of the device allocations the program exported by IPC
+	// (cudaIpcGetMemHandle), distinct, ascending; analyze sends such requests to CUDA under
+	// record --pool (pool.Config.PassThroughSizes). Nil when none, or the recorder did not tell.
+	IPCExportSizes []uint64
 }
 
 // PoolActivity is what the pool of `record --pool` did inside the recorded program, summed over
@@ -110,6 +114,7 @@ const (
 	metaLostEvents      = "allocscope.lost_events"
 	metaPool            = "allocscope.pool"
 	metaModules         = "allocscope.modules"
+	metaIPCExports      = "allocscope.ipc_export_sizes"
 )
 
 // metadata encodes info as Arrow schema metadata. The format version written is always
@@ -124,10 +129,10 @@ func (info Info) metadata() arrow.Metadata {
 		source = SourceAllocscope
 	}
 	keys := []string{metaFormatVersion, metaSource, metaCommand, metaHost, metaStartTime,
-		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents, metaPool, metaModules}
+		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents, metaPool, metaModules, metaIPCExports}
 	values := []string{strconv.Itoa(FormatVersion), source, jsonStrings(info.Command), info.Host, start,
 		info.RecorderVersion, info.DriverVersion, jsonStrings(info.GPUNames), strconv.FormatInt(info.LostEvents, 10),
-		poolJSON(info.Pool), modulesJSON(info.Modules)}
+		poolJSON(info.Pool), modulesJSON(info.Modules), sizesJSON(info.IPCExportSizes)}
 	return arrow.NewMetadata(keys, values)
 }
 
@@ -137,6 +142,30 @@ func poolJSON(p *PoolActivity) string {
 	}
 	b, _ := json.Marshal(p) // a struct of numbers always marshals
 	return string(b)
+}
+
+func sizesJSON(sizes []uint64) string {
+	if len(sizes) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(sizes) // numbers always marshal
+	return string(b)
+}
+
+// metaSizes decodes a JSON array of byte counts above 0; "" or a missing key is none.
+func metaSizes(md arrow.Metadata, key string) ([]uint64, error) {
+	v, _ := metaValue(md, key)
+	if v == "" {
+		return nil, nil
+	}
+	var sizes []uint64
+	if err := json.Unmarshal([]byte(v), &sizes); err != nil || slices.Contains(sizes, 0) {
+		return nil, fmt.Errorf("schema metadata %q: not a JSON array of byte counts: %q", key, v)
+	}
+	if len(sizes) == 0 {
+		return nil, nil
+	}
+	return sizes, nil
 }
 
 func modulesJSON(m []Module) string {
@@ -228,6 +257,9 @@ func infoFromMetadata(md arrow.Metadata) (Info, error) {
 		return info, err
 	}
 	if info.Modules, err = metaModulesOf(md); err != nil {
+		return info, err
+	}
+	if info.IPCExportSizes, err = metaSizes(md, metaIPCExports); err != nil {
 		return info, err
 	}
 	if s, _ := metaValue(md, metaStartTime); s != "" {

@@ -325,6 +325,17 @@ BODY CUresult b_cuCtxSynchronize(cuCtxSynchronize_fn f, int fid, void *cs, int u
  * for a stream-ordered block. Not logged. */
 typedef cudaError_t (*cudaIpcGetMemHandle_fn)(void *, void *);
 typedef CUresult (*cuIpcGetMemHandle_fn)(void *, CUdeviceptr);
+/* An export CUDA made: the size of the allocation that starts at p goes into the control file
+ * (log_note_export), for analyze to send such requests to CUDA under record --pool. */
+static inline void exported(uint64_t p) {
+	if (!shim_enabled())
+		return;
+	int e = errno;
+	uint64_t v = map_find(&g_addrs, p, 0);
+	if (v != 0 && val_device(v) >= 0)
+		log_note_export(val_size(v));
+	errno = e;
+}
 BODY cudaError_t b_cudaIpcGetMemHandle(cudaIpcGetMemHandle_fn f, int fid, void *cs, void *h, void *p) {
 	(void)fid, (void)cs;
 	int e = errno;
@@ -332,7 +343,10 @@ BODY cudaError_t b_cudaIpcGetMemHandle(cudaIpcGetMemHandle_fn f, int fid, void *
 		errno = e;
 		return RESULT_INVALID_VALUE;
 	}
-	return f(h, p);
+	cudaError_t r = f(h, p);
+	if (r == 0)
+		exported(PTR(p));
+	return r;
 }
 BODY CUresult b_cuIpcGetMemHandle(cuIpcGetMemHandle_fn f, int fid, void *cs, void *h, CUdeviceptr p) {
 	(void)fid, (void)cs;
@@ -341,7 +355,10 @@ BODY CUresult b_cuIpcGetMemHandle(cuIpcGetMemHandle_fn f, int fid, void *cs, voi
 		errno = e;
 		return RESULT_INVALID_VALUE;
 	}
-	return f(h, p);
+	CUresult r = f(h, p);
+	if (r == 0)
+		exported(p);
+	return r;
 }
 /* cuMemGetAddressRange of an address in a pool: the block that holds it (serve_address_range). */
 typedef CUresult (*cuMemGetAddressRange_v2_fn)(CUdeviceptr *, size_t *, CUdeviceptr);

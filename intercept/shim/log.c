@@ -352,3 +352,17 @@ void count_lost(int d) {
 	else if (g_ctl != NULL)
 		__atomic_fetch_add(&g_ctl->lost, 1, __ATOMIC_RELAXED);
 }
+
+void log_note_export(uint64_t size) {
+	if (g_ctl == NULL || size == 0)
+		return;
+	uint64_t *sizes = g_ctl->pool.ipc_export_sizes;
+	for (int i = 0; i < EXPORT_SIZES; i++) {
+		uint64_t cur = __atomic_load_n(&sizes[i], __ATOMIC_ACQUIRE);
+		if (cur == size)
+			return;
+		if (cur == 0 && (__atomic_compare_exchange_n(&sizes[i], &cur, size, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+				 cur == size))
+			return;
+	}
+}

@@ -54,6 +54,8 @@ enum pool_pass {
 	PASS_REASONS
 };
 
+#define EXPORT_SIZES 16
+
 /* What record --pool's pools did, summed over every process and device (peak: the largest). New
  * counters go at the end: the control file of an older shim reads them as 0. */
 struct pool_counters {
@@ -78,6 +80,10 @@ struct pool_counters {
 	uint64_t retired;        /* pools given up with their contexts (reset, destroy) */
 	uint64_t idle_releases;  /* idle regions the pools gave back to CUDA (cp_release_idle) */
 	uint64_t idle_released_bytes; /* their bytes */
+	/* the sizes of device allocations the program exported with cudaIpcGetMemHandle/cuIpcGetMemHandle
+	 * (distinct, in the order first seen; 0: a free entry), recorded with or without a pool, so that
+	 * analyze can send such requests to CUDA under record --pool */
+	uint64_t ipc_export_sizes[EXPORT_SIZES];
 };
 
 struct control {
@@ -208,5 +214,9 @@ static inline void log_commit(int d) {
 	struct lane_head *h = t_lane[d].head;
 	__atomic_store_n(&h->count, h->count + 1, __ATOMIC_RELEASE);
 }
+
+/* log_note_export notes, in the control file, that the program exported an allocation of size bytes
+ * by IPC (each size once; a size that finds no free entry is dropped). */
+void log_note_export(uint64_t size);
 
 #endif

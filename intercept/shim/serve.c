@@ -393,6 +393,41 @@ static int serve_order(struct served *s) {
 }
 
 /* serve_parse reads ALLOCSCOPE_POOL (intercept.PoolSpec's line) into cfg; 0 on success. */
+/* The sizes pool.json sends to CUDA (pass_through_sizes: allocations the program exported by IPC in
+ * the recording the plan came from), for the served calls to look up without a lock. */
+static uint64_t g_pass_sizes[EXPORT_SIZES];
+static int g_npass;
+
+/* serve_parse_pass reads the spec's optional tail, "pass N SIZE...": 0, or -1 when malformed. */
+static int serve_parse_pass(const char *s) {
+	while (*s == ' ')
+		s++;
+	if (*s == '\0')
+		return 0;
+	if (strncmp(s, "pass ", 5) != 0)
+		return -1;
+	char *end;
+	uint64_t n = strtoull(s + 5, &end, 10);
+	if (end == s + 5 || n > EXPORT_SIZES)
+		return -1;
+	for (uint64_t i = 0; i < n; i++) {
+		s = end;
+		g_pass_sizes[i] = strtoull(s, &end, 10);
+		if (end == s || g_pass_sizes[i] == 0)
+			return -1;
+	}
+	g_npass = (int)n;
+	return 0;
+}
+
+/* serve_passes reports whether pool.json sends requests of size bytes to CUDA. */
+static inline int serve_passes(uint64_t size) {
+	for (int i = 0; i < g_npass; i++)
+		if (g_pass_sizes[i] == size)
+			return 1;
+	return 0;
+}
+
 static int serve_parse(const char *s, struct cp_config *cfg) {
 	uint64_t v[9];
 	if (strncmp(s, "config ", 7) != 0)
@@ -419,7 +454,7 @@ static int serve_parse(const char *s, struct cp_config *cfg) {
 			return -1;
 		s = end;
 	}
-	return 0;
+	return serve_parse_pass(s);
 }
 
 void serve_init(void) {
@@ -855,6 +890,8 @@ int serve_alloc(uint64_t size, struct stream_ref st, int runtime, uint64_t *addr
 	struct served *s = NULL;
 	if (t_serving)
 		why = PASS_SIGNAL;
+	else if (g_npass > 0 && serve_passes(size))
+		why = PASS_EXCLUDED;
 	else if (st.async ? serve_stream_captures(st) : capture_forbids_sync())
 		why = PASS_CAPTURE;
 	else if ((s = st.async ? serve_for_stream(st, runtime, &ctx) : serve_current(runtime, &ctx)) == NULL)

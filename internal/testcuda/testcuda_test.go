@@ -26,7 +26,7 @@ func TestProgramsRun(t *testing.T) {
 		t.Errorf("second Build returned a different Env")
 	}
 	want := []string{"address_range", "barriers", "bench", "capture", "capture_order", "closefds", "ctxcache", "cupy_style",
-		"daemon", "double_free", "forkexec", "gpa_local", "killed", "leaky", "loop", "oom", "plain", "plugin", "pool_faults",
+		"daemon", "double_free", "forkexec", "gpa_local", "ipc_export", "killed", "leaky", "loop", "oom", "plain", "plugin", "pool_faults",
 		"pooled", "pooled_fork", "pooled_lazy", "pooled_oom", "pooled_threads", "privdrop", "reset", "sighandler", "signals",
 		"static_cudart", "streams", "stress", "sync_deadlock", "sync_race", "threads", "two_devices"}
 	if got := env.Programs(); !slices.Equal(got, want) {

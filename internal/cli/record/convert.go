@@ -187,6 +187,7 @@ func convertDir(dir string, out io.Writer, name string, info trace.Info, progres
 	info.LostEvents = logs.Lost()
 	info.Pool = logs.Pool()
 	info.Modules = logs.Modules()
+	info.IPCExportSizes = logs.IPCExportSizes()
 	bw := bufio.NewWriterSize(out, 1<<20)
 	w, err := trace.NewWriter(bw, info)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allocscope/allocscope/internal/requests"
 	"io"
 	"math"
 	"strings"
@@ -146,7 +147,7 @@ func run(opt options, tracePath string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s: %w", opt.config, err)
 	}
 	bar := newProgress(stderr, !opt.quiet && (opt.progress || command.IsTerminal(stderr)))
-	tr, err := extract(tracePath, bar)
+	tr, err := extract(tracePath, bar, cfg.PassThroughSizes)
 	if err != nil {
 		return err
 	}
@@ -180,15 +181,17 @@ func checkNames(cs []replay.Check) string {
 	return strings.Join(names, "; ")
 }
 
-// extract reads the trace's request stream, with the reader's warnings added to its own. It refuses
-// a trace without events, as analyze does. The reader's errors name the file.
-func extract(path string, bar replayProgress) (*replay.Trace, error) {
+// extract reads the trace's request stream, with the reader's warnings added to its own, without the
+// requests of the sizes record --pool sends to CUDA (passed: pool.json's pass_through_sizes), as
+// analyze sized and simulated the pool without them. It refuses a trace without events, as analyze
+// does. The reader's errors name the file.
+func extract(path string, bar replayProgress, passed []uint64) (*replay.Trace, error) {
 	r, err := trace.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	source := bar.reading(r)
-	tr, err := replay.Extract(source)
+	tr, err := replay.Extract(requests.SourceWithoutSizes(source, passed))
 	warnings := r.Warnings()
 	if err = errors.Join(err, r.Close()); err != nil {
 		return nil, err
@@ -197,6 +200,10 @@ func extract(path string, bar replayProgress) (*replay.Trace, error) {
 		return nil, fmt.Errorf("%s: empty trace: no events", path) // analyze's words
 	}
 	tr.Warnings = append(warnings, tr.Warnings...)
+	if len(passed) > 0 {
+		tr.Warnings = append(tr.Warnings, fmt.Sprintf("the config sends %d request size(s) to CUDA "+
+			"(pass_through_sizes: the program exported such blocks by IPC); their requests are not replayed", len(passed)))
+	}
 	return tr, nil
 }
 
