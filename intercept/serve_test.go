@@ -391,15 +391,30 @@ func TestServedGivesBackIdleMemory(t *testing.T) {
 		t.Errorf("pool activity %+v, want 73 idle regions of 584 MiB given back", sum.Pool)
 	}
 	// With the arena capped at its plan, the pool refuses the large requests without growing: they go
-	// to CUDA, which is out of memory, and are made once more after the pool gave back its slabs.
+	// to CUDA, which is out of memory, and are made once more after the pool gave back its slabs; for
+	// the 900 MiB, with nothing else idle, it gives back its plan too (16 MiB of slots and the 64 MiB
+	// arena), to no avail.
 	capped := cfg
 	capped.BestFit = &pool.BestFitConfig{GrowBytes: 64 << 20, MaximumBytes: 64 << 20}
 	dir = newLogDir(t)
 	if got := runServed(t, dir, capped, "pooled_oom", device); got.ExitCode != 0 || got.Stdout != want {
 		t.Errorf("arena capped: exit %d, stdout %q, stderr %q; want %q", got.ExitCode, got.Stdout, got.Stderr, want)
 	}
-	if _, sum := convertDir(t, dir); sum.Pool == nil || sum.Pool.IdleReleases != 73 || sum.Pool.PassedThrough != 3 {
-		t.Errorf("arena capped: pool activity %+v, want 73 idle regions given back, 3 requests passed to CUDA", sum.Pool)
+	if _, sum := convertDir(t, dir); sum.Pool == nil || sum.Pool.IdleReleases != 74 || sum.Pool.IdleReleasedBytes != 664<<20 ||
+		sum.Pool.PassedThrough != 3 {
+		t.Errorf("arena capped: pool activity %+v, want 74 idle regions of 664 MiB given back, 3 requests passed to CUDA", sum.Pool)
+	}
+	// With the 600 blocks in the plan, nothing but the plan is idle once they are freed: the pool gives
+	// the whole of it back (600 MiB of slots and the 64 MiB arena) and is made again later.
+	planned := cfg
+	planned.SizeClass = &pool.SizeClassConfig{Classes: []pool.Class{{Size: 1 << 20, Slots: 600}}, LargeThreshold: 1 << 20,
+		ArenaBytes: 64 << 20, GrowSlots: 8}
+	dir = newLogDir(t)
+	if got := runServed(t, dir, planned, "pooled_oom", device); got.ExitCode != 0 || got.Stdout != want {
+		t.Errorf("all in the plan: exit %d, stdout %q, stderr %q; want %q", got.ExitCode, got.Stdout, got.Stderr, want)
+	}
+	if _, sum := convertDir(t, dir); sum.Pool == nil || sum.Pool.IdleReleases != 1 || sum.Pool.IdleReleasedBytes != 664<<20 {
+		t.Errorf("all in the plan: pool activity %+v, want the plan of 664 MiB given back once", sum.Pool)
 	}
 	want = "700 MiB while a stream captures: 0\n700 MiB after the capture: 0\n900 MiB more: 2\n"
 	if base := runWith(t, "", nil, []string{device}, "pooled_oom"); base.ExitCode != 0 || base.Stdout != want {

@@ -602,10 +602,12 @@ static struct cp_book serve_take_spare(void) {
 static void serve_make(struct served *s) {
 	s->state = SV_FAILED;
 	s->failed_at = __atomic_load_n(&g_ctx_epoch, __ATOMIC_ACQUIRE);
-	s->inflight = (struct cp_vec){NULL, 0, 0, sizeof(struct inflight)};
-	s->events = (struct cp_vec){NULL, 0, 0, sizeof(void *)};
+	if (s->inflight.data == NULL) /* a pool made again after giving its plan back keeps its events */
+		s->inflight = (struct cp_vec){NULL, 0, 0, sizeof(struct inflight), NULL, 0};
+	if (s->events.data == NULL)
+		s->events = (struct cp_vec){NULL, 0, 0, sizeof(void *), NULL, 0};
 	s->prune_at = 64;
-	s->multi = s->keyed = 0, s->barrier = NULL;
+	s->multi = s->keyed = 0;
 	s->life = __atomic_add_fetch(&g_lives, 1, __ATOMIC_ACQ_REL);
 	if (!serve_resolve())
 		return;
@@ -1031,6 +1033,22 @@ static void serve_late_frees(void) {
 	}
 }
 
+/* serve_release_plan gives the whole pool of s back to CUDA when it holds no block at all (none live,
+ * none deferred) and no capture is in progress (s's lock held): the bytes given back. The pool is made
+ * again, plan and all, at its context's next allocation. For a program that frees everything and
+ * then asks CUDA for more than the memory the plan leaves, as it could without the pool. */
+static uint64_t serve_release_plan(struct served *s) {
+	uint64_t bytes = s->pool.s.reserved_bytes;
+	if (s->pool.s.live_bytes != 0 || s->pool.deferred.len != 0 || bytes == 0 || serve_any_capturing())
+		return 0;
+	cp_close(&s->pool);
+	__atomic_and_fetch(&g_sv.pools, ~(1ull << (s - g_served)), __ATOMIC_ACQ_REL);
+	s->state = SV_NEW;
+	POOL_COUNT(idle_releases, 1);
+	POOL_COUNT(idle_released_bytes, bytes);
+	return bytes;
+}
+
 int serve_release_idle(void) {
 	if (!__atomic_load_n(&g_sv.on, __ATOMIC_ACQUIRE) || t_serving)
 		return 0;
@@ -1045,6 +1063,8 @@ int serve_release_idle(void) {
 		uint64_t idle = s->pool.s.idle_releases, idle_bytes = s->pool.s.idle_released_bytes;
 		bytes = cp_release_idle(&s->pool);
 		serve_count_idle(s, idle, idle_bytes);
+		if (bytes == 0) /* the last resort: the plan itself */
+			bytes = serve_release_plan(s);
 	}
 	pthread_mutex_unlock(&s->mu);
 	t_serving = 0;
