@@ -2,24 +2,25 @@
 # record --pool's safety on the GPU machine: builds the six programs that try to catch a pool that
 # hands out memory the GPU still uses or changes what CUDA answers (sync_race, graph_capture,
 # reset_midrun, double_free, oom_retry, ipc_export in testdata/gpu/), runs each under bin/record
-# without the pool and with --pool testdata/h200/a_static.pool.json (3 runs each for the racy ones,
-# 1 for the others, `timeout 60` around every run), and prints a table: program, run, whether the
+# without the pool and with --pool of the pool.json analyze writes from the program's first recording
+# (`analyze --arena fixed --emit-config`, as users make it; testdata/h200/a_static.pool.json when
+# analyze cannot), 3 runs each for the racy ones, 1 for the others, `timeout 60` around every run,
+# and prints a table: program, run, whether the
 # pool run's stdout is identical to the plain run's, and both exit codes (0 = all the program's
 # checks passed), then record's line on what the pool did in each program's first pool run. A program
 # that fails to build is reported and skipped. Exits 0 only when every row is identical with both
 # exit codes 0.
 #
-#   bash testdata/gpu/safety.sh LOGDIR     (from the repository root; needs bin/record from
-#                                           testdata/gpu/build_bin.sh, nvcc and a GPU)
-# ipc_export differs by design (the pool refuses IPC handles of its blocks: docs/record-pool.md).
+#   bash testdata/gpu/safety.sh LOGDIR     (from the repository root; needs bin/record and
+#                                           bin/analyze from testdata/gpu/build_bin.sh, nvcc and a GPU)
 # Binaries go to $OUT/safety_bin (or /tmp/safety_bin); every run's stdout and stderr to LOGDIR.
 set -u
 if [ $# -ne 1 ]; then echo "usage: bash testdata/gpu/safety.sh LOGDIR" >&2; exit 2; fi
 L=$1; mkdir -p "$L" || exit 2
 L=$(cd "$L" && pwd)
 D=${OUT:-/tmp}/safety_bin; mkdir -p "$D" || exit 2
-R=$PWD/bin/record; P=$PWD/testdata/h200/a_static.pool.json
-[ -x "$R" ] || { echo "safety.sh: $R missing: run testdata/gpu/build_bin.sh first" >&2; exit 2; }
+R=$PWD/bin/record; A=$PWD/bin/analyze; P=$PWD/testdata/h200/a_static.pool.json
+[ -x "$R" ] && [ -x "$A" ] || { echo "safety.sh: $R or $A missing: run testdata/gpu/build_bin.sh first" >&2; exit 2; }
 [ -f "$P" ] || { echo "safety.sh: $P missing: run it from the repository root" >&2; exit 2; }
 "$R" shim -o "$D/shim.so" >"$L/shim.log" 2>&1 || { echo "safety.sh: record shim failed (see $L/shim.log)" >&2; exit 1; }
 
@@ -47,9 +48,13 @@ for p in $PROGS; do
   if [ -z "${BUILT[$p]:-}" ]; then
     printf '%-14s %-4s %-10s %-9s %-8s\n' "$p" - "no-build" - - >>"$TABLE"; continue
   fi
+  plan=$P
   for k in $(seq 1 "$(runs_of "$p")"); do
     plain=$(run_one "$p" plain "$k")
-    pool=$(run_one "$p" pool "$k" --pool "$P")
+    # the pool of the program's own first recording, as users make it (analyze notes what it exports)
+    if [ "$k" = 1 ] && "$A" --quiet --arena fixed --emit-config "$L/$p.pool.json" "$L/$p.plain.1.arrow" \
+        >"$L/$p.analyze.log" 2>&1; then plan=$L/$p.pool.json; fi
+    pool=$(run_one "$p" pool "$k" --pool "$plan")
     same=no
     cmp -s "$L/$p.plain.$k.out" "$L/$p.pool.$k.out" && same=yes
     printf '%-14s %-4s %-10s %-9s %-8s\n' "$p" "$k" "$same" "$plain" "$pool" >>"$TABLE"
