@@ -17,6 +17,7 @@
 #include "common.h"
 #include "addrmap.h"
 #include "clock.h"
+#include "contexts.h"
 #include "log.h"
 #include "resolve.h"
 #include "serve.h"

@@ -1,5 +1,7 @@
 /* serve.c: see serve.h. */
 #include "serve.h"
+#include "contexts.h"
+#include "pool.h"
 #include "log.h"
 #include "shim.h"
 

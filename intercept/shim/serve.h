@@ -37,8 +37,6 @@
 #define ALLOCSCOPE_SERVE_H
 
 #include "common.h"
-#include "contexts.h"
-#include "pool.h"
 
 /* The stream a call names: key tells streams apart (a per-thread default stream is a stream per
  * thread), handle names it in a driver call from this thread, policy is what the trace records and
