@@ -1,6 +1,6 @@
 /*
  * The size-class pool in C, for `record --pool`: package pool's PolicySizeClass (pool/sizeclass.go,
- * pool/arena.go, pool/spans.go) rule for rule, so that the pool a program runs on is the pool
+ * pool/arena.go, pool/internal/spans) rule for rule, so that the pool a program runs on is the pool
  * analyze simulated and replay measured. Package pool is the specification; a differential test
  * (intercept/cpool_test.go) feeds both the same request sequences and compares every address,
  * failure and counter.
@@ -18,7 +18,9 @@
  *     max(block, grow_bytes), capped at maximum bytes of arena (a fallback).
  *   - When a growth finds the upstream out of memory, the pool gives back every grown slab whose slots
  *     are all free and every arena segment that is entirely free (a deferred block is in use), then
- *     asks once more (cp_release_idle); the plan stays.
+ *     asks once more (cp_release_idle); the plan stays (the shim may give the whole pool back, serve.c).
+ *   - Deferred blocks (freed while the device may still use them) carry the release point begun
+ *     before their free (cp_begin_release) and are made reusable by a later one (cp_release_through).
  *
  * No malloc: its memory comes from mmap, so that it can run inside the shim's hooks.
  */
