@@ -229,8 +229,12 @@ func (t *textWriter) anomalies(a *model.Anomalies) {
 		t.events(k.a.Events)
 		if k.a == &a.Leaks && a.HeldByAllocator != nil {
 			h := a.HeldByAllocator
-			t.printf("  held by %s's allocator until exit: %s segments, %s (not leaks)\n", h.Framework,
-				Count(h.Count), Bytes(h.Bytes))
+			noun := "segments"
+			if h.Count == 1 {
+				noun = "segment"
+			}
+			t.printf("  held by %s's allocator until exit: %s %s, %s (not leaks)\n", h.Framework,
+				Count(h.Count), noun, Bytes(h.Bytes))
 			t.events(h.Events)
 		}
 	}
@@ -256,7 +260,7 @@ func (t *textWriter) framework(n *model.FrameworkNote) {
 	if n.ArenaBytes > 0 {
 		t.printf("  %s\n", wrap(arenaNote(n), 96, "  "))
 	}
-	t.printf("  to see its requests: %s\n", wrap(n.SeeRequests, 76, "    "))
+	t.printf("  to see its requests:\n    %s\n", wrap(n.SeeRequests, 96, "    "))
 }
 
 // arenaNote says what JAX's preallocated arena is.
