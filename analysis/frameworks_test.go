@@ -256,3 +256,18 @@ func TestFrameworkCuPySetting(t *testing.T) {
 		t.Errorf("recommendation:\n%s", text[strings.Index(text, "RECOMMENDATION"):])
 	}
 }
+
+// The HTML page's summary names what the framework's allocator holds and how to see its requests.
+func TestFrameworkHTMLSummary(t *testing.T) {
+	tr := analyzeOne(t, describedInput(segments("cudaMalloc", []uint64{mib2, mib20}, false), []string{"python3", "torch_work.py"}, "", nil))
+	r := &Report{Version: 1, Inputs: []string{"described"}, Warnings: []string{}, Combined: tr}
+	page := string(output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteHTML(b, r) }))
+	for _, s := range []string{
+		"held by PyTorch&#39;s allocator until exit: 2 segments, 22 MiB (not leaks); leaks 1, 4 KiB",
+		"to see PyTorch&#39;s requests: record captures PyTorch&#39;s own requests unless it ran with --no-framework",
+	} {
+		if !strings.Contains(page, s) {
+			t.Errorf("page lacks %q", s)
+		}
+	}
+}
