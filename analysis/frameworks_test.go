@@ -271,3 +271,38 @@ func TestFrameworkHTMLSummary(t *testing.T) {
 		}
 	}
 }
+
+// On a PyTorch snapshot (the H200 MLP training run) the recommendation leads with the search's
+// best PYTORCH_CUDA_ALLOC_CONF, its predicted peak reserved and the saving against the defaults
+// (PyTorch's real max_memory_reserved: 112 MiB with the defaults, 108 MiB with expandable segments).
+func TestFrameworkPyTorchSettingFirst(t *testing.T) {
+	path := "../testdata/torch/train.caching.snapshot.pickle.gz"
+	tr := analyzeOne(t, Input{Name: path, Open: func() (Source, error) { return trace.Open(path) }})
+	f := tr.Framework
+	if f == nil || f.Layer != "framework" || f.Setting != "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ||
+		f.PeakReservedBytes != 108<<20 || f.DefaultsPeakReservedBytes != 112<<20 || f.SavedBytes != 4<<20 {
+		t.Fatalf("framework = %+v", f)
+	}
+	text := string(output(t, &Report{Combined: tr}, func(b *bytes.Buffer, r *Report) error { return WriteText(b, r) }))
+	want := "RECOMMENDATION (pool.json, policy sizeclass)\n" +
+		"  first, PyTorch's own setting: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" +
+		"    predicted peak reserved 108 MiB; the defaults' 112 MiB: 4 MiB saved\n" +
+		"  then the pool of allocscope's own (pool.json):\n"
+	if !strings.Contains(text, want) {
+		t.Errorf("recommendation:\n%s", text[strings.Index(text, "RECOMMENDATION"):])
+	}
+}
+
+// A trace of JAX's own requests on a known GPU: XLA_PYTHON_CLIENT_MEM_FRACTION from the best-fit
+// pool's peak (4 MiB of the H200's 150,109,880,320 bytes, rounded up to 0.01).
+func TestFrameworkJAXSetting(t *testing.T) {
+	events := cupyRequests()
+	for i := range events {
+		events[i].Function = strings.Replace(strings.Replace(events[i].Function, "cupy.malloc", "jax.alloc", 1), "cupy.free", "jax.free", 1)
+	}
+	tr := analyzeOne(t, describedInput(events, []string{"python3", "app.py"}, "NVIDIA H200", nil))
+	if f := tr.Framework; f == nil || f.Framework != "JAX" || f.Layer != "framework" ||
+		f.Setting != "XLA_PYTHON_CLIENT_MEM_FRACTION=0.01" || f.PeakReservedBytes != 4<<20 {
+		t.Errorf("framework = %+v", f)
+	}
+}
