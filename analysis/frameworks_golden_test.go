@@ -3,6 +3,7 @@ package analysis
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -33,7 +34,8 @@ func frameworkSections(t *testing.T, r *Report) (text, js []byte) {
 }
 
 // TestGoldenFrameworkTraces checks the framework rules on the bundled H200 recordings: PyTorch
-// with its caching allocator (its segments held, not leaked), CuPy recorded with
+// with its caching allocator, with and without expandable segments (its segments held, not
+// leaked), CuPy recorded with
 // set_allocator(None) and JAX with XLA_PYTHON_CLIENT_ALLOCATOR=platform (no pool of theirs in the
 // trace: nothing held, no note); and on hand-made traces shaped as the H200 runs with their pools
 // on: CuPy's default pool (61 blocks held until exit) and JAX's default preallocation (one
@@ -43,7 +45,7 @@ func TestGoldenFrameworkTraces(t *testing.T) {
 		"cupy-pool":    describedInput(cupyPool(), []string{"python3", "cupy_work.py", "100"}, "NVIDIA H200", nil),
 		"jax-prealloc": describedInput(jaxPrealloc(), []string{"python3", "jax_work.py", "20"}, "NVIDIA H200", nil),
 	}
-	for _, name := range []string{"d_torch_caching_train", "i_torch_caching_cnn", "e_cupy", "f_jax"} {
+	for _, name := range []string{"d_torch_caching_train", "d_torch_expandable_train", "i_torch_caching_cnn", "e_cupy", "f_jax"} {
 		path := "../testdata/h200/" + name + ".arrow"
 		inputs["h200-"+name] = Input{Name: path, Open: func() (Source, error) { return trace.Open(path) }}
 	}
@@ -81,4 +83,36 @@ func jaxPrealloc() []trace.Event {
 	b.add(trace.Event{Op: trace.OpAlloc, Function: "cuMemAlloc_v2", Address: 0x7f9000000000, Size: 150_109_880_320 * 3 / 4,
 		Callsite: 0x7fa40692a619})
 	return b.events
+}
+
+// The memory held by PyTorch's allocator in the H200 recordings is what PyTorch itself reported
+// for the same runs (testdata/h200/README.md: torch.cuda.max_memory_reserved() and its segment
+// count, in testdata/torch/*.stats.json; with expandable segments the count is of its pages).
+func TestHeldIsPyTorchReserved(t *testing.T) {
+	for _, c := range []struct {
+		trace, stats string
+		segments     uint64
+	}{
+		{"d_torch_caching_train", "train.caching", 8},
+		{"d_torch_expandable_train", "train.expandable", 9},
+		{"i_torch_caching_cnn", "cnn.caching", 28},
+	} {
+		raw, err := os.ReadFile("../testdata/torch/" + c.stats + ".stats.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Reserved uint64 `json:"max_memory_reserved"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			t.Fatal(err)
+		}
+		path := "../testdata/h200/" + c.trace + ".arrow"
+		tr := analyzeOne(t, Input{Name: path, Open: func() (Source, error) { return trace.Open(path) }})
+		h := tr.Anomalies.HeldByAllocator
+		if h == nil || h.Framework != "PyTorch" || h.Bytes != st.Reserved || h.Count != c.segments {
+			t.Errorf("%s: held %+v, want %d segments, %d bytes (PyTorch's max_memory_reserved)", c.trace, h,
+				c.segments, st.Reserved)
+		}
+	}
 }
