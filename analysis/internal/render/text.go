@@ -471,8 +471,10 @@ func (t *textWriter) config(tr *model.TraceReport) {
 	}
 	conf := e.PyTorchAllocConf
 	switch {
+	case driverOnly && tr.Framework.Framework == "PyTorch":
+		conf = "(needs PyTorch's requests)"
 	case driverOnly:
-		conf = "(needs " + tr.Framework.Framework + "'s requests)"
+		conf = "(none from " + tr.Framework.Framework + "'s segments)"
 	case conf == "":
 		conf = "(defaults are best)"
 	}
