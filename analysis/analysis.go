@@ -244,8 +244,15 @@ func CheckFits(r *Report, capacity uint64) error {
 }
 
 // PyTorchConf returns the best PYTORCH_CUDA_ALLOC_CONF value of the report's search ("" when
-// PyTorch's defaults are best), or an error when no setting fits the capacity.
+// PyTorch's defaults are best), or an error when no setting fits the capacity or the trace holds a
+// framework's segments instead of its requests (a recording of driver calls only, whose
+// framework's allocator package framework found): the search would take the segments for
+// requests.
 func PyTorchConf(r *Report) (string, error) {
+	if fw := driverOnlyFramework(r.Combined); fw != nil {
+		return "", fmt.Errorf("the trace holds %s's segments, not its requests: no PYTORCH_CUDA_ALLOC_CONF "+
+			"can be found from them; %s", fw.Framework, fw.SeeRequests)
+	}
 	if r.Combined == nil || r.Combined.TorchSearch == nil || len(r.Combined.TorchSearch.Best) == 0 {
 		return "", errors.New("no PYTORCH_CUDA_ALLOC_CONF setting could be simulated")
 	}

@@ -160,7 +160,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		}
 		return nil, nil, nil, err
 	}
-	tr, err := analyzeRequests(name, open, c, log, snap, opts, &warns)
+	tr, err := analyzeRequests(name, open, c, log, snap, info, opts, &warns)
 	if err == nil && !opts.ranksMerged {
 		tr.PerProcess, err = perProcess(opts.input, log, tr, opts)
 	}
@@ -202,7 +202,7 @@ func sizeList(sizes []uint64) string {
 
 // analyzeRequests runs the stages after the statistics pass over the request log.
 func analyzeRequests(name string, open opener, c *stats.Collector, log *requests.Log, snap *trace.Snapshot,
-	opts Options, warns *[]string) (*model.TraceReport, error) {
+	info *model.TraceInfo, opts Options, warns *[]string) (*model.TraceReport, error) {
 	st := c.Finish(opts.Top)
 	if st.Events == 0 {
 		return nil, fmt.Errorf("%s: empty trace: no events", name)
@@ -229,7 +229,9 @@ func analyzeRequests(name string, open opener, c *stats.Collector, log *requests
 			*warns = append(*warns, fmt.Sprintf("%s: %v", name, o.Err))
 		}
 	}
-	return assemble(name, st, rec, outs, c.CallsiteName), nil
+	tr := assemble(name, st, rec, outs, c.CallsiteName)
+	applyFramework(tr, st, info)
+	return tr, nil
 }
 
 // traceInfo returns the metadata of a source that has some (*trace.Reader does).

@@ -27,6 +27,9 @@ type TraceReport struct {
 	Upstream     *Stats     `json:"upstream,omitempty"`
 	Groups       []*Stats   `json:"groups"` // requests per process, device and stream
 	Anomalies    Anomalies  `json:"anomalies"`
+	// Framework is the framework whose allocator the trace shows (package framework's rules), or
+	// whose requests it holds; nil for neither.
+	Framework *FrameworkNote `json:"framework,omitempty"`
 	// TopCallsites are the code that allocated the most bytes; PeakCallsites the code that held
 	// the most at the peak of live bytes (each at most 10).
 	TopCallsites  []CallsiteTally `json:"top_callsites"`
@@ -129,6 +132,42 @@ type Anomalies struct {
 	UnknownFrees Anomaly `json:"unknown_frees"`
 	FailedAllocs Anomaly `json:"failed_allocs"`
 	ZeroSize     Anomaly `json:"zero_size"`
+	// HeldByAllocator is the memory a framework's allocator took from CUDA and held until exit:
+	// not in Leaks, which hold only what it does not explain. nil when no framework's is found.
+	HeldByAllocator *Held `json:"held_by_allocator,omitempty"`
+}
+
+// Held is the memory a framework's allocator (PyTorch's caching allocator, CuPy's pool, JAX's
+// arena) held until exit: its segments still live at the end of a trace of driver calls.
+type Held struct {
+	Framework string     `json:"framework"` // "PyTorch", "CuPy" or "JAX"
+	Count     uint64     `json:"count"`     // segments
+	Bytes     uint64     `json:"bytes"`
+	Callsites []string   `json:"callsites"` // the allocator's callsites, the first used first
+	Events    []EventRef `json:"events"`    // the oldest five segments
+}
+
+// FrameworkNote is what the report says of a framework. Layer "driver": its allocator's
+// segments were found among the trace's driver and runtime calls (Evidence), its requests are
+// not in the trace (SeeRequests says how to record them), and the pool sized to the segments is
+// not one for the program's requests. Layer "framework": the trace holds its requests, and
+// Setting is the framework's own setting for them, the report's first recommendation.
+type FrameworkNote struct {
+	Framework   string   `json:"framework"` // "PyTorch", "CuPy" or "JAX"
+	Layer       string   `json:"layer"`     // "driver" or "framework"
+	Evidence    []string `json:"evidence,omitempty"`
+	SeeRequests string   `json:"see_requests,omitempty"`
+	// ArenaBytes is JAX's preallocated arena, ArenaFraction its share of the GPU's memory (0 when
+	// the GPU's total is not known).
+	ArenaBytes    uint64  `json:"arena_bytes,omitempty"`
+	ArenaFraction float64 `json:"arena_fraction,omitempty"`
+	// Setting is the framework's own setting (PYTORCH_CUDA_ALLOC_CONF=..., CuPy's pool limit,
+	// XLA_PYTHON_CLIENT_MEM_FRACTION=...), its predicted peak reserved bytes, and for PyTorch the
+	// defaults' and the bytes saved against them.
+	Setting                   string `json:"setting,omitempty"`
+	PeakReservedBytes         uint64 `json:"peak_reserved_bytes,omitempty"`
+	DefaultsPeakReservedBytes uint64 `json:"defaults_peak_reserved_bytes,omitempty"`
+	SavedBytes                int64  `json:"saved_bytes,omitempty"`
 }
 
 // Anomaly is one kind of anomaly: how often it happened and its first events.

@@ -122,6 +122,17 @@ func summary(tr *model.TraceReport) []string {
 		fmt.Sprintf("peak live %s in %s blocks at %s (seq %d); live at the end %s", Bytes(s.PeakLiveBytes),
 			Count(s.PeakLiveBlocks), Duration(float64(s.PeakTimeNs-s.FirstTimeNs)), s.PeakSeq, Bytes(s.EndLiveBytes)),
 	}
+	if h := tr.Anomalies.HeldByAllocator; h != nil {
+		out = append(out, fmt.Sprintf("held by %s's allocator until exit: %s segments, %s (not leaks); leaks %s, %s",
+			h.Framework, Count(h.Count), Bytes(h.Bytes), Count(tr.Anomalies.Leaks.Count), Bytes(tr.Anomalies.Leaks.Bytes)))
+	}
+	if fw := tr.Framework; fw != nil && fw.Layer == "driver" {
+		out = append(out, segmentsNote(fw), "to see "+fw.Framework+"'s requests: "+fw.SeeRequests)
+	}
+	if fw := tr.Framework; fw != nil && fw.Layer == "framework" {
+		out = append(out, fmt.Sprintf("first, %s's own setting: %s (predicted peak reserved %s)", fw.Framework,
+			fw.Setting, Bytes(fw.PeakReservedBytes)))
+	}
 	if tr.Config != nil {
 		out = append(out, fmt.Sprintf("recommended pool: %s, %s reserved", settingsLine(tr.Config),
 			Bytes(tr.Config.PlanBytes())))

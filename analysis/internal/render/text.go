@@ -128,6 +128,7 @@ func (t *textWriter) trace(tr *model.TraceReport) {
 		}
 		t.printf("\n")
 	}
+	t.framework(tr.Framework)
 	t.summary("requests", tr.Requests)
 	if tr.Upstream != nil {
 		t.summary("upstream (native calls)", tr.Upstream)
@@ -225,11 +226,51 @@ func (t *textWriter) anomalies(a *model.Anomalies) {
 		{"zero-size requests", &a.ZeroSize}}
 	for _, k := range kinds {
 		t.printf("  %-28s %8s  %s\n", k.name, Count(k.a.Count), Bytes(k.a.Bytes))
-		for _, e := range k.a.Events {
-			t.printf("    seq %-9d %-22s %10s  addr %-14s  from %s\n", e.Seq, e.Function,
-				Bytes(e.Size), e.Address, e.Callsite)
+		t.events(k.a.Events)
+		if k.a == &a.Leaks && a.HeldByAllocator != nil {
+			h := a.HeldByAllocator
+			noun := "segments"
+			if h.Count == 1 {
+				noun = "segment"
+			}
+			t.printf("  held by %s's allocator until exit: %s %s, %s (not leaks)\n", h.Framework,
+				Count(h.Count), noun, Bytes(h.Bytes))
+			t.events(h.Events)
 		}
 	}
+}
+
+// events lists an anomaly's first events.
+func (t *textWriter) events(refs []model.EventRef) {
+	for _, e := range refs {
+		t.printf("    seq %-9d %-22s %10s  addr %-14s  from %s\n", e.Seq, e.Function,
+			Bytes(e.Size), e.Address, e.Callsite)
+	}
+}
+
+// framework writes the note on a framework's allocator found among the driver calls.
+func (t *textWriter) framework(n *model.FrameworkNote) {
+	if n == nil || n.Layer != "driver" {
+		return
+	}
+	t.printf("\nFRAMEWORK: %s's own allocator; the trace has its segments, not the program's requests\n", n.Framework)
+	for _, e := range n.Evidence {
+		t.printf("  evidence: %s\n", wrap(e, 86, "    "))
+	}
+	if n.ArenaBytes > 0 {
+		t.printf("  %s\n", wrap(arenaNote(n), 96, "  "))
+	}
+	t.printf("  to see its requests:\n    %s\n", wrap(n.SeeRequests, 96, "    "))
+}
+
+// arenaNote says what JAX's preallocated arena is.
+func arenaNote(n *model.FrameworkNote) string {
+	share := ""
+	if n.ArenaFraction > 0 {
+		share = fmt.Sprintf(" (%.0f%% of the GPU's memory)", 100*n.ArenaFraction)
+	}
+	return fmt.Sprintf("JAX preallocated %s%s at start: its arena, not peak live; the program's peak is "+
+		"inside it", Bytes(n.ArenaBytes), share)
 }
 
 func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
@@ -380,6 +421,14 @@ func ConfOrDefaults(conf string) string {
 	return conf
 }
 
+// savedVsDefaults says what a setting saves against the defaults.
+func savedVsDefaults(saved int64) string {
+	if saved > 0 {
+		return Bytes(uint64(saved)) + " saved"
+	}
+	return "nothing saved"
+}
+
 // vsDefaults says how a setting's peak reserved compares with the defaults'.
 func vsDefaults(saved int64) string {
 	switch {
@@ -398,6 +447,13 @@ func (t *textWriter) config(tr *model.TraceReport) {
 	}
 	p, e := c.Prediction, c.Equivalents
 	t.printf("\nRECOMMENDATION (pool.json, policy %s)\n", c.Policy)
+	if fw := tr.Framework; fw != nil && fw.Layer == "framework" {
+		t.frameworkSetting(fw)
+	}
+	driverOnly := tr.Framework != nil && tr.Framework.Layer == "driver"
+	if driverOnly {
+		t.printf("  %s\n", wrap(segmentsNote(tr.Framework), 96, "  "))
+	}
 	if len(tr.Simulations) > 0 && (tr.Simulations[0].Failures > 0 || tr.Simulations[0].Error != "") {
 		t.printf("  does not fit the capacity (analyze --emit-config writes no pool.json)\n")
 	}
@@ -414,13 +470,45 @@ func (t *textWriter) config(tr *model.TraceReport) {
 			pp.Processes, settingsLine(pp.Config), Bytes(pp.Config.PlanBytes()), Bytes(pp.MergedPlanBytes))
 	}
 	conf := e.PyTorchAllocConf
-	if conf == "" {
+	switch {
+	case driverOnly && tr.Framework.Framework == "PyTorch":
+		conf = "(needs PyTorch's requests)"
+	case driverOnly:
+		conf = "(none from " + tr.Framework.Framework + "'s segments)"
+	case conf == "":
 		conf = "(defaults are best)"
 	}
 	t.printf("  PYTORCH_CUDA_ALLOC_CONF=%s\n", conf)
 	t.printf("  RMM pool_memory_resource: initial %d, maximum %d bytes\n", e.RMMInitialPoolBytes,
 		e.RMMMaximumPoolBytes)
 	t.printf("  cudaMemPoolAttrReleaseThreshold: %d bytes\n", e.CudaMemPoolReleaseThreshold)
+}
+
+// segmentsNote says that the pool below serves a framework's segments, not the program's requests.
+func segmentsNote(n *model.FrameworkNote) string {
+	s := fmt.Sprintf("not a pool for the program's requests: this one is sized to %s's segments (what "+
+		"record --pool would serve); the right pool and allocator settings need %s's requests (FRAMEWORK "+
+		"above).", n.Framework, n.Framework)
+	if n.ArenaBytes > 0 {
+		s += fmt.Sprintf(" JAX's preallocation of %s is not peak live.", Bytes(n.ArenaBytes))
+	}
+	return s
+}
+
+// frameworkSetting leads the recommendation with the framework's own setting for its requests.
+func (t *textWriter) frameworkSetting(n *model.FrameworkNote) {
+	setting := n.Setting
+	if setting == "PYTORCH_CUDA_ALLOC_CONF=" {
+		setting += " (unset: the defaults are best)"
+	}
+	t.printf("  first, %s's own setting: %s\n", n.Framework, setting)
+	if n.DefaultsPeakReservedBytes > 0 {
+		t.printf("    predicted peak reserved %s; the defaults' %s: %s\n", Bytes(n.PeakReservedBytes),
+			Bytes(n.DefaultsPeakReservedBytes), savedVsDefaults(n.SavedBytes))
+	} else {
+		t.printf("    predicted peak reserved %s (a best-fit pool's, rounded up to 1 MiB)\n", Bytes(n.PeakReservedBytes))
+	}
+	t.printf("  then the pool of allocscope's own (pool.json):\n")
 }
 
 // wrap breaks s into lines of at most width columns, indenting the lines after the first.

@@ -134,7 +134,10 @@ type Result struct {
 	// TopCallsites are the callsites that allocated the most bytes; PeakCallsites those that held
 	// the most at the peak of live bytes.
 	TopCallsites, PeakCallsites []model.CallsiteTally
-	Detail                      *model.Detail // the HTML report's timeline, when kept (KeepDetail)
+	// Sites is every callsite of the requests, the first allocated first (package framework reads
+	// them).
+	Sites  []SiteSummary
+	Detail *model.Detail // the HTML report's timeline, when kept (KeepDetail)
 }
 
 // Finish ends the stage and returns its result; top is the number of exact sizes to list.
@@ -151,6 +154,7 @@ func (c *Collector) Finish(top int) *Result {
 		MeasuredCallNs: c.measured, Calls: c.callDurations(), LargePeakLiveBytes: req.largePeak}
 	r.Requests = req.overall.result("all", top, req.medianFree(), req.sizes)
 	r.TopCallsites, r.PeakCallsites = req.sites.result(c.fns.callsite)
+	r.Sites = req.sites.summaries(c.fns.callsite, c.fns.name)
 	for _, p := range req.timeline.Points() {
 		r.Requests.Timeline = append(r.Requests.Timeline, model.Point{X: p[0], Y: p[1]})
 	}

@@ -20,6 +20,36 @@ type site struct {
 // siteTally is what one callsite allocated.
 type siteTally struct {
 	allocs, bytes, live, atPeak uint64
+	frees                       uint64 // of blocks it allocated
+	liveBlocks                  uint64
+	firstSeq, maxSize           uint64
+	fn                          uint16 // the function of its first allocation
+	// Allocations whose size is not a multiple of 2 MiB, not of 512 B; of exactly 2 MiB, 20 MiB.
+	not2MiB, not512, exact2MiB, exact20MiB uint64
+	oldest                                 []model.EventRef // its oldest blocks live at the end
+}
+
+// Sizes that tell a framework's segments (package framework).
+const (
+	twoMiB    = 2 << 20
+	twentyMiB = 20 << 20
+)
+
+// sizeShape counts the shape of one allocation's size in t.
+func (t *siteTally) sizeShape(size uint64) {
+	if size%twoMiB != 0 {
+		t.not2MiB++
+	}
+	if size%512 != 0 {
+		t.not512++
+	}
+	switch size {
+	case twoMiB:
+		t.exact2MiB++
+	case twentyMiB:
+		t.exact20MiB++
+	}
+	t.maxSize = max(t.maxSize, size)
 }
 
 // siteTable tallies allocations by callsite, with the bytes each held at the overall peak: the
@@ -52,8 +82,9 @@ func newSiteTable() *siteTable {
 	return &siteTable{index: map[site]int32{}, journal: make([]siteChange, 0, maxSiteJournal)}
 }
 
-// alloc counts an allocation of size bytes at callsite addr of pid and returns its site's index.
-func (s *siteTable) alloc(pid uint32, addr, size uint64) int32 {
+// alloc counts an allocation (seq, function fn) of size bytes at callsite addr of pid and returns
+// its site's index.
+func (s *siteTable) alloc(pid uint32, addr, size, seq uint64, fn uint16) int32 {
 	k := site{pid, addr}
 	c := &s.cache[((addr^uint64(pid)<<40)*0x9e3779b97f4a7c15)>>56]
 	i := c.i
@@ -62,7 +93,7 @@ func (s *siteTable) alloc(pid uint32, addr, size uint64) int32 {
 		if i, ok = s.index[k]; !ok {
 			i = int32(len(s.tallies))
 			s.index[k] = i
-			s.tallies = append(s.tallies, siteTally{})
+			s.tallies = append(s.tallies, siteTally{firstSeq: seq, fn: fn})
 		}
 		*c = siteCacheEntry{k, i, true}
 	}
@@ -70,6 +101,8 @@ func (s *siteTable) alloc(pid uint32, addr, size uint64) int32 {
 	t.allocs++
 	t.bytes += size
 	t.live += size
+	t.liveBlocks++
+	t.sizeShape(size)
 	s.note(i, int64(size))
 	return i
 }
@@ -88,7 +121,10 @@ func (s *siteTable) note(i int32, delta int64) {
 
 // free counts the free of size bytes allocated at site i.
 func (s *siteTable) free(i int32, size uint64) {
-	s.tallies[i].live -= size
+	t := &s.tallies[i]
+	t.live -= size
+	t.liveBlocks--
+	t.frees++
 	s.note(i, -int64(size))
 }
 
@@ -147,4 +183,37 @@ func (s *siteTable) result(name func(pid uint32, addr uint64) string) (byBytes, 
 	}
 	return top(func(r *model.CallsiteTally) uint64 { return r.Bytes }),
 		top(func(r *model.CallsiteTally) uint64 { return r.AtPeakBytes })
+}
+
+// SiteSummary is what one callsite of the requests allocated and still held at the end: the
+// evidence package framework reads to tell a framework allocator's segments from leaks.
+type SiteSummary struct {
+	PID      uint32
+	Callsite string // its name, or its address in hex
+	Function string // the function of its first allocation
+	FirstSeq uint64 // its first allocation's seq
+	Allocs   uint64
+	Frees    uint64 // of blocks it allocated
+	Bytes    uint64 // allocated
+	MaxSize  uint64
+	// Allocations whose size is not a multiple of 2 MiB, not one of 512 B; of exactly 2 MiB, 20 MiB.
+	Not2MiB, Not512, Exact2MiB, Exact20MiB uint64
+	EndLiveBlocks, EndLiveBytes            uint64
+	Oldest                                 []model.EventRef // its oldest blocks live at the end, at most 5
+}
+
+// summaries lists every callsite, the first allocated first, named by name and fnName.
+func (s *siteTable) summaries(name func(pid uint32, addr uint64) string, fnName func(uint16) string) []SiteSummary {
+	out := make([]SiteSummary, 0, len(s.index))
+	for k, i := range s.index {
+		t := &s.tallies[i]
+		out = append(out, SiteSummary{PID: k.pid, Callsite: name(k.pid, k.addr), Function: fnName(t.fn),
+			FirstSeq: t.firstSeq, Allocs: t.allocs, Frees: t.frees, Bytes: t.bytes, MaxSize: t.maxSize,
+			Not2MiB: t.not2MiB, Not512: t.not512, Exact2MiB: t.exact2MiB, Exact20MiB: t.exact20MiB,
+			EndLiveBlocks: t.liveBlocks, EndLiveBytes: t.live, Oldest: append([]model.EventRef{}, t.oldest...)})
+	}
+	slices.SortFunc(out, func(a, b SiteSummary) int {
+		return cmp.Or(cmp.Compare(a.FirstSeq, b.FirstSeq), cmp.Compare(a.PID, b.PID), strings.Compare(a.Callsite, b.Callsite))
+	})
+	return out
 }

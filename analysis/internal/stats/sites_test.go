@@ -13,14 +13,14 @@ import (
 // sites with the same name count as one.
 func TestSiteTable(t *testing.T) {
 	s := newSiteTable()
-	a := s.alloc(1, 0xa0, 100) // live 100
-	b := s.alloc(1, 0xb0, 300) // live 400: peak
+	a := s.alloc(1, 0xa0, 100, 0, 0) // live 100
+	b := s.alloc(1, 0xb0, 300, 0, 0) // live 400: peak
 	s.snapshot()
 	s.free(a, 100)
 	s.free(b, 300)
-	s.alloc(1, 0xa0, 50) // live 50
-	s.alloc(2, 0xa0, 70) // another process's site of the same address
-	s.alloc(1, 0xa1, 10) // named like 0xa0
+	s.alloc(1, 0xa0, 50, 0, 0) // live 50
+	s.alloc(2, 0xa0, 70, 0, 0) // another process's site of the same address
+	s.alloc(1, 0xa1, 10, 0, 0) // named like 0xa0
 	name := func(pid uint32, addr uint64) string { return fmt.Sprintf("f%x", addr&^1) }
 	byBytes, atPeak := s.result(name)
 	wantBytes := []model.CallsiteTally{

@@ -168,7 +168,7 @@ func (t *tracker) alloc(e *trace.Event, g *tally) int32 {
 	si := t.sizes.lookup(e.Size)
 	fn := t.fns.id(e.Function)
 	bi := t.blocks.Put(liveBlock{seq: e.Seq, time: e.TimeNs, size: e.Size,
-		callsite: e.Callsite, group: t.lastIdx, sizeIdx: si, site: t.sites.alloc(e.PID, e.Callsite, e.Size), fn: fn})
+		callsite: e.Callsite, group: t.lastIdx, sizeIdx: si, site: t.sites.alloc(e.PID, e.Callsite, e.Size, e.Seq, fn), fn: fn})
 	old, replaced := t.live.Put(KeyOf(e), bi)
 	if replaced {
 		// The address was handed out again without a free in between: the old block's free
@@ -304,10 +304,35 @@ func (t *tracker) finishLeaks() {
 	})
 	slices.SortFunc(oldest, byAge)
 	for i := 0; i < len(oldest) && i < maxExamples; i++ {
-		l := oldest[i]
-		t.leaks.events = append(t.leaks.events, model.EventRef{Seq: l.b.seq, TimeNs: l.b.time,
-			PID: l.k.PID, Device: l.k.Device, Function: t.fns.name(l.b.fn), Size: l.b.size,
-			Address: fmt.Sprintf("%#x", l.k.Addr), Callsite: t.fns.callsite(l.k.PID, l.b.callsite)})
+		t.leaks.events = append(t.leaks.events, t.leakRef(oldest[i]))
+	}
+	t.oldestPerSite()
+}
+
+// leakRef is the report's reference to a block live at the end.
+func (t *tracker) leakRef(l leak) model.EventRef {
+	return model.EventRef{Seq: l.b.seq, TimeNs: l.b.time, PID: l.k.PID, Device: l.k.Device,
+		Function: t.fns.name(l.b.fn), Size: l.b.size, Address: fmt.Sprintf("%#x", l.k.Addr),
+		Callsite: t.fns.callsite(l.k.PID, l.b.callsite)}
+}
+
+// oldestPerSite keeps, for each callsite, its oldest blocks live at the end (SiteSummary.Oldest).
+func (t *tracker) oldestPerSite() {
+	perSite := map[int32][]leak{}
+	t.live.All(func(k Key, bi int32) {
+		b := *t.blocks.At(bi)
+		l := append(perSite[b.site], leak{k, b})
+		if len(l) > 4*maxExamples {
+			slices.SortFunc(l, byAge)
+			l = l[:maxExamples]
+		}
+		perSite[b.site] = l
+	})
+	for site, l := range perSite {
+		slices.SortFunc(l, byAge)
+		for i := 0; i < len(l) && i < maxExamples; i++ {
+			t.sites.tallies[site].oldest = append(t.sites.tallies[site].oldest, t.leakRef(l[i]))
+		}
 	}
 }
 

@@ -92,7 +92,8 @@ trace is analyzed.`,
 		"room for blocks freed by cudaFree under record --pool, which waits for a synchronization "+
 		"before reusing them; more room, fewer synchronizations of its own (the report predicts them)")
 	f.BoolVar(&opt.torchConf, "pytorch-conf", false, "print only the best PYTORCH_CUDA_ALLOC_CONF value of the search "+
-		"(an empty line when PyTorch's defaults are best); exit 1 when no setting fits --capacity")
+		"(an empty line when PyTorch's defaults are best); exit 1 when no setting fits --capacity, or when the trace "+
+		"holds a framework allocator's segments instead of its requests (a recording of driver calls only)")
 	f.BoolVar(&opt.compare, "compare", false, "compare two recordings of a program (e.g. without and with record --pool): "+
 		"time inside its allocation calls, calls the pool served, wall time, peak live")
 	f.BoolVarP(&opt.quiet, "quiet", "q", false, "print no report and no progress (use with --html, --emit-config)")

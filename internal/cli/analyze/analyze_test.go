@@ -325,3 +325,16 @@ func TestAnalyzePyTorchSearch(t *testing.T) {
 		t.Errorf("--pytorch-conf within 100 MiB: exit %d, stdout %q, stderr %q; want 1 and %q", code, stdout, stderr, want)
 	}
 }
+
+// A recording of PyTorch with its caching allocator and without its own requests holds its
+// segments: --pytorch-conf prints nothing and exits 1 with one line that says how to record the
+// requests, since a search over segments would answer for the wrong requests.
+func TestAnalyzePyTorchConfOfSegments(t *testing.T) {
+	code, stdout, stderr := runMain("--pytorch-conf", "../../../testdata/h200/d_torch_caching_train.arrow")
+	want := "analyze: the trace holds PyTorch's segments, not its requests: no PYTORCH_CUDA_ALLOC_CONF can be " +
+		"found from them; record captures PyTorch's own requests unless it ran with --no-framework (record " +
+		"again without it), or run the program with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (each request a cudaMalloc)\n"
+	if code != 1 || stdout != "" || stderr != want {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 1 and %q", code, stdout, stderr, want)
+	}
+}
