@@ -56,6 +56,10 @@ func testInfo() Info {
 		Pool: &PoolActivity{Syncs: 3, SyncNs: 41000, Reservations: 2, Fallbacks: 1, PassedThrough: 4, Events: 5,
 			StreamWaits: 6, HostWaits: 7, PeakReservedBytes: 3 << 30, IPCExports: 8},
 		Modules: []Module{{PID: 41, Start: 0x400000, End: 0x401000, Offset: 0x1000, Path: "/usr/bin/train"}},
+		Framework: []FrameworkCapture{
+			{PID: 41, Framework: FrameworkTorch, Events: 12, Entries: 16, MaxEntries: 16, Full: true},
+			{PID: 42, Framework: FrameworkCupy, Events: 4, Entries: 5, Dropped: 1},
+		},
 	}
 }
 
