@@ -274,3 +274,37 @@ func TestFilePID(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot the hook's calls made with the real PyTorch 2.11 on an H200 (testdata/torch/README.md):
+// its framework events (two blocks, one freed, an out-of-memory error) come out with the pid given,
+// no stacks, and times moved from the wall clock by the offset; its segment entries stay out.
+func TestReadTorchSnapshotFromRealPyTorch(t *testing.T) {
+	testdata, err := testcuda.TestdataDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, capture, err := readTorchSnapshot(filepath.Join(testdata, "torch", "hook.snapshot.pickle"), 77, 1796414000000000000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (trace.FrameworkCapture{PID: 77, Framework: "torch", Events: 5, Entries: 8}); capture != want {
+		t.Errorf("capture %+v, want %+v", capture, want)
+	}
+	var got []string
+	for _, e := range events {
+		if e.PID != 77 || e.Callsite != 0 || e.TID != 0 {
+			t.Errorf("%s: pid %d, tid %d, callsite %#x; want 77, 0, 0", testcuda.Render(&e), e.PID, e.TID, e.Callsite)
+		}
+		got = append(got, fmt.Sprintf("%d %s", e.TimeNs, testcuda.Render(&e)))
+	}
+	want := []string{
+		"500885193000 torch.alloc alloc device framework size=1048576 addr=0x7f559fe00000 result=0 dev=0",
+		"500885393000 torch.alloc alloc device framework size=3145728 addr=0x7f55a4800000 result=0 dev=0",
+		"500885413000 torch.free_requested free_requested device framework size=1048576 addr=0x7f559fe00000 result=0 dev=0",
+		"500885414000 torch.free free device framework size=1048576 addr=0x7f559fe00000 result=0 dev=0",
+		"501050164000 torch.oom oom device framework size=35184372088832 addr=0x22d1120000 result=2 dev=0",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
