@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -101,6 +103,26 @@ func checkCaptures(t *testing.T, got []trace.FrameworkCapture, byPID map[uint32]
 	}
 }
 
+// monotonicNow reads CLOCK_MONOTONIC, the trace's clock, in ns.
+func monotonicNow(t *testing.T) int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return ts.Nano()
+}
+
+// checkMonotonic asserts that the framework events' times (PyTorch's are wall-clock microseconds,
+// moved to the monotonic clock) lie within the recording, read on the monotonic clock.
+func checkMonotonic(t *testing.T, events []trace.Event, before, after int64) {
+	t.Helper()
+	for _, e := range events {
+		if e.Layer == trace.LayerFramework && (e.TimeNs < before || e.TimeNs > after) {
+			t.Errorf("%s at %d ns: not within the recording's monotonic [%d, %d]", testcuda.Render(&e), e.TimeNs, before, after)
+		}
+	}
+}
+
 const (
 	torchStdout = `parent: user sitecustomize ran: True
 child: user sitecustomize ran: True
@@ -153,7 +175,9 @@ func TestRecordCapturesTorchHistory(t *testing.T) {
 				t.Fatalf("alone: stdout %q (%v), want %q", alone, err, tc.stdout)
 			}
 			out := tempPath(t, "out.arrow")
+			before := monotonicNow(t)
 			code, stdout, stderr := runMain(t, "-o", out, "--shim", env.Shim, "--", python, script, tc.mode)
+			after := monotonicNow(t)
 			if code != tc.exit || stdout != tc.stdout {
 				t.Fatalf("record: exit code %d, stdout %q; want %d, %q (stderr %q)", code, stdout, tc.exit, tc.stdout, stderr)
 			}
@@ -164,6 +188,7 @@ func TestRecordCapturesTorchHistory(t *testing.T) {
 			byPID := framePIDs(t, events)
 			checkPerProcess(t, byPID, [][]string{tc.parent, child})
 			checkCaptures(t, info.Framework, byPID, tc.captures)
+			checkMonotonic(t, events, before, after)
 			notExist(t, out+".raw")
 		})
 	}
@@ -215,7 +240,9 @@ func TestRecordCapturesCupyPool(t *testing.T) {
 	env := testcuda.Build(t)
 	python := pythonForTests(t)
 	out := tempPath(t, "out.arrow")
+	before := monotonicNow(t)
 	code, stdout, stderr := runMain(t, "-o", out, "--shim", env.Shim, "--", python, pythonScript(t, "cupy_pool.py"))
+	after := monotonicNow(t)
 	if want := "user sitecustomize ran: True\nlive 0x7e0000000200\n"; code != 0 || stdout != want {
 		t.Fatalf("record: exit code %d, stdout %q; want 0, %q (stderr %q)", code, stdout, want, stderr)
 	}
@@ -227,6 +254,7 @@ func TestRecordCapturesCupyPool(t *testing.T) {
 		"cupy.free free device framework size=512 addr=0x7e0000000000 result=0 dev=0",
 	}})
 	checkCaptures(t, info.Framework, byPID, []trace.FrameworkCapture{{Framework: "cupy", Events: 3, Entries: 3}})
+	checkMonotonic(t, events, before, after)
 	for _, e := range events {
 		if e.Layer == trace.LayerFramework && e.TID != e.PID {
 			t.Errorf("%s: tid %d, want the main thread's %d", testcuda.Render(&e), e.TID, e.PID)
