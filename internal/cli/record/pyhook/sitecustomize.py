@@ -75,7 +75,11 @@ class _Loader:
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        """Executes the module, then the callback (whose failures only print a warning)."""
+        """Executes the module, then the callback (whose failures only print a warning). The module
+        sees its own loader, not this wrapper."""
+        module.__loader__ = self.loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self.loader
         self.loader.exec_module(module)
         try:
             self.callback(module)
