@@ -336,3 +336,32 @@ func TestReadTorchSnapshotFromRealPyTorch(t *testing.T) {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// record --keep-raw leaves the CuPy log beside the raw logs; record convert merges it the same way
+// and then removes it with them.
+func TestConvertMergesFrameworkFiles(t *testing.T) {
+	env := testcuda.Build(t)
+	python := pythonForTests(t)
+	out := tempPath(t, "out.arrow")
+	code, _, stderr := runMain(t, "-o", out, "--keep-raw", "--shim", env.Shim, "--", python, pythonScript(t, "cupy_pool.py"))
+	if code != 0 {
+		t.Fatalf("record: exit code %d (stderr %q)", code, stderr)
+	}
+	logs, _ := filepath.Glob(filepath.Join(out+".raw", "cupy-*.jsonl"))
+	if len(logs) != 1 {
+		t.Fatalf("raw directory holds CuPy logs %q, want 1", logs)
+	}
+	again := tempPath(t, "again.arrow")
+	if code, _, stderr := runMain(t, "convert", out+".raw", "-o", again); code != 0 {
+		t.Fatalf("convert: exit code %d (stderr %q)", code, stderr)
+	}
+	events, info := testcuda.ReadTrace(t, again)
+	byPID := framePIDs(t, events)
+	checkPerProcess(t, byPID, [][]string{{
+		"cupy.malloc alloc device framework size=100 addr=0x7e0000000000 result=0 dev=0",
+		"cupy.malloc alloc device framework size=1000 addr=0x7e0000000200 result=0 dev=0",
+		"cupy.free free device framework size=512 addr=0x7e0000000000 result=0 dev=0",
+	}})
+	checkCaptures(t, info.Framework, byPID, []trace.FrameworkCapture{{Framework: "cupy", Events: 3, Entries: 3}})
+	notExist(t, logs[0])
+}
