@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,12 @@ import (
 type ConvertOptions struct {
 	// Progress, when set, is called now and then with events done and the total expected.
 	Progress func(done, total int64)
+	// Extra are events from outside the raw logs (the frameworks' own allocator requests that
+	// record captures), sorted by TimeNs on the raw logs' clock. They are merged in time order:
+	// each goes before the first raw-log event with a later time. With any, every event's Seq
+	// becomes its position in the merged stream (the trace's seq is one global order); without,
+	// the raw logs' seqs are kept. They are counted in Summary.Events and Summary.Extra only.
+	Extra []trace.Event
 }
 
 // Summary describes what Convert wrote.
@@ -29,6 +36,7 @@ type Summary struct {
 	Devices       []int32             // device ordinals seen, ascending
 	PeakLiveBytes uint64              // peak of live device bytes (allocations minus frees), all processes together
 	PoolServed    int64               // allocations record --pool's pool served (events with Pool set)
+	Extra         int64               // events of ConvertOptions.Extra written (part of Events)
 	AllocCallNs   int64               // total time spent inside intercepted calls, ns
 	Lost          int64               // events the shim could not write (full disk, unwritable log, ...)
 	ShimLoads     int64               // processes that loaded the shim; -1 when the directory has no control file
@@ -110,6 +118,20 @@ func (l *Logs) Pool() *trace.PoolActivity { return l.sum.Pool }
 // IPCExportSizes returns the sizes of the device allocations the program exported by IPC (Summary's).
 func (l *Logs) IPCExportSizes() []uint64 { return l.sum.IPCExportSizes }
 
+// ClockOffsets returns, per pid, the difference between the wall clock and the monotonic clock of
+// the raw logs' timestamps (start_real_ns - start_mono_ns of the process's first log): a wall-clock
+// time in ns minus it is on the trace's clock.
+func (l *Logs) ClockOffsets() map[uint32]int64 {
+	offsets := map[uint32]int64{}
+	for _, lf := range l.files {
+		h := &lf.log.header
+		if _, ok := offsets[h.PID]; !ok {
+			offsets[h.PID] = h.StartRealNs - h.StartMonoNs
+		}
+	}
+	return offsets
+}
+
 // Close closes the log files.
 func (l *Logs) Close() error {
 	for _, lf := range l.files {
@@ -138,6 +160,9 @@ func (l *Logs) Convert(w *trace.Writer, opts ConvertOptions) (Summary, error) {
 func (l *Logs) convert(sink eventSink, opts ConvertOptions) (Summary, error) {
 	c := newConverter(sink, opts, l)
 	if err := c.merge(); err != nil {
+		return c.sum, err
+	}
+	if err := c.emitExtra(math.MaxInt64, true); err != nil {
 		return c.sum, err
 	}
 	return c.finish(), nil
@@ -419,6 +444,7 @@ type converter struct {
 	readBuf  []byte
 	dupBuf   []byte
 	progress int64
+	extra    int // the next of opts.Extra to write
 }
 
 func newConverter(sink eventSink, opts ConvertOptions, l *Logs) *converter {
@@ -535,11 +561,17 @@ func sortBySeq(recs []rawRecord) {
 func (c *converter) emit(lf *logFile, rec *rawRecord) error {
 	e := &c.event
 	rec.fillEvent(e, &lf.log.header)
+	if err := c.emitExtra(e.TimeNs, false); err != nil {
+		return err
+	}
 	if c.sum.Events > 0 && e.Seq == c.lastSeq {
 		c.dups++
 	}
 	c.lastSeq = e.Seq
 	c.account(e)
+	if len(c.opts.Extra) > 0 {
+		e.Seq = uint64(c.sum.Events)
+	}
 	if err := c.sink.Write(e); err != nil {
 		return fmt.Errorf("write event seq %d: %w", e.Seq, err)
 	}
@@ -547,6 +579,24 @@ func (c *converter) emit(lf *logFile, rec *rawRecord) error {
 	if c.opts.Progress != nil && c.sum.Events-c.progress >= 1<<16 {
 		c.progress = c.sum.Events
 		c.opts.Progress(c.sum.Events, c.total)
+	}
+	return nil
+}
+
+// emitExtra writes the extra events timed before before (all of them with all), each with its
+// position in the merged stream as seq.
+func (c *converter) emitExtra(before int64, all bool) error {
+	for ; c.extra < len(c.opts.Extra); c.extra++ {
+		x := c.opts.Extra[c.extra]
+		if !all && x.TimeNs >= before {
+			return nil
+		}
+		x.Seq = uint64(c.sum.Events)
+		if err := c.sink.Write(&x); err != nil {
+			return fmt.Errorf("write %s event of pid %d: %w", x.Function, x.PID, err)
+		}
+		c.sum.Events++
+		c.sum.Extra++
 	}
 	return nil
 }

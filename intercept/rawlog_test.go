@@ -5,6 +5,7 @@ import (
 
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -246,5 +247,46 @@ func TestConvertErrors(t *testing.T) {
 	}
 	if _, err := Convert(dir, nil, ConvertOptions{}); err == nil {
 		t.Error("Convert with a nil writer succeeded")
+	}
+}
+
+// Extra events are merged by time between the raw logs' events (a raw event first at an equal
+// time, the rest after the last), every seq becomes the merged position, the summary counts them
+// apart, and ClockOffsets gives each pid's wall-minus-monotonic difference from its log header.
+func TestConvertMergesExtraEventsByTime(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, filepath.Join(dir, "1-1.alog"), rawHeader{PID: 1, StartMonoNs: 100, StartRealNs: 5100, Command: []string{"p"}},
+		[]rawRecord{{Seq: 7, TimeNs: 200, Function: 1, Size: 64, Address: 0x1000}, {Seq: 9, TimeNs: 400, Function: 2, Size: 64, Address: 0x1000}})
+	writeLog(t, filepath.Join(dir, "2-2.alog"), rawHeader{PID: 2, StartMonoNs: 150, StartRealNs: 9150, Command: []string{"q"}},
+		[]rawRecord{{Seq: 8, TimeNs: 300, Function: 1, Size: 32, Address: 0x2000}})
+	extra := []trace.Event{
+		{TimeNs: 100, PID: 1, Op: trace.OpAlloc, Layer: trace.LayerFramework, Function: trace.FuncTorchAlloc, Size: 8, Address: 0x1000},
+		{TimeNs: 300, PID: 2, Op: trace.OpAlloc, Layer: trace.LayerFramework, Function: trace.FuncCupyMalloc, Size: 4, Address: 0x2000},
+		{TimeNs: 900, PID: 1, Op: trace.OpFree, Layer: trace.LayerFramework, Function: trace.FuncTorchFree, Size: 8, Address: 0x1000},
+	}
+	logs, err := OpenLogs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	if got, want := logs.ClockOffsets(), map[uint32]int64{1: 5000, 2: 9000}; !maps.Equal(got, want) {
+		t.Errorf("clock offsets %v, want %v", got, want)
+	}
+	var events eventList
+	sum, err := logs.convert(&events, ConvertOptions{Extra: extra})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range events {
+		got = append(got, fmt.Sprintf("%d %d %d %s", e.Seq, e.TimeNs, e.PID, e.Function))
+	}
+	want := []string{"0 100 1 torch.alloc", "1 200 1 cudaMalloc", "2 300 2 cudaMalloc", "3 300 2 cupy.malloc",
+		"4 400 1 cudaFree", "5 900 1 torch.free"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if sum.Events != 6 || sum.Extra != 3 || sum.PeakLiveBytes != 96 {
+		t.Errorf("summary events %d, extra %d, peak live %d; want 6, 3, 96", sum.Events, sum.Extra, sum.PeakLiveBytes)
 	}
 }

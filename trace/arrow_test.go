@@ -31,7 +31,7 @@ func syntheticEvents(n int) []Event {
 			Op:         Op(i % int(opCount)),
 			Memory:     Memory(x % uint64(memoryCount)),
 			Layer:      Layer(i % int(layerCount)),
-			Function:   knownFunctions[int(x>>8)%len(knownFunctions)],
+			Function:   knownFunctions[int(x>>8)%syntheticFunctions],
 			Size:       x >> 20,
 			Address:    0x7f0000000000 + x%(1<<30),
 			Handle:     x % 5,
@@ -42,6 +42,11 @@ func syntheticEvents(n int) []Event {
 	}
 	return events
 }
+
+// syntheticFunctions is how many of knownFunctions syntheticEvents draws from: the names known
+// when testdata/trace/small.arrow was written (names added since, such as cupy.malloc, come after),
+// so that the fixture still holds syntheticEvents(300).
+const syntheticFunctions = 44
 
 func testInfo() Info {
 	return Info{
@@ -56,6 +61,10 @@ func testInfo() Info {
 		Pool: &PoolActivity{Syncs: 3, SyncNs: 41000, Reservations: 2, Fallbacks: 1, PassedThrough: 4, Events: 5,
 			StreamWaits: 6, HostWaits: 7, PeakReservedBytes: 3 << 30, IPCExports: 8},
 		Modules: []Module{{PID: 41, Start: 0x400000, End: 0x401000, Offset: 0x1000, Path: "/usr/bin/train"}},
+		Framework: []FrameworkCapture{
+			{PID: 41, Framework: FrameworkTorch, Events: 12, Entries: 16, MaxEntries: 16, Full: true},
+			{PID: 42, Framework: FrameworkCupy, Events: 4, Entries: 5, Dropped: 1},
+		},
 	}
 }
 

@@ -247,6 +247,16 @@ func TestSchemaAndVersionErrors(t *testing.T) {
 		{"bad command", fields, map[string]string{metaFormatVersion: "1", metaCommand: "python"}, `schema: schema metadata "allocscope.command": not a JSON array of strings: "python"`},
 		{"wrong type", wrongType, validMetadata(), `schema: column "size" has type int64, want uint64`},
 		{"missing column", missing, validMetadata(), `schema: column "pid" is missing`},
+		{"framework not JSON", fields, map[string]string{metaFormatVersion: "1", metaFramework: "torch"},
+			`schema: schema metadata "allocscope.framework": invalid character 'o' in literal true (expecting 'r')`},
+		{"framework unknown field", fields, map[string]string{metaFormatVersion: "1", metaFramework: `[{"pid":1,"framework":"torch","events":1,"entries":1,"lost":2}]`},
+			`schema: schema metadata "allocscope.framework": json: unknown field "lost"`},
+		{"framework unknown name", fields, map[string]string{metaFormatVersion: "1", metaFramework: `[{"pid":1,"framework":"jax","events":1,"entries":1}]`},
+			`schema: schema metadata "allocscope.framework": entry 0: unknown framework "jax"`},
+		{"framework negative", fields, map[string]string{metaFormatVersion: "1", metaFramework: `[{"pid":1,"framework":"cupy","events":-1,"entries":1}]`},
+			`schema: schema metadata "allocscope.framework": entry 0: negative count`},
+		{"framework full unbounded", fields, map[string]string{metaFormatVersion: "1", metaFramework: `[{"pid":1,"framework":"torch","events":1,"entries":1,"full":true}]`},
+			`schema: schema metadata "allocscope.framework": entry 0: full without max_entries`},
 	}
 	for _, c := range cases {
 		path := customArrow(t, c.fields, c.md, 2, byName(c.fields))

@@ -12,6 +12,9 @@ const (
 	FuncTorchOOM           = "torch.oom"
 	FuncRMMAllocate        = "rmm.allocate"
 	FuncRMMFree            = "rmm.free"
+	// CuPy's memory pool, as record's CuPy hook logs it (a pool request and its return to the pool).
+	FuncCupyMalloc = "cupy.malloc"
+	FuncCupyFree   = "cupy.free"
 )
 
 // KnownFunctions returns the function names every Writer can store without being told: the
@@ -38,4 +41,5 @@ var knownFunctions = []string{
 	// Importers.
 	FuncTorchAlloc, FuncTorchFreeRequested, FuncTorchFree, FuncTorchSegmentAlloc, FuncTorchSegmentFree,
 	FuncTorchSegmentMap, FuncTorchSegmentUnmap, FuncTorchOOM, FuncRMMAllocate, FuncRMMFree,
+	FuncCupyMalloc, FuncCupyFree,
 }

@@ -20,7 +20,7 @@ func TestSmallArrowFixture(t *testing.T) {
 	events := syntheticEvents(300)
 	if *update {
 		old := testInfo()
-		old.Pool, old.Modules = nil, nil
+		old.Pool, old.Modules, old.Framework = nil, nil, nil
 		data, err := os.ReadFile(writeTrace(t, old, events, WithBatchRows(128)))
 		if err != nil {
 			t.Fatal(err)
@@ -31,7 +31,7 @@ func TestSmallArrowFixture(t *testing.T) {
 	}
 	got, sizes, info := readAll(t, smallArrow)
 	want := testInfo()
-	want.Pool, want.Modules = nil, nil // the fixture predates these keys: an older trace reads without them
+	want.Pool, want.Modules, want.Framework = nil, nil, nil // the fixture predates these keys: an older trace reads without them
 	if !reflect.DeepEqual(sizes, []int{128, 128, 44}) || !reflect.DeepEqual(got, events) || !reflect.DeepEqual(info, want) {
 		t.Errorf("small.arrow: batches %v, %d events, info %+v; want [128 128 44], syntheticEvents(300), testInfo()", sizes, len(got), info)
 	}

@@ -38,6 +38,36 @@ type Info struct {
 	// (cudaIpcGetMemHandle), distinct, ascending; analyze sends such requests to CUDA under
 	// record --pool (pool.Config.PassThroughSizes). Nil when none, or the recorder did not tell.
 	IPCExportSizes []uint64
+	// Framework is what record captured of the frameworks' own allocators (PyTorch's memory
+	// history, CuPy's memory hook), one entry per process and framework, by pid then framework;
+	// nil when nothing was captured (record --no-framework, no framework imported, or an older
+	// recorder).
+	Framework []FrameworkCapture
+}
+
+// Frameworks whose allocator requests record captures, the values of FrameworkCapture.Framework.
+const (
+	FrameworkTorch = "torch" // PyTorch's CUDA caching allocator: torch.cuda.memory._snapshot()'s history
+	FrameworkCupy  = "cupy"  // CuPy's memory pool: a cupy.cuda.memory_hook.MemoryHook
+)
+
+// FrameworkCapture is what record captured of one framework in one process: the events of the
+// trace's framework layer with that pid and the framework's functions (torch.*, cupy.*).
+type FrameworkCapture struct {
+	PID       uint32 `json:"pid"`
+	Framework string `json:"framework"` // FrameworkTorch or FrameworkCupy
+	Events    int64  `json:"events"`    // events written to the trace
+	// Entries is the number of history entries the framework kept (PyTorch: the snapshot's
+	// device_traces entries, markers and segment entries included; CuPy: the log's lines).
+	Entries int64 `json:"entries"`
+	// MaxEntries is PyTorch's bound on each device's history (_record_memory_history's
+	// max_entries); 0 for CuPy, whose log has no bound.
+	MaxEntries int64 `json:"max_entries,omitempty"`
+	// Full reports that a device's history held MaxEntries entries: PyTorch then dropped its
+	// oldest entries, how many it does not tell; the trace lacks them.
+	Full bool `json:"full,omitempty"`
+	// Dropped counts entries known to be lost: CuPy lines that could not be written or read.
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // PoolActivity is what the pool of `record --pool` did inside the recorded program, summed over
@@ -115,6 +145,7 @@ const (
 	metaPool            = "allocscope.pool"
 	metaModules         = "allocscope.modules"
 	metaIPCExports      = "allocscope.ipc_export_sizes"
+	metaFramework       = "allocscope.framework"
 )
 
 // metadata encodes info as Arrow schema metadata. The format version written is always
@@ -129,10 +160,10 @@ func (info Info) metadata() arrow.Metadata {
 		source = SourceAllocscope
 	}
 	keys := []string{metaFormatVersion, metaSource, metaCommand, metaHost, metaStartTime,
-		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents, metaPool, metaModules, metaIPCExports}
+		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents, metaPool, metaModules, metaIPCExports, metaFramework}
 	values := []string{strconv.Itoa(FormatVersion), source, jsonStrings(info.Command), info.Host, start,
 		info.RecorderVersion, info.DriverVersion, jsonStrings(info.GPUNames), strconv.FormatInt(info.LostEvents, 10),
-		poolJSON(info.Pool), modulesJSON(info.Modules), sizesJSON(info.IPCExportSizes)}
+		poolJSON(info.Pool), modulesJSON(info.Modules), sizesJSON(info.IPCExportSizes), frameworkJSON(info.Framework)}
 	return arrow.NewMetadata(keys, values)
 }
 
@@ -166,6 +197,43 @@ func metaSizes(md arrow.Metadata, key string) ([]uint64, error) {
 		return nil, nil
 	}
 	return sizes, nil
+}
+
+func frameworkJSON(f []FrameworkCapture) string {
+	if len(f) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(f) // numbers, strings and booleans always marshal
+	return string(b)
+}
+
+// metaFrameworkOf decodes and checks the framework captures; "" or a missing key is none.
+func metaFrameworkOf(md arrow.Metadata) ([]FrameworkCapture, error) {
+	v, _ := metaValue(md, metaFramework)
+	if v == "" {
+		return nil, nil
+	}
+	var f []FrameworkCapture
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("schema metadata %q: %w", metaFramework, err)
+	}
+	for i, c := range f {
+		if c.Framework != FrameworkTorch && c.Framework != FrameworkCupy {
+			return nil, fmt.Errorf("schema metadata %q: entry %d: unknown framework %q", metaFramework, i, c.Framework)
+		}
+		if c.Events < 0 || c.Entries < 0 || c.MaxEntries < 0 || c.Dropped < 0 {
+			return nil, fmt.Errorf("schema metadata %q: entry %d: negative count", metaFramework, i)
+		}
+		if c.Full && c.MaxEntries == 0 {
+			return nil, fmt.Errorf("schema metadata %q: entry %d: full without max_entries", metaFramework, i)
+		}
+	}
+	if len(f) == 0 {
+		return nil, nil
+	}
+	return f, nil
 }
 
 func modulesJSON(m []Module) string {
@@ -260,6 +328,9 @@ func infoFromMetadata(md arrow.Metadata) (Info, error) {
 		return info, err
 	}
 	if info.IPCExportSizes, err = metaSizes(md, metaIPCExports); err != nil {
+		return info, err
+	}
+	if info.Framework, err = metaFrameworkOf(md); err != nil {
 		return info, err
 	}
 	if s, _ := metaValue(md, metaStartTime); s != "" {

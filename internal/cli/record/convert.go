@@ -188,14 +188,17 @@ func convertDir(dir string, out io.Writer, name string, info trace.Info, progres
 	info.Pool = logs.Pool()
 	info.Modules = logs.Modules()
 	info.IPCExportSizes = logs.IPCExportSizes()
+	fw := readFramework(dir, logs.ClockOffsets())
+	info.Framework = fw.captures
 	bw := bufio.NewWriterSize(out, 1<<20)
 	w, err := trace.NewWriter(bw, info)
 	if err != nil {
 		return intercept.Summary{}, fmt.Errorf("write trace %s: %w", name, err)
 	}
 	bar, finish := newProgress(progress)
-	sum, err := logs.Convert(w, intercept.ConvertOptions{Progress: bar})
+	sum, err := logs.Convert(w, intercept.ConvertOptions{Progress: bar, Extra: fw.events})
 	finish()
+	sum.Warnings = append(sum.Warnings, fw.warnings...)
 	if err != nil {
 		w.Close()
 		return sum, fmt.Errorf("convert raw logs %s: %w", dir, err)

@@ -34,6 +34,9 @@ type options struct {
 	wait    time.Duration
 	pool    string // pool.json to serve the program's allocations from
 	spec    string // its intercept.PoolSpec, once checked
+	// noFramework turns off the Python hook that captures PyTorch's and CuPy's own allocator requests.
+	noFramework bool
+	pythonHook  string // the directory holding the Python hook, put first on PYTHONPATH; "" for none
 }
 
 // NewCommand returns the cobra command `record` with its subcommands `convert` and `shim`.
@@ -68,6 +71,8 @@ exit code (128+N when a signal N ended it), warnings or not.`,
 		"pool.json describes (analyze --emit-config), as the recorded trace shows; see docs/record-pool.md")
 	f.DurationVar(&opt.wait, "wait", 10*time.Second, "after the program exits, wait up to this long for the "+
 		"processes it started that still run and hold a raw log (so that the trace has all their events); 0: do not wait")
+	f.BoolVar(&opt.noFramework, "no-framework", false, "do not capture PyTorch's memory history and CuPy's pool "+
+		"requests in the program's Python processes (see docs/compatibility.md)")
 	cmd.AddCommand(newConvertCommand(stderr), newShimCommand(stdout))
 	command.Setup(cmd, stdout, stderr)
 	return cmd

@@ -53,6 +53,13 @@ func runRecord(opt options, args []string, stdout, stderr io.Writer) error {
 	if opt.quiet {
 		notice = io.Discard
 	}
+	if !opt.noFramework {
+		if opt.pythonHook, err = preparePythonHook(); err != nil {
+			removeRawLogs(opt.logDir, created)
+			return err
+		}
+		defer os.RemoveAll(opt.pythonHook)
+	}
 	childStart := time.Now()
 	code, runErr := runProgram(opt, args, lib, stdout, stderr, notice)
 	elapsed := time.Since(childStart)
@@ -163,7 +170,12 @@ func firstNonZero(a, b int) int {
 func prepareLogDir(dir string) (created bool, err error) {
 	_, statErr := os.Stat(dir)
 	created = errors.Is(statErr, fs.ErrNotExist)
-	if old, _ := filepath.Glob(filepath.Join(dir, "*.alog")); len(old) > 0 {
+	old, _ := filepath.Glob(filepath.Join(dir, "*.alog"))
+	for _, pattern := range frameworkFiles {
+		more, _ := filepath.Glob(filepath.Join(dir, pattern))
+		old = append(old, more...)
+	}
+	if len(old) > 0 {
 		return false, fmt.Errorf("raw log directory %s already holds %d raw log(s) of an earlier run: "+
 			"convert them with `record convert %s` (which removes them once converted) or remove them", dir, len(old), dir)
 	}
@@ -176,7 +188,7 @@ func prepareLogDir(dir string) (created bool, err error) {
 // removeRawLogs deletes what the recording wrote into dir (the sequence counter, raw logs and
 // lanes, module maps), and dir itself when it was created for the recording and nothing else is in it.
 func removeRawLogs(dir string, created bool) {
-	for _, pattern := range []string{"control", "*.alog", "*.lanes", "*.maps", "*.maps.tmp"} {
+	for _, pattern := range append([]string{"control", "*.alog", "*.lanes", "*.maps", "*.maps.tmp"}, frameworkFiles...) {
 		paths, _ := filepath.Glob(filepath.Join(dir, pattern))
 		for _, p := range paths {
 			os.Remove(p)
@@ -198,6 +210,9 @@ func runChild(args []string, lib string, opt options, stdout, stderr io.Writer) 
 		intercept.EnvLogDir+"="+opt.logDir)
 	if opt.spec != "" {
 		cmd.Env = append(cmd.Env, intercept.EnvPool+"="+opt.spec)
+	}
+	if opt.pythonHook != "" {
+		cmd.Env = append(cmd.Env, envPythonPath+"="+pythonPathValue(os.Getenv(envPythonPath), opt.pythonHook))
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwardedSignals...)

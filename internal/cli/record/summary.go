@@ -18,6 +18,10 @@ import (
 func printSummary(w io.Writer, s intercept.Summary, elapsed time.Duration, output string, quiet bool) {
 	if !quiet {
 		printCounts(w, s, elapsed)
+		if s.Extra > 0 {
+			fmt.Fprintf(w, "allocscope: %s of the events are the frameworks' own allocator requests (PyTorch, CuPy)\n",
+				units.FormatCount(s.Extra))
+		}
 		printPool(w, s.Pool)
 	}
 	for _, warn := range s.Warnings {
