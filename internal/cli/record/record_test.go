@@ -121,6 +121,20 @@ func TestDefaultOutputAndShim(t *testing.T) {
 	}
 }
 
+// A relative -o names the raw logs' directory relative to record's directory, also for a program
+// that changes its own before it allocates (a daemon, a launcher): its 8 events are recorded.
+func TestRelativeOutputAndChdir(t *testing.T) {
+	env := testcuda.Build(t)
+	t.Chdir(t.TempDir())
+	code, _, stderr := runMain(t, "-q", "-o", "rel.arrow", "--shim", env.Shim, "--", "/bin/sh", "-c",
+		"cd / && exec "+env.Prog("cupy_style"))
+	if code != 13 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q; want 13, nothing", code, stderr)
+	}
+	events, _ := testcuda.ReadTrace(t, "rel.arrow")
+	testcuda.CheckEvents(t, events, testcuda.CupyStyleEvents)
+}
+
 // A program that kills itself with SIGKILL: record exits with 128+9 and the trace holds the 20000
 // events logged before the kill, allocations paired with frees.
 func TestKilledProgram(t *testing.T) {

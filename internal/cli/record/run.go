@@ -205,9 +205,13 @@ func removeRawLogs(dir string, created bool) {
 func runChild(args []string, lib string, opt options, stdout, stderr io.Writer) (int, error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	logDir, err := filepath.Abs(opt.logDir) // the program and its children may change directory
+	if err != nil {
+		return 0, fmt.Errorf("log directory %s: %w", opt.logDir, err)
+	}
 	cmd.Env = append(os.Environ(),
 		"LD_PRELOAD="+preloadValue(os.Getenv("LD_PRELOAD"), lib),
-		intercept.EnvLogDir+"="+opt.logDir)
+		intercept.EnvLogDir+"="+logDir)
 	if opt.spec != "" {
 		cmd.Env = append(cmd.Env, intercept.EnvPool+"="+opt.spec)
 	}
@@ -222,7 +226,7 @@ func runChild(args []string, lib string, opt options, stdout, stderr io.Writer) 
 	}
 	done := make(chan struct{})
 	go forwardSignals(cmd.Process, sigs, done)
-	err := cmd.Wait()
+	err = cmd.Wait()
 	close(done)
 	if cmd.ProcessState == nil {
 		return 0, fmt.Errorf("wait for %s: %w", args[0], err)
