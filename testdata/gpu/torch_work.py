@@ -127,6 +127,8 @@ def main():
         "max_memory_allocated": torch.cuda.max_memory_allocated(),
         "max_memory_reserved": torch.cuda.max_memory_reserved(),
         "segment_alloc_count": st.get("segment.all.allocated", 0),
+        "allocation_count": st.get("allocation.all.allocated", 0),
+        "free_count": st.get("allocation.all.freed", 0),
         "num_alloc_retries": st.get("num_alloc_retries", 0),
         "history_actions": actions,
     }
