@@ -8,7 +8,7 @@
 # (its max_memory_reserved() beside analyze's prediction). Writes under $1; needs bin/record,
 # bin/analyze, python3 with torch and pyarrow.
 set -u
-D=${1:?usage: framework_check.sh OUTDIR}; mkdir -p "$D"; B=$PWD/bin; W=${WORKLOADS:-train cnn}
+D=${1:?usage: framework_check.sh OUTDIR}; mkdir -p "$D"; B=$PWD/bin; W=${WORKLOADS-train cnn}  # WORKLOADS="": none
 count() { # count TRACE: torch.alloc / torch.free events per pid, as JSON
   python3 - "$1" <<'PY'
 import collections, json, sys
@@ -38,3 +38,25 @@ for w in $W; do
 done
 "$B/record" -q -o "$D/fc.arrow" --shim "$B/liballocscope.so" -- python3 testdata/gpu/framework_capture.py > "$D/fc.out" 2>&1
 echo "framework_capture: $(cat "$D/fc.out" | tr '\n' ' ') counts $(count "$D/fc.arrow")"
+# PyTorch as users run it with several processes: torch.multiprocessing.spawn of two, and a DataLoader
+# with 2 workers; each training process's memory_stats() beside the trace's events of its pid.
+for m in spawn loader; do
+  "$B/record" -q -o "$D/$m.arrow" --shim "$B/liballocscope.so" -- python3 testdata/gpu/torch_procs.py "$m" "$D/$m" \
+    > "$D/$m.out" 2>"$D/$m.err"
+  echo "$m rc $? stats $(cat "$D/$m"/*.stats.json | tr '\n' ' ') trace counts $(count "$D/$m.arrow")"
+done
+# CuPy with its default pool: the trace's cupy.malloc / cupy.free beside the program's own hook counts.
+"$B/record" -q -o "$D/cupy.arrow" --shim "$B/liballocscope.so" -- python3 testdata/gpu/cupy_default.py 400 > "$D/cupy.out" 2>"$D/cupy.err"
+python3 testdata/gpu/cupy_default.py 400 > "$D/cupy.plain.out" 2>&1
+cmp -s "$D/cupy.out" "$D/cupy.plain.out" && echo "cupy outputs identical" || echo "cupy OUTPUTS DIFFER"
+echo "cupy $(tail -1 "$D/cupy.out") trace $(python3 - "$D/cupy.arrow" <<'PY'
+import collections, sys
+import pyarrow as pa
+t = pa.ipc.open_file(sys.argv[1]).read_all()
+print(dict(collections.Counter(f for f in t.column("function").to_pylist() if f.startswith("cupy."))))
+PY
+)"
+# JAX as it runs by default (its allocator preallocates 75 % of the GPU): analyze's FRAMEWORK note.
+"$B/record" -q -o "$D/jax.arrow" --shim "$B/liballocscope.so" -- python3 testdata/gpu/jax_work.py 50 > "$D/jax.out" 2>&1
+"$B/analyze" "$D/jax.arrow" > "$D/jax.analyze.txt" 2>&1; echo "jax rc $?"; sed -n '/^FRAMEWORK/,/^$/p' "$D/jax.analyze.txt"
+grep -n "recommend\|RECOMMENDATION" -A4 "$D/jax.analyze.txt" | head -12

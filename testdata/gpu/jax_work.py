@@ -1,6 +1,6 @@
 """JAX with XLA_PYTHON_CLIENT_ALLOCATOR=platform: allocations go straight to the driver.
 
-usage: XLA_PYTHON_CLIENT_ALLOCATOR=platform python3 jax_work.py N
+usage: [XLA_PYTHON_CLIENT_ALLOCATOR=platform] python3 jax_work.py N   (framework_check.sh runs it with the defaults)
 """
 import sys
 
