@@ -247,13 +247,7 @@ func TestRecordCapturesCupyPool(t *testing.T) {
 		t.Fatalf("record: exit code %d, stdout %q; want 0, %q (stderr %q)", code, stdout, want, stderr)
 	}
 	events, info := testcuda.ReadTrace(t, out)
-	byPID := framePIDs(t, events)
-	checkPerProcess(t, byPID, [][]string{{
-		"cupy.malloc alloc device framework size=100 addr=0x7e0000000000 result=0 dev=0",
-		"cupy.malloc alloc device framework size=1000 addr=0x7e0000000200 result=0 dev=0",
-		"cupy.free free device framework size=512 addr=0x7e0000000000 result=0 dev=0",
-	}})
-	checkCaptures(t, info.Framework, byPID, []trace.FrameworkCapture{{Framework: "cupy", Events: 3, Entries: 3}})
+	checkCupyPool(t, events, info)
 	checkMonotonic(t, events, before, after)
 	for _, e := range events {
 		if e.Layer == trace.LayerFramework && e.TID != e.PID {
@@ -356,6 +350,13 @@ func TestConvertMergesFrameworkFiles(t *testing.T) {
 		t.Fatalf("convert: exit code %d (stderr %q)", code, stderr)
 	}
 	events, info := testcuda.ReadTrace(t, again)
+	checkCupyPool(t, events, info)
+	notExist(t, logs[0])
+}
+
+// checkCupyPool checks the events and the capture of testdata/python/cupy_pool.py's one process.
+func checkCupyPool(t *testing.T, events []trace.Event, info trace.Info) {
+	t.Helper()
 	byPID := framePIDs(t, events)
 	checkPerProcess(t, byPID, [][]string{{
 		"cupy.malloc alloc device framework size=100 addr=0x7e0000000000 result=0 dev=0",
@@ -363,5 +364,4 @@ func TestConvertMergesFrameworkFiles(t *testing.T) {
 		"cupy.free free device framework size=512 addr=0x7e0000000000 result=0 dev=0",
 	}})
 	checkCaptures(t, info.Framework, byPID, []trace.FrameworkCapture{{Framework: "cupy", Events: 3, Entries: 3}})
-	notExist(t, logs[0])
 }
