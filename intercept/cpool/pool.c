@@ -943,15 +943,24 @@ int cp_lookup(struct cp_pool *p, uint64_t addr, uint64_t *req) {
 	return r & CP_PENDING_BIT ? CP_PENDING : CP_OK;
 }
 
-int cp_owns(const struct cp_pool *p, uint64_t addr) {
-	const struct cp_vec *vs[] = {&p->regions, &p->owned};
-	for (int k = 0; k < 2; k++)
-		for (size_t i = 0; i < vs[k]->len; i++) {
-			struct cp_region r = ((const struct cp_region *)vs[k]->data)[i];
-			if (addr >= r.addr && addr - r.addr < r.size)
-				return 1;
-		}
-	return 0;
+int cp_owns(struct cp_pool *p, uint64_t addr) {
+	if (p->regions.len > 0) { /* the plan, when there is one, is the first region */
+		struct cp_region r = CP_AT(&p->regions, struct cp_region, 0);
+		if (r.plan && addr >= r.addr && addr - r.addr < r.size)
+			return 1;
+	}
+	if (cp_slab_for(p, addr) != NULL) /* a grown slab */
+		return 1;
+	const struct cp_region *o = (const struct cp_region *)p->owned.data; /* the arena's own, by address */
+	size_t lo = 0, hi = p->owned.len;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (o[mid].addr <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo > 0 && addr - o[lo - 1].addr < o[lo - 1].size;
 }
 
 int cp_block_at(struct cp_pool *p, uint64_t addr, uint64_t *base, uint64_t *req) {

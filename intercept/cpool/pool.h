@@ -332,8 +332,8 @@ int cp_defer_free(struct cp_pool *p, uint64_t addr, uint64_t stream);
 int cp_lookup(struct cp_pool *p, uint64_t addr, uint64_t *req);
 
 /* cp_owns reports whether addr lies in memory the pool reserved (its plan, a grown slab, an arena
- * segment), a block of it or not. */
-int cp_owns(const struct cp_pool *p, uint64_t addr);
+ * segment), a block of it or not: binary searches, not a walk of the regions. */
+int cp_owns(struct cp_pool *p, uint64_t addr);
 
 /* cp_block_at finds the live block (deferred ones included) that holds addr: 1 with its start and
  * requested bytes, else 0. An arena block is looked for among all live ones (a rare call). */

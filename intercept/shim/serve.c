@@ -72,11 +72,12 @@ typedef CUresult (*real_stream_wait_fn)(CUstream, void *, unsigned);
 typedef CUresult (*real_is_capturing_fn)(CUstream, int *);
 
 static int serve_capturing(void);
-static int pool_apart_capturing(void);
+static int serve_any_capturing(void);
 static int serve_barrier(struct served *s);
 static int serve_resolve(void);
 static void serve_late_frees(void);
 static void serve_apart_forget(void);
+static void serve_apart_clear(void);
 static int serve_queue_late(uint64_t addr, struct stream_ref st);
 
 /* The events a synchronous allocation must wait for, outside the pool's lock; owned: taken out of the
@@ -98,23 +99,13 @@ static inline void serve_prefetch(uint64_t pools) {
 }
 
 static struct cp_config g_serve_cfg;
-
-static struct served g_served[SERVE_POOLS];
-
 static pthread_mutex_t g_slots_mu = PTHREAD_MUTEX_INITIALIZER; /* claiming and giving up slots */
-
-static TLS int t_serving;           /* this thread is inside a pool */
-
+static TLS int t_serving;            /* this thread is inside a pool */
 static TLS uint64_t t_thread_serial; /* this thread's number, from 1, for its per-thread stream */
-
 static uint64_t g_thread_serials;
-
 static uint64_t g_lives; /* pools made, so that a release point begun in one never reaches the next */
-
 static real_alloc_fn g_real_alloc;
-
 static real_free_fn g_real_free;
-
 static real_sync_fn g_real_sync;
 
 static struct {
@@ -194,7 +185,7 @@ static int pool_pass_reason(struct served *s, int err) {
 	case CP_OOM:
 		return PASS_FULL;
 	case CP_ERR: /* serve_take refuses while a capture forbids an ordering; else no host memory, a driver error */
-		return serve_capturing() || pool_apart_capturing() ? PASS_CAPTURE : PASS_OTHER;
+		return serve_any_capturing() ? PASS_CAPTURE : PASS_OTHER;
 	}
 	return PASS_OTHER;
 }
@@ -214,6 +205,12 @@ static struct {
 	uint64_t gone_total;     /* events ever recorded into gone: the first left of gone are the last ones */
 	CUcontext ctx;           /* the context of every stream above and of their events (one: joins order one context) */
 } g_apart = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, {0}, {0}, {0}, 0, NULL};
+
+/* serve_spare_event keeps ev for reuse (a free list of events; without room for it, it is dropped). */
+static void serve_spare_event(struct served *s, void *ev) {
+	if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
+		CP_AT(&s->events, void *, s->events.len++) = ev;
+}
 
 /* serve_barrier_event makes s's barrier event on first use: 1 when s has one. */
 static int serve_barrier_event(struct served *s) {
@@ -262,6 +259,10 @@ static int serve_join_locked(struct served *s) {
 	return JOIN_DONE;
 }
 
+/* serve_ordering_barrier orders all the context's work with a barrier while the program made no
+ * non-blocking stream, else with a join barrier, when only one pool exists: JOIN_DONE, JOIN_NO (the
+ * caller synchronizes) or JOIN_CAPTURING. Under g_apart's lock, so that a stream being made is
+ * either known here or made to wait for this barrier (serve_stream_made). */
 static int serve_ordering_barrier(struct served *s) {
 	if (!serve_one_pool())
 		return JOIN_NO;
@@ -327,21 +328,29 @@ static int serve_stream_captures(struct stream_ref st) {
 	return r != 0 || status != 0; /* an error (906: the legacy stream while a blocking one captures) counts */
 }
 
-/* serve_release_through makes what was freed into s before release point g began reusable: the
- * deferred blocks, and the in-flight entries (their work is done or ordered before all later work). */
-static void serve_release_through(struct served *s, uint64_t g) {
-	cp_release_through(&s->pool, g);
+/* serve_drop_inflight forgets the in-flight entries that are done with and keeps their events for
+ * reuse: with by_gen, those recorded before release point g began (their work is done or ordered
+ * before all later work); else those whose events completed (a pruning). */
+static void serve_drop_inflight(struct served *s, int by_gen, uint64_t g) {
 	size_t kept = 0;
 	for (size_t i = 0; i < s->inflight.len; i++) {
 		struct inflight q = CP_AT(&s->inflight, struct inflight, i);
-		if (q.gen <= g) {
-			if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
-				CP_AT(&s->events, void *, s->events.len++) = q.event;
+		if (by_gen ? q.gen <= g : g_real_event.query(q.event) == 0) {
+			serve_spare_event(s, q.event);
 			continue;
 		}
 		CP_AT(&s->inflight, struct inflight, kept++) = q;
 	}
 	s->inflight.len = kept;
+	if (!by_gen)
+		s->prune_at = kept * 2 > 64 ? kept * 2 : 64;
+}
+
+/* serve_release_through makes what was freed into s before release point g began reusable: the
+ * deferred blocks and the in-flight entries. */
+static void serve_release_through(struct served *s, uint64_t g) {
+	cp_release_through(&s->pool, g);
+	serve_drop_inflight(s, 1, g);
 }
 
 /* serve_sync_unlocked synchronizes s's context for the pool, with s's lock held on entry and on
@@ -394,7 +403,6 @@ static int serve_order(struct served *s) {
 	return ok;
 }
 
-/* serve_parse reads ALLOCSCOPE_POOL (intercept.PoolSpec's line) into cfg; 0 on success. */
 /* The sizes pool.json sends to CUDA (pass_through_sizes: allocations the program exported by IPC in
  * the recording the plan came from), for the served calls to look up without a lock. */
 static uint64_t g_pass_sizes[EXPORT_SIZES];
@@ -430,6 +438,7 @@ static inline int serve_passes(uint64_t size) {
 	return 0;
 }
 
+/* serve_parse reads ALLOCSCOPE_POOL (intercept.PoolSpec's line) into cfg; 0 on success. */
 static int serve_parse(const char *s, struct cp_config *cfg) {
 	uint64_t v[9];
 	if (strncmp(s, "config ", 7) != 0)
@@ -629,23 +638,6 @@ static void serve_make(struct served *s) {
 	pool_note_peak(s);
 }
 
-/* serve_drop_inflight forgets the in-flight entries whose events completed and keeps their events
- * for reuse. */
-static void serve_drop_inflight(struct served *s) {
-	size_t kept = 0;
-	for (size_t i = 0; i < s->inflight.len; i++) {
-		struct inflight q = CP_AT(&s->inflight, struct inflight, i);
-		if (g_real_event.query(q.event) == 0) {
-			if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
-				CP_AT(&s->events, void *, s->events.len++) = q.event;
-			continue;
-		}
-		CP_AT(&s->inflight, struct inflight, kept++) = q;
-	}
-	s->inflight.len = kept;
-	s->prune_at = kept * 2 > 64 ? kept * 2 : 64;
-}
-
 /* serve_note_stream notes a stream-ordered call on st (or an allocation by a synchronous call): the
  * second stream seen, or a stream destroyed, makes the pool order its context once and track
  * stream-ordered frees with events from then on. 1, or 0 when that ordering could not be made (a
@@ -701,8 +693,7 @@ static int serve_guard(struct served *s, uint64_t addr, uint64_t size, struct st
 			}
 		}
 		if (covered) {
-			if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
-				CP_AT(&s->events, void *, s->events.len++) = q.event;
+			serve_spare_event(s, q.event);
 			continue;
 		}
 		CP_AT(&s->inflight, struct inflight, kept++) = q;
@@ -722,8 +713,8 @@ static void serve_wait_host(struct served *s, struct host_waits *w) {
 		g_real_event.synchronize(w->w[i].event);
 	pthread_mutex_lock(&s->mu);
 	for (int i = 0; i < w->n; i++)
-		if (w->w[i].owned && cp_vec_reserve(&s->events, s->events.len + 1) == 0)
-			CP_AT(&s->events, void *, s->events.len++) = w->w[i].event;
+		if (w->w[i].owned)
+			serve_spare_event(s, w->w[i].event);
 	w->n = 0;
 }
 
@@ -738,7 +729,7 @@ static int serve_needs_event(struct served *s, struct stream_ref st) {
  * not (the block must then wait for a release point like a synchronous free's). */
 static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct stream_ref st) {
 	if (s->inflight.len >= s->prune_at)
-		serve_drop_inflight(s);
+		serve_drop_inflight(s, 0, 0);
 	void *ev = NULL;
 	if (s->events.len > 0)
 		ev = CP_AT(&s->events, void *, --s->events.len);
@@ -747,8 +738,7 @@ static int serve_track(struct served *s, uint64_t addr, uint64_t size, struct st
 	POOL_COUNT(events, 1);
 	if (cp_vec_reserve(&s->inflight, s->inflight.len + 1) != 0 ||
 	    g_real_event.record(ev, (CUstream)(uintptr_t)st.handle) != 0) {
-		if (cp_vec_reserve(&s->events, s->events.len + 1) == 0)
-			CP_AT(&s->events, void *, s->events.len++) = ev;
+		serve_spare_event(s, ev);
 		return -1;
 	}
 	CP_AT(&s->inflight, struct inflight, s->inflight.len++) =
@@ -792,9 +782,8 @@ static int serve_take(struct served *s, uint64_t size, struct stream_ref st, uin
 	return err;
 }
 
-static TLS struct served *t_pool;        /* the thread's context's pool, while t_pool_epoch holds */
-
-static TLS unsigned long t_pool_epoch;   /* g_ctx_epoch + 1 when t_pool was found */
+static TLS struct served *t_pool;      /* the thread's context's pool, while t_pool_epoch holds */
+static TLS unsigned long t_pool_epoch; /* g_ctx_epoch + 1 when t_pool was found */
 
 /* serve_slot_of returns the slot of ctx's pool, claiming a free one for it when there is none; NULL
  * when every slot is taken. */
@@ -979,7 +968,7 @@ static int serve_free_in(struct served *s, int listed, uint64_t addr, struct str
 	pthread_mutex_lock(&s->mu);
 	if (s->state == SV_RETIRING && listed) {
 		taken = 1, *result = 0; /* its memory goes with its context, now being reset or destroyed */
-	} else if (s->state == SV_SERVING && cp_owns(&s->pool, addr)) {
+	} else if (s->state == SV_SERVING && (listed || cp_owns(&s->pool, addr))) {
 		taken = 1;
 		if (serve_give_back(s, addr, st, other, result) == GIVEN_AFTER_STREAM && g_ctx.stream_sync != NULL) {
 			pthread_mutex_unlock(&s->mu);
@@ -1325,6 +1314,14 @@ void serve_retired(uint64_t mask, int destroyed) {
 	t_serving = 0;
 }
 
+/* serve_apart_clear forgets every stream and event g_apart knows (g_apart's lock held, or no other
+ * thread: a forked child). */
+static void serve_apart_clear(void) {
+	g_apart.n = g_apart.left = 0, g_apart.ctx = NULL;
+	memset(g_apart.event, 0, sizeof g_apart.event);
+	memset(g_apart.gone, 0, sizeof g_apart.gone);
+}
+
 /* serve_apart_forget drops the streams and events g_apart knows after a context was destroyed: with
  * one device and no context of the program's own they were that context's; otherwise joins end. */
 static void serve_apart_forget(void) {
@@ -1332,9 +1329,7 @@ static void serve_apart_forget(void) {
 	if (ctx_several()) {
 		__atomic_store_n(&g_apart.lost, 1, __ATOMIC_RELEASE);
 	} else {
-		g_apart.n = g_apart.left = 0, g_apart.ctx = NULL;
-		memset(g_apart.event, 0, sizeof g_apart.event);
-		memset(g_apart.gone, 0, sizeof g_apart.gone);
+		serve_apart_clear();
 	}
 	pthread_mutex_unlock(&g_apart.mu);
 	__atomic_add_fetch(&g_sv.destroyed, 1, __ATOMIC_ACQ_REL);
@@ -1351,24 +1346,9 @@ void serve_forget(void) {
 	}
 	pthread_mutex_init(&g_slots_mu, NULL);
 	pthread_mutex_init(&g_apart.mu, NULL); /* the parent's streams and events are not the child's */
-	g_apart.making = 0, g_apart.n = g_apart.left = 0, g_apart.ctx = NULL;
-	memset(g_apart.event, 0, sizeof g_apart.event);
-	memset(g_apart.gone, 0, sizeof g_apart.gone);
+	g_apart.making = 0;
+	serve_apart_clear();
 	ranges_forget();
 	memset(&g_cap, 0, sizeof g_cap);
 	t_serving = 0, t_pool = NULL, t_pool_epoch = 0, t_late.n = 0;
-}
-
-/* pool_apart_capturing reports whether a non-blocking stream the program made captures a graph
- * (pool_pass_reason's question; here, after g_apart). */
-static int pool_apart_capturing(void) {
-	if (g_real_event.is_capturing == NULL || !serve_apart_lock())
-		return 0;
-	int capturing = 0;
-	for (size_t i = 0; i < g_apart.n && !capturing; i++) {
-		int status = 0;
-		capturing = g_real_event.is_capturing((CUstream)(uintptr_t)g_apart.stream[i], &status) == 0 && status != 0;
-	}
-	serve_apart_unlock();
-	return capturing;
 }
