@@ -165,6 +165,9 @@ int ctx_primary_active(int d) {
 struct cap_state g_cap;
 
 TLS int t_cap_mode; /* the thread's capture mode (cuThreadExchangeStreamCaptureMode), global at first */
+/* The thread-local-mode captures this thread began and has not ended: CUDA has a capture that is not
+ * relaxed ended on the thread that began it, so a count per thread is exact. */
+static TLS int t_cap_local;
 
 void capture_begun(uint64_t stream, int mode) {
 	for (int i = 0; i < CAPTURES_MAX; i++) {
@@ -173,7 +176,8 @@ void capture_begun(uint64_t stream, int mode) {
 						 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			continue;
 		g_cap.slot[i].mode = mode;
-		g_cap.slot[i].tid = (uint32_t)syscall(SYS_gettid);
+		if (mode == CAPTURE_THREAD_LOCAL)
+			t_cap_local++;
 		if (mode == CAPTURE_GLOBAL)
 			__atomic_add_fetch(&g_cap.global, 1, __ATOMIC_ACQ_REL);
 		__atomic_add_fetch(&g_cap.active, 1, __ATOMIC_ACQ_REL);
@@ -191,6 +195,8 @@ void capture_ended(uint64_t stream) {
 		uint64_t k = key;
 		if (!__atomic_compare_exchange_n(&g_cap.slot[i].stream, &k, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			continue;
+		if (mode == CAPTURE_THREAD_LOCAL && t_cap_local > 0)
+			t_cap_local--;
 		if (mode == CAPTURE_GLOBAL)
 			__atomic_sub_fetch(&g_cap.global, 1, __ATOMIC_ACQ_REL);
 		__atomic_sub_fetch(&g_cap.active, 1, __ATOMIC_ACQ_REL);
@@ -201,14 +207,8 @@ void capture_ended(uint64_t stream) {
 int capture_forbids_sync(void) {
 	if (!capture_any() || t_cap_mode == CAPTURE_RELAXED)
 		return 0;
-	if (__atomic_load_n(&g_cap.global, __ATOMIC_ACQUIRE) > 0 || __atomic_load_n(&g_cap.lost, __ATOMIC_ACQUIRE))
-		return 1;
-	uint32_t tid = (uint32_t)syscall(SYS_gettid);
-	for (int i = 0; i < CAPTURES_MAX; i++)
-		if (__atomic_load_n(&g_cap.slot[i].stream, __ATOMIC_ACQUIRE) != 0 &&
-		    g_cap.slot[i].mode == CAPTURE_THREAD_LOCAL && g_cap.slot[i].tid == tid)
-			return 1;
-	return 0;
+	return __atomic_load_n(&g_cap.global, __ATOMIC_ACQUIRE) > 0 || __atomic_load_n(&g_cap.lost, __ATOMIC_ACQUIRE) ||
+	       t_cap_local > 0;
 }
 
 static struct {

@@ -93,8 +93,7 @@ struct cap_state {
 	int lost;               /* one could not be noted (table full): the pools order nothing again */
 	struct {
 		uint64_t stream; /* 0: free slot */
-		int mode;
-		uint32_t tid;
+		int mode;        /* written by the thread that claimed the slot, read by the one that ends it */
 	} slot[CAPTURES_MAX];
 };
 extern struct cap_state g_cap;

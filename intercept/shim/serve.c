@@ -530,18 +530,19 @@ static int serve_any_capturing(void) {
  * (CP_ERR: the region stays), as the free could break the capture, and PyTorch's allocator frees no
  * cached blocks then either; closing the pool gives everything back. */
 static int serve_release(void *ctx, uint64_t addr, uint64_t size) {
-	(void)size;
 	struct served *s = ctx;
 	if (!s->pool.closed && serve_any_capturing())
 		return CP_ERR;
 	int pushed = ctx_enter(s->ctx);
 	if (pushed < 0)
 		return CP_ERR;
+	ranges_remove(addr, (int)(s - g_served)); /* before CUDA may hand the addresses out again */
 	CUresult r = g_real_free(addr);
 	ctx_leave(pushed);
-	if (r != 0)
+	if (r != 0) {
+		ranges_add(addr, size, (int)(s - g_served));
 		return CP_ERR;
-	ranges_remove(addr, (int)(s - g_served));
+	}
 	return CP_OK;
 }
 
@@ -968,7 +969,7 @@ static int serve_free_in(struct served *s, int listed, uint64_t addr, struct str
 	pthread_mutex_lock(&s->mu);
 	if (s->state == SV_RETIRING && listed) {
 		taken = 1, *result = 0; /* its memory goes with its context, now being reset or destroyed */
-	} else if (s->state == SV_SERVING && (listed || cp_owns(&s->pool, addr))) {
+	} else if (s->state == SV_SERVING && cp_owns(&s->pool, addr)) { /* the lock-free list may be stale */
 		taken = 1;
 		if (serve_give_back(s, addr, st, other, result) == GIVEN_AFTER_STREAM && g_ctx.stream_sync != NULL) {
 			pthread_mutex_unlock(&s->mu);
