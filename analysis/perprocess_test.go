@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allocscope/allocscope/analysis/internal/model"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -67,5 +68,34 @@ func TestPoolSizedPerProcess(t *testing.T) {
 		"    (each process of record --pool makes its own pool; sized over all merged: 2 MiB)\n"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, out.String())
+	}
+}
+
+// The PYTORCH_CUDA_ALLOC_CONF search simulates each process of a trace of several with its own
+// caching allocator: two processes that each allocate and free a 3 MiB block one after the other
+// each reserve a 20 MiB segment (PyTorch's kLargeBuffer for requests under 10 MiB), 40 MiB summed,
+// where one allocator for both would have reused the first's segment (20 MiB).
+func TestTorchSearchPerProcess(t *testing.T) {
+	b := &builder{}
+	for _, pid := range []uint32{100, 200} {
+		b.add(trace.Event{PID: pid, Op: trace.OpAlloc, Address: uint64(pid) << 24, Size: 3 << 20, Callsite: 0x400000})
+		b.add(trace.Event{PID: pid, Op: trace.OpFree, Address: uint64(pid) << 24, Callsite: 0x500000})
+	}
+	r, err := Analyze([]Input{fakeInput("two", b.events)}, Options{Top: 5, PyTorchSearch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := r.Combined.TorchSearch
+	if ts == nil {
+		t.Fatal("no search")
+	}
+	want := []model.ProcessReserved{{PID: 100, PeakReservedBytes: 20 << 20}, {PID: 200, PeakReservedBytes: 20 << 20}}
+	if d := ts.Defaults; d.PeakReservedBytes != 40<<20 || d.Segments != 2 || !slices.Equal(d.Processes, want) {
+		t.Errorf("defaults: %d bytes, %d segments, processes %+v; want 40 MiB, 2, %+v", d.PeakReservedBytes, d.Segments, d.Processes, want)
+	}
+	for _, s := range ts.Best {
+		if len(s.Processes) != 2 || s.Processes[0].PeakReservedBytes+s.Processes[1].PeakReservedBytes != s.PeakReservedBytes {
+			t.Errorf("setting %q: peak %d bytes, processes %+v: not their sum", s.Conf, s.PeakReservedBytes, s.Processes)
+		}
 	}
 }

@@ -351,19 +351,35 @@ type modelRun struct {
 	models int // policies of modelPolicies; the search's follow
 	done   chan struct{}
 	outs   []whatif.Outcome
-	err    error
+	// processes is, for a trace of several processes, each process's peak reserved under each
+	// candidate of the search (searchPerProcess), in the search's order; nil otherwise.
+	processes [][]model.ProcessReserved
+	err       error
 }
 
 // startModels starts the simulation of the policies that need only the statistics.
 func startModels(log *requests.Log, stream requests.Layer, st *stats.Result, opts Options) *modelRun {
 	policies := modelPolicies(st, opts.Capacity)
 	m := &modelRun{models: len(policies), done: make(chan struct{})}
+	var search []whatif.Policy
 	if opts.PyTorchSearch || stream == requests.Framework || st.Requests.Allocs+st.Requests.Frees <= maxSearchRequests {
-		policies = append(policies, torchCandidates(st, opts.Capacity)...)
+		search = torchCandidates(st, opts.Capacity)
 	}
 	go func() {
 		defer close(m.done)
-		m.outs, m.err = whatif.Run(log, policies, opts.Capacity, st.Calls, nil)
+		if len(search) > 0 {
+			var summed []whatif.Outcome
+			var ok bool
+			if summed, m.processes, ok, m.err = searchPerProcess(log, search, opts); m.err != nil {
+				return
+			}
+			if ok {
+				m.outs, m.err = whatif.Run(log, policies, opts.Capacity, st.Calls, nil)
+				m.outs = append(m.outs, summed...)
+				return
+			}
+		}
+		m.outs, m.err = whatif.Run(log, append(policies, search...), opts.Capacity, st.Calls, nil)
 	}()
 	return m
 }
@@ -399,6 +415,7 @@ func simulate(log *requests.Log, stream requests.Layer, rec *recommendation, st 
 		return nil, err
 	}
 	rec.torch = torchSearch(search, opts.Capacity)
+	attachProcesses(rec.torch, search, models.processes)
 	if o := rec.oom; o != nil && o.RequestedBytes < o.CapacityBytes {
 		// conservative: the setting's peak and the failed request together within what PyTorch could hold
 		o.Fits = bestWithin(search, o.CapacityBytes-o.RequestedBytes)

@@ -5,8 +5,11 @@ usage: python3 torch_procs.py spawn OUTDIR   two processes on the GPU (torch.mul
                                              each training an MLP for 20 steps
        python3 torch_procs.py loader OUTDIR  a CNN fed by a DataLoader with 2 workers (pinned memory)
 Each training process writes OUTDIR/<mode>.<rank>.stats.json: its pid, PyTorch's own
-memory_stats() counts (allocation.all.allocated / freed) and max_memory_reserved().
+memory_stats() counts (allocation.all.allocated / freed) and max_memory_reserved(), once the
+training function has returned and every tensor it made is freed (so that the counts cover every
+request the process made).
 """
+import gc
 import json
 import os
 import sys
@@ -25,6 +28,13 @@ def write_stats(outdir, name):
 
 
 def mlp(rank, outdir):
+    train_mlp(rank)
+    gc.collect()
+    torch.cuda.synchronize()
+    write_stats(outdir, f"spawn.{rank}")
+
+
+def train_mlp(rank):
     torch.manual_seed(rank)
     dev = torch.device("cuda")
     model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10)).to(dev)
@@ -36,7 +46,6 @@ def mlp(rank, outdir):
         loss.backward()
         opt.step()
     torch.cuda.synchronize()
-    write_stats(outdir, f"spawn.{rank}")
 
 
 class Images(torch.utils.data.Dataset):
@@ -49,6 +58,13 @@ class Images(torch.utils.data.Dataset):
 
 
 def loader(outdir):
+    train_cnn()
+    gc.collect()
+    torch.cuda.synchronize()
+    write_stats(outdir, "loader.0")
+
+
+def train_cnn():
     torch.manual_seed(0)
     dev = torch.device("cuda")
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
@@ -61,7 +77,6 @@ def loader(outdir):
         loss.backward()
         opt.step()
     torch.cuda.synchronize()
-    write_stats(outdir, "loader.0")
 
 
 if __name__ == "__main__":

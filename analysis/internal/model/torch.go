@@ -27,6 +27,16 @@ type TorchSetting struct {
 	Retries           uint64 `json:"retries,omitempty"`   // failed cudaMalloc calls, each a free-cache-and-retry (bounded runs)
 	SavedBytes        int64  `json:"saved_bytes"`         // defaults' peak reserved minus this one's
 	Error             string `json:"error,omitempty"`     // the setting could not be simulated
+	// Processes is, for a trace of several processes, each process's peak reserved bytes, each
+	// simulated with its own caching allocator as PyTorch runs one per process; then
+	// PeakReservedBytes, Segments, Releases, Failures and Retries are the processes' sums.
+	Processes []ProcessReserved `json:"processes,omitempty"`
+}
+
+// ProcessReserved is one process's peak reserved bytes under a setting.
+type ProcessReserved struct {
+	PID               uint32 `json:"pid"`
+	PeakReservedBytes uint64 `json:"peak_reserved_bytes"`
 }
 
 // OOMReport explains an out-of-memory of a PyTorch snapshot from the snapshot's segments, which

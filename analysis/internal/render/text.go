@@ -372,12 +372,26 @@ func (t *textWriter) torchSearch(ts *model.TorchSearch) {
 		}
 		t.printf("     peak reserved %s (%s), %s cudaMalloc, %s cudaFree, %s failed%s\n", Bytes(s.PeakReservedBytes),
 			vsDefaults(s.SavedBytes), Count(s.Segments), Count(s.Releases), Count(s.Failures), retries)
+		t.processesReserved(s.Processes)
 	}
 	if strings.Contains(ts.Best[0].Conf, "garbage_collection_threshold") {
 		// PyTorch collects only when the process has a memory fraction (allowed_memory_maximum).
 		t.printf("  garbage_collection_threshold acts only with torch.cuda.set_per_process_memory_fraction(f),\n"+
 			"  f = %d bytes / the device's total memory\n", ts.CapacityBytes)
 	}
+}
+
+// processesReserved gives, for a setting of a trace of several processes, each process's own
+// peak reserved (the peak above is their sum).
+func (t *textWriter) processesReserved(procs []model.ProcessReserved) {
+	if len(procs) == 0 {
+		return
+	}
+	parts := make([]string, len(procs))
+	for i, p := range procs {
+		parts[i] = fmt.Sprintf("pid %d %s", p.PID, Bytes(p.PeakReservedBytes))
+	}
+	t.printf("     the sum of each process's own allocator: %s\n", strings.Join(parts, ", "))
 }
 
 func (t *textWriter) oom(r *model.OOMReport) {
