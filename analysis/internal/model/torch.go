@@ -1,10 +1,11 @@
 package model
 
 // TorchSearch is the search of PYTORCH_CUDA_ALLOC_CONF settings: every setting simulated with
-// PyTorch's caching allocator (pool.PolicyPyTorch) or, for backend:cudaMallocAsync, CUDA's
-// stream-ordered pool, on unbounded memory (those with garbage_collection_threshold within the
-// capacity, where it acts), and ranked. A setting fits a capacity when its peak reserved bytes
-// stay within it and no request fails nor makes PyTorch free its cache and retry.
+// PyTorch's caching allocator (pool.PolicyPyTorch) and ranked, and backend:cudaMallocAsync
+// simulated as CUDA's stream-ordered pool and reported apart, on unbounded memory (those with
+// garbage_collection_threshold within the capacity, where it acts). A setting fits a capacity
+// when its peak reserved bytes stay within it and no request fails nor makes PyTorch free its
+// cache and retry.
 type TorchSearch struct {
 	CapacityBytes uint64         `json:"capacity_bytes"` // the device capacity the settings ran under (0 = unbounded)
 	Simulated     int            `json:"simulated"`      // settings simulated
@@ -14,6 +15,10 @@ type TorchSearch struct {
 	// MissBytes is, when no setting fits, by how much the closest one (Best[0]) passes the
 	// capacity: its peak reserved bytes minus the capacity.
 	MissBytes uint64 `json:"miss_bytes,omitempty"`
+	// AsyncBackend is backend:cudaMallocAsync in the model (CUDA's stream-ordered pool keeping its
+	// memory), apart from the ranking: PyTorch's reserved figure under that backend is not
+	// predicted to the byte. nil when it was not simulated.
+	AsyncBackend *TorchSetting `json:"async_backend,omitempty"`
 }
 
 // TorchSetting is one PYTORCH_CUDA_ALLOC_CONF value and what it did in the model.

@@ -374,6 +374,11 @@ func (t *textWriter) torchSearch(ts *model.TorchSearch) {
 			vsDefaults(s.SavedBytes), Count(s.Segments), Count(s.Releases), Count(s.Failures), retries)
 		t.processesReserved(s.Processes)
 	}
+	if a := ts.AsyncBackend; a != nil && a.Failures == 0 && a.PeakReservedBytes < ts.Best[0].PeakReservedBytes {
+		t.printf("  not ranked: backend:cudaMallocAsync, peak reserved %s in the model (%s below the first);\n"+
+			"     CUDA's pool is not predicted to the byte: real runs reserved up to a third more\n",
+			Bytes(a.PeakReservedBytes), Bytes(ts.Best[0].PeakReservedBytes-a.PeakReservedBytes))
+	}
 	if strings.Contains(ts.Best[0].Conf, "garbage_collection_threshold") {
 		// PyTorch collects only when the process has a memory fraction (allowed_memory_maximum).
 		t.printf("  garbage_collection_threshold acts only with torch.cuda.set_per_process_memory_fraction(f),\n"+
