@@ -42,6 +42,14 @@ type TraceReport struct {
 	Config        *pool.Config    `json:"config"`
 	PerProcess    *PerProcess     `json:"per_process,omitempty"` // a trace of several processes: the pool sized for each
 	Detail        *Detail         `json:"-"`                     // the HTML report's timeline, when asked for
+
+	// CallsiteNote says in one line why the trace's callsites are shown as addresses, and what to
+	// do about it; "" when the trace names them all (or has none).
+	CallsiteNote string `json:"callsite_note,omitempty"`
+	// Stacks are the full stacks of the callsites the report names, by name, innermost frame first
+	// ("function (file:line)"), where the trace has them: a PyTorch snapshot's recorded stacks, a
+	// symbolized recording's frame. Only the HTML report shows them; not in the JSON report.
+	Stacks map[string][]string `json:"-"`
 }
 
 // TraceInfo is the metadata a trace file carries.
