@@ -292,6 +292,7 @@ func analyzeRequests(name string, open opener, c *stats.Collector, log *requests
 	}
 	tr := assemble(name, st, rec, outs, c.CallsiteName)
 	applyFramework(tr, st, info)
+	tr.Answer = answer(tr, st, info, opts.Capacity)
 	return tr, nil
 }
 
