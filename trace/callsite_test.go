@@ -123,10 +123,9 @@ func TestCallsiteProblem(t *testing.T) {
 		t.Cleanup(func() { r.Close() })
 		return r
 	}
-	if got, want := open(nil).CallsiteProblem(3), "3 callsites are shown as return addresses: the trace has no "+
-		"module map (it was recorded by a record older than the module map); record the program again with a "+
-		"current record, which writes one, to see function names (and files and lines where its files have debug "+
-		"information)"; got != want {
+	if got, want := open(nil).CallsiteProblem(3), "3 callsites are bare return addresses: the trace has no "+
+		"module map (an older record wrote it); record the program again with a current record, which writes one, "+
+		"to name them"; got != want {
 		t.Errorf("no modules: %q, want %q", got, want)
 	}
 	if got := open(nil).CallsiteProblem(0); got != "" {

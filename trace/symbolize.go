@@ -278,10 +278,8 @@ func (r *Reader) CallsiteProblem(unnamed int) string {
 		if unnamed == 0 {
 			return ""
 		}
-		return fmt.Sprintf("%d callsites are shown as return addresses: the trace has no module map (it was "+
-			"recorded by a record older than the module map); record the program again with a current record, "+
-			"which writes one, to see function names (and files and lines where its files have debug information)",
-			unnamed)
+		return fmt.Sprintf("%d callsites are bare return addresses: the trace has no module map (an older record "+
+			"wrote it); record the program again with a current record, which writes one, to name them", unnamed)
 	}
 	return r.symbols.problem()
 }

@@ -105,7 +105,10 @@
         scales: { x: { time: false, auto: false, range: (u, a, b) => [a, b] },
           y: { auto: false, range: (u, a, b) => [a, b] } },
         axes: [{ label: "time from the first event",
-          values: (u, ticks, axis, space, step) => (this.xLabels = timeLabels(ticks, step)) },
+          values: (u, ticks, axis, space, step) => {
+            this.xTicks = ticks;
+            return (this.xLabels = timeLabels(ticks, step));
+          } },
           { label: "live", size: 80, splits: byteSplits, values: (u, ticks) => ticks.map(bytes) }],
         series: [{}, { label: "live bytes", stroke: blue, fill: "rgba(31,119,180,0.12)", width: 1.5,
           paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
@@ -467,7 +470,7 @@
     pixel: (e, i) => sections[i || 0].pixel(e),
     maps: maps, // per section, its memory maps
     mapPixel: (m, j, k, i) => maps[i || 0][m].pixel(j, k),
-    timeLabels: (i) => sections[i || 0].xLabels, // the time axis's tick labels as last drawn
+    timeAxis: (i) => ({ ticks: sections[i || 0].xTicks, labels: sections[i || 0].xLabels }), // as last drawn
     ratioAxis: (i) => { const r = sections[i || 0].ratios; return { range: r.range, labels: r.barLabels }; },
     histogram: (i) => { const h = sections[i || 0].hist; return { labels: h.labels, values: Array.from(h.data[1]) }; },
   };
