@@ -12,7 +12,8 @@ import (
 )
 
 // A bundled H200 trace has callsite addresses and no module map: the report says so in one line,
-// with what to do, in the JSON and in the text report under the callsites.
+// with what to do, in the JSON, in the text report under the callsites and in the HTML report
+// under the headline.
 func TestCallsiteNoteWithoutModules(t *testing.T) {
 	path := filepath.Join("..", "testdata", "h200", "a_static.arrow")
 	r, err := Analyze([]Input{{Name: "a_static", Open: func() (Source, error) { return trace.Open(path) }}}, Options{})
@@ -29,6 +30,10 @@ func TestCallsiteNoteWithoutModules(t *testing.T) {
 		"  record the program again with a current record, which writes one, to name them\n\nSIZE CLASSES"
 	if !strings.Contains(text, wrapped) {
 		t.Errorf("the text report lacks the note after the callsites:\n%s", text)
+	}
+	page := string(output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteHTML(b, r) }))
+	if !strings.Contains(page, `<p class="note">`+want+`</p>`) {
+		t.Error("the HTML report lacks the note")
 	}
 	js := string(output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteJSON(b, r) }))
 	if !strings.Contains(js, `"callsite_note": "`+want+`"`) {
