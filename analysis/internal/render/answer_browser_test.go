@@ -125,9 +125,8 @@ func sameNumber(v any, s string) bool {
 }
 
 // checkHeadline checks that the answer is the section's first block, and its first line and the
-// headline's pool line word for word: the
-// reserved figure is the predicted peak reserved (329 MiB), the paged arena's 1.2 GiB only its
-// address space.
+// headline's pool line word for word: the reserved figure is the predicted peak reserved (329 MiB),
+// the paged arena's 1.2 GiB only its address space.
 func checkHeadline(t *testing.T, b *browserTab, tr *model.TraceReport) {
 	if first := eval[string](t, b, `document.querySelector("#stream-0 h2").nextElementSibling.className`); first != "answer" {
 		t.Errorf("the section's first block is %q, want the answer", first)
