@@ -1,8 +1,12 @@
 package trace
 
 import (
+	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -145,5 +149,53 @@ func TestCallsiteProblem(t *testing.T) {
 	}
 	if got := open([]Module{{PID: 1, Start: 0x1000, End: 0x2000, Path: exe}}).CallsiteProblem(0); got != "" {
 		t.Errorf("nothing asked: %q, want none", got)
+	}
+}
+
+// A callsite in a file without symbols (built with -s) is named by the file and offset, and
+// CallsiteProblem says to install the debug symbols or build with -g.
+func TestCallsiteProblemStripped(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler to build a stripped program")
+	}
+	dir := t.TempDir()
+	src, prog := filepath.Join(dir, "p.c"), filepath.Join(dir, "stripped")
+	if err := os.WriteFile(src, []byte("static int f(int x) { return x * 3; }\nint main(int argc, char **argv) { return f(argc); }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cc, "-s", "-o", prog, src).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	f, err := elf.Open(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := f.Section(".text")
+	var load *elf.Prog
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			load = p
+		}
+	}
+	f.Close()
+	if text == nil || load == nil {
+		t.Fatal("no .text or executable segment")
+	}
+	mod := Module{PID: 1, Start: 0x400000, End: 0x400000 + load.Filesz, Offset: load.Off, Path: prog}
+	r, err := Open(writeTrace(t, Info{Modules: []Module{mod}}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	addr := mod.Start + text.Offset - load.Off + 2
+	c, ok := r.Callsite(1, addr)
+	if want := fmt.Sprintf("stripped+%#x", text.Offset+2); !ok || c.Label != want {
+		t.Errorf("callsite %+v %v, want %s", c, ok, want)
+	}
+	want := "callsites without a function name: 1 in " + prog + ", without symbols: install its debug symbols, " +
+		"or build it with -g and without -s"
+	if got := r.CallsiteProblem(0); got != want {
+		t.Errorf("problem %q, want %q", got, want)
 	}
 }
