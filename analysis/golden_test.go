@@ -154,7 +154,7 @@ func TestHTMLSelfContained(t *testing.T) {
 		}
 		for _, want := range []string{`<section class="stream" id="stream-0">`, "Live bytes over time",
 			"Memory at each policy's peak of reserved bytes", "Memory map at the peak", `<div class="pmap" data-map="1">`,
-			"What-if simulation", "Request sizes (log2 buckets)",
+			"What-if simulation", "Request sizes (log2 buckets, a bar for each)", "<h3>The answer</h3>", "<h3>Anomalies and leaks</h3>",
 			"Allocation lifetimes", "peak live 3 MiB", "<summary>Text report</summary>",
 			fmt.Sprintf(`"events":%v`, detail), "Permission is hereby granted, free of charge"} {
 			if !strings.Contains(page, want) {

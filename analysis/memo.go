@@ -53,3 +53,11 @@ func (m *memoSource) Callsite(pid uint32, id uint64) (trace.Callsite, bool) {
 	}
 	return trace.Callsite{}, false
 }
+
+// CallsiteProblem says why callsites have no name, as the memorized source does.
+func (m *memoSource) CallsiteProblem(unnamed int) string {
+	if p, ok := m.Source.(interface{ CallsiteProblem(int) string }); ok {
+		return p.CallsiteProblem(unnamed)
+	}
+	return ""
+}

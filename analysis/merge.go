@@ -3,6 +3,8 @@ package analysis
 import (
 	"errors"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/allocscope/allocscope/trace"
 )
@@ -102,6 +104,21 @@ func (m *merged) Callsite(pid uint32, id uint64) (trace.Callsite, bool) {
 		}
 	}
 	return trace.Callsite{}, false
+}
+
+// CallsiteProblem says why callsites of the sources have no name: each source's line, as
+// trace.Reader.CallsiteProblem (unnamed, which the merged source cannot split, goes to the
+// sources without modules), the same line once.
+func (m *merged) CallsiteProblem(unnamed int) string {
+	var lines []string
+	for _, s := range m.srcs {
+		if p, ok := s.(interface{ CallsiteProblem(int) string }); ok {
+			if l := p.CallsiteProblem(unnamed); l != "" && !slices.Contains(lines, l) {
+				lines = append(lines, l)
+			}
+		}
+	}
+	return strings.Join(lines, "; ")
 }
 
 // Warnings returns the warnings of every source.

@@ -61,18 +61,77 @@ type callsiteNamer interface {
 	Callsite(pid uint32, id uint64) (trace.Callsite, bool)
 }
 
+// callsiteBook is what the report keeps of a source's callsites besides their names, as the
+// analysis asks for the names: the full stack of each name (as lines "function (file:line)"; of
+// the stacks with one name, the least in lexical order, whatever order the names are asked in)
+// and the callsites the source could not name.
+type callsiteBook struct {
+	stacks  map[string][]string
+	unnamed map[[2]uint64]bool // pid, callsite
+	problem func(unnamed int) string
+}
+
+// name names a callsite with n, noting its stack or that it has no name.
+func (b *callsiteBook) name(n callsiteNamer, pid uint32, id uint64) (string, bool) {
+	cs, ok := n.Callsite(pid, id)
+	switch {
+	case !ok && id != 0:
+		b.unnamed[[2]uint64{uint64(pid), id}] = true
+	case ok && len(cs.Frames) > 0:
+		lines, kept := frameLines(cs.Frames), b.stacks[cs.Label]
+		if kept == nil || slices.Compare(lines, kept) < 0 {
+			b.stacks[cs.Label] = lines
+		}
+	}
+	return cs.Label, ok
+}
+
+// note is the report's line on the callsites without a name: why, and what to do; "" when all
+// have one.
+func (b *callsiteBook) note() string {
+	if b.problem != nil {
+		return b.problem(len(b.unnamed))
+	}
+	if len(b.unnamed) > 0 {
+		return fmt.Sprintf("%d callsites are shown as return addresses: the trace does not name them", len(b.unnamed))
+	}
+	return ""
+}
+
+// frameLines writes a stack's frames for people: "function (file:line)", "function (file)" or the
+// file alone.
+func frameLines(frames []trace.Frame) []string {
+	out := make([]string, len(frames))
+	for i, f := range frames {
+		where := f.File
+		if f.Line > 0 {
+			where = fmt.Sprintf("%s:%d", f.File, f.Line)
+		}
+		switch {
+		case f.Function == "":
+			out[i] = where
+		case where == "":
+			out[i] = f.Function
+		default:
+			out[i] = f.Function + " (" + where + ")"
+		}
+	}
+	return out
+}
+
 // collect is the statistics pass. It also decodes the requests into the log that every later pass
 // reads, on a goroutine of its own, batch by batch with the statistics.
-func collect(src Source, opts Options) (*stats.Collector, *requests.Log, error) {
+func collect(src Source, opts Options) (*stats.Collector, *requests.Log, *callsiteBook, error) {
 	c := stats.NewCollector(sizeclass.Thresholds)
 	if opts.Detail {
 		c.KeepDetail()
 	}
+	book := &callsiteBook{stacks: map[string][]string{}, unnamed: map[[2]uint64]bool{}}
+	if p, ok := src.(interface{ CallsiteProblem(int) string }); ok {
+		book.problem = p.CallsiteProblem
+	}
 	if n, ok := src.(callsiteNamer); ok {
-		c.NameCallsites(func(pid uint32, id uint64) (string, bool) {
-			cs, ok := n.Callsite(pid, id)
-			return cs.Label, ok
-		})
+		c.NameCallsites(func(pid uint32, id uint64) (string, bool) { return book.name(n, pid, id) })
 	}
 	d := requests.NewDecoder(opts.budget, opts.SpillDir)
 	batches, decoded := make(chan []trace.Event), make(chan error)
@@ -96,7 +155,7 @@ func collect(src Source, opts Options) (*stats.Collector, *requests.Log, error) 
 		c.Add(b)
 		if derr := <-decoded; derr != nil {
 			d.Close()
-			return nil, nil, fmt.Errorf("%s: %w", opts.input, derr)
+			return nil, nil, nil, fmt.Errorf("%s: %w", opts.input, derr)
 		}
 		if report != nil && len(b) > 0 {
 			report(len(b))
@@ -104,13 +163,13 @@ func collect(src Source, opts Options) (*stats.Collector, *requests.Log, error) 
 		if errors.Is(err, io.EOF) {
 			log, _, err := d.Finish()
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", opts.input, err)
+				return nil, nil, nil, fmt.Errorf("%s: %w", opts.input, err)
 			}
-			return c, log, nil
+			return c, log, book, nil
 		}
 		if err != nil {
 			d.Close()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 }
@@ -135,6 +194,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	var snap *trace.Snapshot
 	var memo *memoSource
 	var passed []uint64
+	var book *callsiteBook
 	err := open.pass(&warns, func(src Source) (err error) {
 		info = traceInfo(src)
 		passed = passThrough(src)
@@ -148,7 +208,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 				src = memo
 			}
 		}
-		c, log, err = collect(src, opts)
+		c, log, book, err = collect(src, opts)
 		return err
 	})
 	if memo != nil && err == nil {
@@ -169,6 +229,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		return nil, nil, nil, err
 	}
 	tr.Info = info
+	tr.Stacks, tr.CallsiteNote = book.stacks, book.note()
 	if len(passed) > 0 {
 		passThroughConfigs(tr, passed)
 		warns = append(warns, fmt.Sprintf("%s: the program exported device allocations of %s by IPC "+
@@ -231,6 +292,7 @@ func analyzeRequests(name string, open opener, c *stats.Collector, log *requests
 	}
 	tr := assemble(name, st, rec, outs, c.CallsiteName)
 	applyFramework(tr, st, info)
+	tr.Answer = answer(tr, st, info, opts.Capacity)
 	return tr, nil
 }
 

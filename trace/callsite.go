@@ -123,6 +123,7 @@ func callsiteLabel(frames []Frame) string {
 
 // shortFunction drops a C++ name's template arguments, parameters and return type.
 func shortFunction(name string) string {
+	name = withoutClones(name)
 	var b strings.Builder
 	depth := 0
 	for _, r := range name {

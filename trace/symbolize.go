@@ -95,6 +95,11 @@ type symbolizer struct {
 	modules map[uint32][]Module // by pid, sorted by Start
 	files   map[string]*elfInfo // by path; nil when unreadable
 	names   map[[2]uint64]*Callsite
+	// Why callsites got no function name, each callsite counted once: by the path of its module,
+	// that file missing, rebuilt since the recording or without symbols; outside is the callsites
+	// in no recorded module.
+	missing, rebuilt, stripped map[string]int
+	outside                    int
 }
 
 // elfInfo is what naming needs of one ELF file.
@@ -106,7 +111,8 @@ type elfInfo struct {
 }
 
 func newSymbolizer(mods []Module) *symbolizer {
-	s := &symbolizer{modules: map[uint32][]Module{}, files: map[string]*elfInfo{}, names: map[[2]uint64]*Callsite{}}
+	s := &symbolizer{modules: map[uint32][]Module{}, files: map[string]*elfInfo{}, names: map[[2]uint64]*Callsite{},
+		missing: map[string]int{}, rebuilt: map[string]int{}, stripped: map[string]int{}}
 	for _, m := range mods {
 		s.modules[m.PID] = append(s.modules[m.PID], m)
 	}
@@ -129,7 +135,11 @@ func (s *symbolizer) name(pid uint32, addr uint64) *Callsite {
 	if i, _ := slices.BinarySearchFunc(ms, addr+1, func(m Module, a uint64) int { return cmp.Compare(m.Start, a) }); i > 0 {
 		if m := ms[i-1]; addr < m.End {
 			c = s.inModule(m, addr-m.Start+m.Offset)
+		} else {
+			s.outside++
 		}
+	} else {
+		s.outside++
 	}
 	s.names[key] = c
 	return c
@@ -143,9 +153,11 @@ func (s *symbolizer) inModule(m Module, off uint64) *Callsite {
 		s.files[m.Path] = f
 	}
 	if f == nil {
+		s.missing[m.Path]++
 		return nil
 	}
 	if m.BuildID != "" && f.buildID != m.BuildID { // rebuilt since the recording: its names would lie
+		s.rebuilt[m.Path]++
 		return &Callsite{Label: fmt.Sprintf("%s+%#x (rebuilt since)", filepath.Base(m.Path), off),
 			Frames: []Frame{{File: filepath.Base(m.Path)}}}
 	}
@@ -167,6 +179,7 @@ func (s *symbolizer) inModule(m Module, off uint64) *Callsite {
 		label = fmt.Sprintf("%s (%s:%d)", fr.Function, filepath.Base(file), line)
 	} else if fr.Function == "" {
 		label = fmt.Sprintf("%s+%#x", fr.File, off)
+		s.stripped[m.Path]++
 	}
 	return &Callsite{Label: label, Frames: []Frame{fr}}
 }
@@ -233,10 +246,80 @@ func cloneBase(name string) string {
 	if strings.HasPrefix(name, "_Z") {
 		name = demangle.Filter(name, demangle.NoParams, demangle.NoTemplateParams)
 	}
+	name = withoutClones(name)
 	for _, marker := range []string{".isra.", ".constprop.", ".part.", ".lto_priv.", ".cold"} {
 		if i := strings.Index(name, marker); i > 0 {
 			name = name[:i]
 		}
 	}
 	return name
+}
+
+// withoutClones drops the clone notes that a demangler writes after a specialised copy's name
+// ("at::foo(int) [clone .isra.0] [clone .cold]" is "at::foo(int)"), which would otherwise cut the
+// name at their space.
+func withoutClones(name string) string {
+	for {
+		trimmed := strings.TrimRight(name, " ")
+		i := strings.LastIndex(trimmed, " [clone ")
+		if i < 0 || !strings.HasSuffix(trimmed, "]") {
+			return trimmed
+		}
+		name = trimmed[:i]
+	}
+}
+
+// CallsiteProblem says in one line why callsites of the trace have no function name, and what to
+// do about it: "" when every callsite Callsite was asked for so far was named. unnamed is the
+// number of callsites for which Callsite returned false, which only the caller knows of a trace
+// without modules.
+func (r *Reader) CallsiteProblem(unnamed int) string {
+	if r.symbols == nil {
+		if unnamed == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%d callsites are bare return addresses: the trace has no module map (an older record "+
+			"wrote it); record the program again with a current record, which writes one, to name them", unnamed)
+	}
+	return r.symbols.problem()
+}
+
+// problem says why callsites got no function name, most callsites first; "" when all got one.
+func (s *symbolizer) problem() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var parts []string
+	for _, why := range []struct {
+		files map[string]int
+		what  string
+	}{{s.missing, "not on this machine: run analyze where the program was recorded"},
+		{s.rebuilt, "rebuilt since the recording: run analyze on the recorded build"},
+		{s.stripped, "without symbols: install its debug symbols, or build it with -g and without -s"}} {
+		if n, files := fileCounts(why.files); n > 0 {
+			parts = append(parts, fmt.Sprintf("%d in %s, %s", n, files, why.what))
+		}
+	}
+	if s.outside > 0 {
+		parts = append(parts, fmt.Sprintf("%d outside the recorded modules (JIT-compiled or unloaded code)", s.outside))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "callsites without a function name: " + strings.Join(parts, "; ")
+}
+
+// fileCounts sums the callsites of files and names the file with the most ("libx.so", or
+// "libx.so and 2 more files").
+func fileCounts(files map[string]int) (int, string) {
+	n, top := 0, ""
+	for path, k := range files {
+		n += k
+		if top == "" || k > files[top] || (k == files[top] && path < top) {
+			top = path
+		}
+	}
+	if len(files) > 1 {
+		return n, fmt.Sprintf("%s and %d more files", top, len(files)-1)
+	}
+	return n, top
 }

@@ -19,14 +19,17 @@ type Report struct {
 
 // TraceReport is everything computed for one event stream.
 type TraceReport struct {
-	Name         string     `json:"name"`
-	Info         *TraceInfo `json:"info,omitempty"` // the trace's metadata, when it has some
-	Events       uint64     `json:"events"`
-	RequestLayer string     `json:"request_layer"` // "framework" when the trace has framework allocations, else "device"
-	Requests     *Stats     `json:"requests"`      // the user-level requests, all groups together
-	Upstream     *Stats     `json:"upstream,omitempty"`
-	Groups       []*Stats   `json:"groups"` // requests per process, device and stream
-	Anomalies    Anomalies  `json:"anomalies"`
+	Name string     `json:"name"`
+	Info *TraceInfo `json:"info,omitempty"` // the trace's metadata, when it has some
+	// Answer is what the report says first: today's use of memory, the recommendation and what
+	// it saves, the anomalies that need action.
+	Answer       *Answer   `json:"answer,omitempty"`
+	Events       uint64    `json:"events"`
+	RequestLayer string    `json:"request_layer"` // "framework" when the trace has framework allocations, else "device"
+	Requests     *Stats    `json:"requests"`      // the user-level requests, all groups together
+	Upstream     *Stats    `json:"upstream,omitempty"`
+	Groups       []*Stats  `json:"groups"` // requests per process, device and stream
+	Anomalies    Anomalies `json:"anomalies"`
 	// Framework is the framework whose allocator the trace shows (package framework's rules), or
 	// whose requests it holds; nil for neither.
 	Framework *FrameworkNote `json:"framework,omitempty"`
@@ -42,6 +45,14 @@ type TraceReport struct {
 	Config        *pool.Config    `json:"config"`
 	PerProcess    *PerProcess     `json:"per_process,omitempty"` // a trace of several processes: the pool sized for each
 	Detail        *Detail         `json:"-"`                     // the HTML report's timeline, when asked for
+
+	// CallsiteNote says in one line why the trace's callsites are shown as addresses, and what to
+	// do about it; "" when the trace names them all (or has none).
+	CallsiteNote string `json:"callsite_note,omitempty"`
+	// Stacks are the full stacks of the callsites the report names, by name, innermost frame first
+	// ("function (file:line)"), where the trace has them: a PyTorch snapshot's recorded stacks, a
+	// symbolized recording's frame. Only the HTML report shows them; not in the JSON report.
+	Stacks map[string][]string `json:"-"`
 }
 
 // TraceInfo is the metadata a trace file carries.

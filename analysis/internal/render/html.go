@@ -5,11 +5,14 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"html"
 	"html/template"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/pool"
 )
 
 // assets are the page's template, its script and style, and the vendored uPlot (see
@@ -82,20 +85,25 @@ type htmlPage struct {
 type htmlSection struct {
 	Index      int
 	Name       string
-	Summary    []string
+	Summary    []template.HTML
 	Data       template.JS
 	Policies   []policyRow
 	Maps       []mapView
 	Classes    *classTable
 	Callsites  []callsiteTable
 	Fragmented []segmentRow
+	Answer     *answerView // the report's answer, the section's first block
+	Anomalies  anomalyView
+	Note       string // model.TraceReport.CallsiteNote
 }
 
 func section(i int, tr *model.TraceReport) (htmlSection, error) {
 	sec := htmlSection{Index: i, Name: tr.Name, Summary: summary(tr), Policies: policies(tr),
-		Classes: classes(tr.SizeClasses), Fragmented: fragmented(tr.OOM)}
+		Classes: classes(tr.SizeClasses), Fragmented: fragmented(tr.OOM), Answer: answerOf(tr.Answer),
+		Anomalies: anomalies(&tr.Anomalies), Note: tr.CallsiteNote}
 	data := charts(tr)
 	sec.Maps, data.Maps = peakMaps(tr.Simulations)
+	data.Stacks = usedStacks(tr, &data)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf) // escapes <, > and &: the JSON cannot end its script element
 	if err := enc.Encode(data); err != nil {
@@ -113,31 +121,78 @@ func section(i int, tr *model.TraceReport) (htmlSection, error) {
 	return sec, nil
 }
 
-// summary is the stream's headline figures.
-func summary(tr *model.TraceReport) []string {
+// summary is the stream's headline figures, each number marked with where the JSON report has it
+// (figure).
+func summary(tr *model.TraceReport) []template.HTML {
 	s := tr.Requests
-	out := []string{
-		fmt.Sprintf("%s events; %s requests (%s layer): %s allocations, %s frees", Count(tr.Events),
-			Count(s.Allocs+s.Frees), tr.RequestLayer, Count(s.Allocs), Count(s.Frees)),
-		fmt.Sprintf("peak live %s in %s blocks at %s (seq %d); live at the end %s", Bytes(s.PeakLiveBytes),
-			Count(s.PeakLiveBlocks), Duration(float64(s.PeakTimeNs-s.FirstTimeNs)), s.PeakSeq, Bytes(s.EndLiveBytes)),
+	out := []template.HTML{
+		line("%s events; %s requests (%s layer): %s allocations, %s frees", figure("events", tr.Events, Count(tr.Events)),
+			plain(Count(s.Allocs+s.Frees)), plain(tr.RequestLayer), figure("requests.allocs", s.Allocs, Count(s.Allocs)),
+			figure("requests.frees", s.Frees, Count(s.Frees))),
+		line("peak live %s in %s blocks at %s (seq %s); live at the end %s",
+			figure("requests.peak_live_bytes", s.PeakLiveBytes, Bytes(s.PeakLiveBytes)), figure("requests.peak_live_blocks", s.PeakLiveBlocks, Count(s.PeakLiveBlocks)),
+			plain(Duration(float64(s.PeakTimeNs-s.FirstTimeNs))), figure("requests.peak_seq", s.PeakSeq, strconv.FormatUint(s.PeakSeq, 10)),
+			figure("requests.end_live_bytes", s.EndLiveBytes, Bytes(s.EndLiveBytes))),
 	}
 	if h := tr.Anomalies.HeldByAllocator; h != nil {
-		out = append(out, fmt.Sprintf("held by %s's allocator until exit: %s segments, %s (not leaks); leaks %s, %s",
-			h.Framework, Count(h.Count), Bytes(h.Bytes), Count(tr.Anomalies.Leaks.Count), Bytes(tr.Anomalies.Leaks.Bytes)))
+		out = append(out, line("held by %s's allocator until exit: %s segments, %s (not leaks); leaks %s, %s",
+			plain(h.Framework), figure("anomalies.held_by_allocator.count", h.Count, Count(h.Count)),
+			figure("anomalies.held_by_allocator.bytes", h.Bytes, Bytes(h.Bytes)),
+			figure("anomalies.leaks.count", tr.Anomalies.Leaks.Count, Count(tr.Anomalies.Leaks.Count)),
+			figure("anomalies.leaks.bytes", tr.Anomalies.Leaks.Bytes, Bytes(tr.Anomalies.Leaks.Bytes))))
 	}
 	if fw := tr.Framework; fw != nil && fw.Layer == "driver" {
-		out = append(out, segmentsNote(fw), "to see "+fw.Framework+"'s requests: "+fw.SeeRequests)
+		out = append(out, line("%s", plain(segmentsNote(fw))), line("to see %s's requests: %s", plain(fw.Framework),
+			plain(fw.SeeRequests)))
 	}
 	if fw := tr.Framework; fw != nil && fw.Layer == "framework" {
-		out = append(out, fmt.Sprintf("first, %s's own setting: %s (predicted peak reserved %s)", fw.Framework,
-			fw.Setting, Bytes(fw.PeakReservedBytes)))
+		out = append(out, line("first, %s's own setting: %s (predicted peak reserved %s)", plain(fw.Framework),
+			plain(fw.Setting), figure("framework.peak_reserved_bytes", fw.PeakReservedBytes, Bytes(fw.PeakReservedBytes))))
 	}
-	if tr.Config != nil {
-		out = append(out, fmt.Sprintf("recommended pool: %s, %s reserved", settingsLine(tr.Config),
-			Bytes(tr.Config.PlanBytes())))
+	if c := tr.Config; c != nil && c.Prediction != nil {
+		p := c.Prediction
+		out = append(out, line("recommended pool: %s; predicted peak reserved %s for peak live %s",
+			poolSettings(c), figure("config.prediction.peak_reserved_bytes", p.PeakReservedBytes, Bytes(p.PeakReservedBytes)),
+			figure("config.prediction.peak_live_bytes", p.PeakLiveBytes, Bytes(p.PeakLiveBytes))))
 	}
 	return out
+}
+
+// poolSettings names the pool of c for the headline: its classes and its arena, a paged arena by
+// the bytes it keeps mapped at most (its address space, ArenaBytes, is not memory it holds).
+func poolSettings(c *pool.Config) template.HTML {
+	sc := c.SizeClass
+	if sc == nil {
+		return plain(string(c.Policy))
+	}
+	classes := line("%s classes up to %s", plain(strconv.Itoa(len(sc.Classes))),
+		figure("config.size_class.large_threshold_bytes", sc.LargeThreshold, Bytes(sc.LargeThreshold)))
+	if pg := sc.ArenaPaging; pg != nil {
+		return line("%s, a paged arena of at most %s mapped (%s of address space)", classes,
+			figure("config.size_class.arena_paging.budget_bytes", pg.BudgetBytes, Bytes(pg.BudgetBytes)),
+			figure("config.size_class.arena_bytes", sc.ArenaBytes, Bytes(sc.ArenaBytes)))
+	}
+	return line("%s, an arena of %s", classes, figure("config.size_class.arena_bytes", sc.ArenaBytes, Bytes(sc.ArenaBytes)))
+}
+
+// figure is a number of the page as it shows it: text is v formatted, data-json is where the JSON
+// report has v (from the stream's report: "requests.peak_live_bytes") and data-v is v, so that a
+// test can check the page against the JSON.
+func figure(path string, v any, text string) template.HTML {
+	return template.HTML(fmt.Sprintf(`<b class="fig" data-json="%s" data-v="%v">%s</b>`, // #nosec G203 -- escaped
+		html.EscapeString(path), v, html.EscapeString(text)))
+}
+
+// plain is text of the headline, escaped.
+func plain(s string) template.HTML { return template.HTML(html.EscapeString(s)) } // #nosec G203 -- escaped
+
+// line fills format (text of ours) with parts already escaped.
+func line(format string, parts ...template.HTML) template.HTML {
+	args := make([]any, len(parts))
+	for i, p := range parts {
+		args[i] = string(p)
+	}
+	return template.HTML(fmt.Sprintf(format, args...)) // #nosec G203 -- our format, escaped parts
 }
 
 // policyRow is one simulated policy in the what-if table and the memory map at its peak.

@@ -18,6 +18,8 @@ type chartData struct {
 	Ratios   barsData     `json:"ratios"`
 	CDF      xyData       `json:"cdf"`
 	Maps     []mapData    `json:"maps"` // the memory maps at the peak, as the section lists them
+	// Stacks are the full stacks of the callsites the section names, by name (TraceReport.Stacks).
+	Stacks map[string][]string `json:"stacks,omitempty"`
 }
 
 // timelineData is a model.Detail in columns. Times are nanoseconds from the stream's first event;
@@ -134,16 +136,33 @@ func intern(index map[string]int32, list *[]string, s string) int32 {
 	return i
 }
 
-// histogram is the request count of every log2 size bucket.
+// histogram is the request count of every log2 size bucket from the smallest request's to the
+// largest's, the empty ones between them as 0: one bar per power of two, so that the x axis is a
+// log2 axis (the report's histogram lists only the buckets that have requests).
 func histogram(s *model.Stats) barsData {
 	var b barsData
-	for _, h := range s.Histogram {
+	for _, h := range log2Buckets(s.Histogram) {
 		b.Labels = append(b.Labels, Bytes(h.Lo))
 		b.Values = append(b.Values, float64(h.Count))
 		b.Notes = append(b.Notes, fmt.Sprintf("%s ≤ size < %s: %s requests, %s", Bytes(h.Lo), Bytes(h.Hi),
 			Count(h.Count), Bytes(h.Bytes)))
 	}
 	return b
+}
+
+// log2Buckets fills the gaps of hist (non-empty log2 buckets, ascending: [0, 1), [1, 2), [2, 4),
+// …) with empty buckets.
+func log2Buckets(hist []model.SizeBucket) []model.SizeBucket {
+	var out []model.SizeBucket
+	for i, h := range hist {
+		if i > 0 {
+			for lo := hist[i-1].Hi; lo < h.Lo && lo > 0; lo <<= 1 {
+				out = append(out, model.SizeBucket{Lo: lo, Hi: lo << 1})
+			}
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 // ratios is each policy's peak reserved bytes over the peak of live bytes.

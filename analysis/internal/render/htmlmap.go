@@ -10,9 +10,9 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/model"
 )
 
-// mapPalette colours the live blocks of a memory map by callsite: the callsites that hold the most
-// live bytes in the map get these colours, in order; the others, and blocks of no known callsite,
-// get mapOther. Free (cached) bytes are mapFree.
+// mapPalette colours the live blocks of the memory maps by callsite: the callsites that hold the
+// most live bytes in a section's maps together get these colours, in order, the same in every map;
+// the others, and blocks of no known callsite, get mapOther. Free (cached) bytes are mapFree.
 var mapPalette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
 	"#bcbd22", "#17becf"}
 
@@ -69,24 +69,53 @@ type mapRegionData struct {
 }
 
 // peakMaps returns the views and the chart data of the simulations' memory maps, in their order
-// (the recommended pool first).
+// (the recommended pool first), a callsite of the same colour in all of them (siteColors).
 func peakMaps(sims []model.Simulation) ([]mapView, []mapData) {
+	var maps []model.Simulation
+	for _, s := range sims {
+		if s.PeakMap != nil && s.Error == "" {
+			maps = append(maps, s)
+		}
+	}
+	colors := siteColors(maps)
 	var views []mapView
 	var data []mapData
-	for _, s := range sims {
-		if s.PeakMap == nil || s.Error != "" {
-			continue
-		}
-		d, colors := mapColumns(s.PeakMap)
-		views = append(views, mapViewOf(len(data), s, colors))
+	for i, s := range maps {
+		d, legend := mapColumns(s.PeakMap, colors)
+		views = append(views, mapViewOf(i, s, legend))
 		data = append(data, d)
 	}
 	return views, data
 }
 
-// mapViewOf is the view of simulation s's map, the index-th of the page's section; colors are
-// the colours of its callsites by name, most live bytes first.
-func mapViewOf(index int, s model.Simulation, colors []legendItem) mapView {
+// siteColors gives the callsites with the most live bytes in the blocks the maps show, all maps
+// together, the palette's colours, by callsite name.
+func siteColors(maps []model.Simulation) map[string]string {
+	live := map[string]uint64{}
+	for _, s := range maps {
+		for _, r := range s.PeakMap.Shown {
+			for _, b := range r.Blocks {
+				if b.LiveBytes > 0 && b.Callsite != "" {
+					live[b.Callsite] += b.LiveBytes
+				}
+			}
+		}
+	}
+	sites := make([]string, 0, len(live))
+	for site := range live {
+		sites = append(sites, site)
+	}
+	slices.SortFunc(sites, func(a, b string) int { return cmp.Or(cmp.Compare(live[b], live[a]), strings.Compare(a, b)) })
+	colors := map[string]string{}
+	for i, site := range sites[:min(len(sites), len(mapPalette))] {
+		colors[site] = mapPalette[i]
+	}
+	return colors
+}
+
+// mapViewOf is the view of simulation s's map, the index-th of the page's section, with the
+// legend of its callsites' colours.
+func mapViewOf(index int, s model.Simulation, legend []legendItem) mapView {
 	m := s.PeakMap
 	title := s.Name + " (" + s.Settings + ")"
 	if strings.HasPrefix(s.Settings, "(") {
@@ -109,7 +138,7 @@ func mapViewOf(index int, s model.Simulation, colors []legendItem) mapView {
 		v.More = fmt.Sprintf("+%s more regions: %s, %s free", Count(uint64(hidden)), Bytes(m.HiddenBytes),
 			Bytes(m.HiddenFreeBytes))
 	}
-	v.Legend = append(colors, legendItem{Color: mapFree, Text: "free (cached)"})
+	v.Legend = append(legend, legendItem{Color: mapFree, Text: "free (cached)"})
 	return v
 }
 
@@ -125,12 +154,14 @@ func regionLabel(r model.MapRegion) string {
 	return s
 }
 
-// mapColumns lays out map m for the script, and returns the legend of its callsites' colours.
-func mapColumns(m *model.PeakMap) (mapData, []legendItem) {
+// mapColumns lays out map m for the script, its callsites in the colours of colors (by name; the
+// others mapOther), and returns the legend of its colours: its callsites that have one, most live
+// bytes in m first, then mapOther's line when some of its live bytes have that colour.
+func mapColumns(m *model.PeakMap, colors map[string]string) (mapData, []legendItem) {
 	d := mapData{Free: mapFree, Other: mapOther}
 	index := map[string]int32{}
 	var liveBy []uint64
-	unknown := false
+	other := false
 	for _, r := range m.Shown {
 		rd := mapRegionData{Address: r.Address, Label: regionLabel(r), Size: r.SizeBytes, Free: r.FreeBytes}
 		for _, b := range r.Blocks {
@@ -140,20 +171,20 @@ func mapColumns(m *model.PeakMap) (mapData, []legendItem) {
 				liveBy = append(liveBy, make([]uint64, len(d.Sites)-len(liveBy))...)
 				liveBy[site] += b.LiveBytes
 			}
-			unknown = unknown || (b.LiveBytes > 0 && site < 0)
+			_, colored := colors[b.Callsite]
+			other = other || (b.LiveBytes > 0 && (site < 0 || !colored))
 			rd.Off, rd.Len, rd.Live = append(rd.Off, b.Offset), append(rd.Len, b.SizeBytes), append(rd.Live, b.LiveBytes)
 			rd.Req, rd.N, rd.Site = append(rd.Req, b.RequestedBytes), append(rd.N, b.Blocks), append(rd.Site, site)
 			rd.Class = append(rd.Class, b.ClassBytes)
 		}
 		d.Regions = append(d.Regions, rd)
 	}
-	return d, siteColors(&d, liveBy, unknown)
+	return d, mapLegend(&d, liveBy, colors, other)
 }
 
-// siteColors gives the sites of d that hold the most live bytes (liveBy, by site) the palette's
-// colours, the others mapOther, and returns the legend (with mapOther's line when some live bytes
-// have it, or have no known callsite: unknown).
-func siteColors(d *mapData, liveBy []uint64, unknown bool) []legendItem {
+// mapLegend sets the colours of d's sites and returns its legend (liveBy: the live bytes of each
+// site in the map; other: some live bytes are drawn in mapOther).
+func mapLegend(d *mapData, liveBy []uint64, colors map[string]string, other bool) []legendItem {
 	order := make([]int, len(d.Sites))
 	for i := range order {
 		order[i] = i
@@ -161,15 +192,15 @@ func siteColors(d *mapData, liveBy []uint64, unknown bool) []legendItem {
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(liveBy[b], liveBy[a]) })
 	d.Colors = make([]string, len(d.Sites))
 	var legend []legendItem
-	for rank, i := range order {
-		d.Colors[i] = mapOther
-		if rank < len(mapPalette) {
-			d.Colors[i] = mapPalette[rank]
-			legend = append(legend, legendItem{Color: template.CSS(mapPalette[rank]), // #nosec G203 -- our constant
+	for _, i := range order {
+		c, ok := colors[d.Sites[i]]
+		d.Colors[i] = cmp.Or(c, mapOther)
+		if ok {
+			legend = append(legend, legendItem{Color: template.CSS(c), // #nosec G203 -- our constant
 				Text: d.Sites[i] + ": " + Bytes(liveBy[i])})
 		}
 	}
-	if len(order) > len(mapPalette) || unknown {
+	if other {
 		legend = append(legend, legendItem{Color: mapOther, Text: "other or unknown callsites"})
 	}
 	return legend

@@ -140,6 +140,9 @@ func (t *textWriter) trace(tr *model.TraceReport) {
 	t.anomalies(&tr.Anomalies)
 	t.callsites("CALLSITES (the code that allocated the most bytes)", tr.TopCallsites)
 	t.callsites("CALLSITES (the code that held the most bytes at the peak of live bytes)", tr.PeakCallsites)
+	if tr.CallsiteNote != "" {
+		t.printf("\n  %s\n", wrap(tr.CallsiteNote, 96, "  "))
+	}
 	t.sizeClasses(tr.SizeClasses)
 	t.simulations(tr.Simulations)
 	t.fidelity(tr.Fidelity)

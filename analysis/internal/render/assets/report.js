@@ -21,6 +21,25 @@
     return Math.round(ns) + " ns";
   }
 
+  // decimals is the fewest decimals (at most 9) that write every multiple of step exactly.
+  function decimals(step) {
+    for (let d = 0; d < 9; d++) {
+      const v = step * Math.pow(10, d);
+      if (Math.abs(v - Math.round(v)) < 1e-6 * Math.max(1, v)) return d;
+    }
+    return 9;
+  }
+
+  // timeLabels writes the ticks of a time axis (seconds) in the unit of the largest tick (s, ms, µs
+  // or ns), each with its unit and the decimals the step between ticks needs.
+  function timeLabels(ticks, step) {
+    let top = 0;
+    for (const v of ticks) top = Math.max(top, Math.abs(v));
+    const [f, unit] = [[1, "s"], [1e-3, "ms"], [1e-6, "µs"]].find(([f]) => top >= f) || [1e-9, "ns"];
+    const d = decimals(step / f);
+    return ticks.map((v) => (v / f).toFixed(d) + " " + unit);
+  }
+
   // byteSplits puts the ticks of a bytes axis at round binary values: steps of 1, 2, 2.5 or 5 times a
   // power of ten of the largest unit below max.
   function byteSplits(u, axis, min, max) {
@@ -85,7 +104,11 @@
         width: this.root.clientWidth || 900, height: 340,
         scales: { x: { time: false, auto: false, range: (u, a, b) => [a, b] },
           y: { auto: false, range: (u, a, b) => [a, b] } },
-        axes: [{ label: "seconds from the first event" },
+        axes: [{ label: "time from the first event",
+          values: (u, ticks, axis, space, step) => {
+            this.xTicks = ticks;
+            return (this.xLabels = timeLabels(ticks, step));
+          } },
           { label: "live", size: 80, splits: byteSplits, values: (u, ticks) => ticks.map(bytes) }],
         series: [{}, { label: "live bytes", stroke: blue, fill: "rgba(31,119,180,0.12)", width: 1.5,
           paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
@@ -224,15 +247,28 @@
     }
   }
 
-  // bars draws a bar chart with a tooltip per bar.
-  function bars(root, d, fmt) {
-    const tip = root.parentElement.querySelector(".tip"), xs = d.labels.map((_, i) => i);
+  // bars draws a bar chart with a tooltip per bar. With opts.base the y axis starts below the
+  // smallest bar rather than at 0, and every bar is labelled with its value (opts.fmt), so that
+  // small differences show; opts.xLabel names the x axis.
+  function bars(root, d, opts) {
+    const tip = root.parentElement.querySelector(".tip"), xs = d.labels.map((_, i) => i), fmt = opts.fmt;
+    let lo = 0, hi = 0;
+    for (const v of d.values) hi = Math.max(hi, v);
+    if (opts.base && d.values.length) {
+      const least = Math.min(...d.values), span = hi - least || hi * 0.05 || 1;
+      lo = Math.max(0, least - span * 0.3);
+      hi += span * 0.15;
+    } else {
+      hi = hi * 1.1 || 1;
+    }
     const u = new uPlot({
-      width: root.clientWidth || 600, height: 280,
-      scales: { x: { time: false, range: [-0.5, Math.max(xs.length, 1) - 0.5] }, y: { range: (u, a, b) => [0, b * 1.1 || 1] } },
-      axes: [{ splits: () => xs, values: (u, s) => s.map((i) => d.labels[i]), rotate: -40, size: 120, gap: 2 },
+      width: root.clientWidth || 600, height: 280, padding: [18, 12, 0, 0],
+      scales: { x: { time: false, range: [-0.5, Math.max(xs.length, 1) - 0.5] }, y: { range: () => [lo, hi] } },
+      axes: [{ splits: () => xs, values: (u, s) => s.map((i) => d.labels[i]), rotate: -40, size: 120, gap: 2,
+        label: opts.xLabel, labelSize: 20 },
         { size: 70, values: (u, ticks) => ticks.map(fmt) }],
-      series: [{}, { fill: "rgba(31,119,180,0.6)", stroke: blue, paths: uPlot.paths.bars({ size: [0.7, 60] }), points: { show: false } }],
+      series: [{}, { fill: "rgba(31,119,180,0.6)", stroke: blue, paths: uPlot.paths.bars({ size: [0.7, 60] }),
+        points: { show: false }, fillTo: () => lo }],
       legend: { show: false }, cursor: { drag: { x: false, y: false } },
       hooks: { setCursor: [(u) => {
         const i = u.cursor.idx;
@@ -241,9 +277,23 @@
         tip.textContent = d.notes[i];
         tip.style.left = Math.min(u.cursor.left + u.over.offsetLeft + 14, root.clientWidth - tip.offsetWidth) + "px";
         tip.style.top = u.cursor.top + u.over.offsetTop + 14 + "px";
-      }] },
+      }], draw: opts.base ? [(u) => barValues(u, d.values, fmt)] : [] },
     }, [xs, d.values], root);
+    u.range = [lo, hi];
+    u.labels = d.labels;
+    u.barLabels = opts.base ? d.values.map(fmt) : [];
     return u;
+  }
+
+  // barValues writes each bar's value above it.
+  function barValues(u, values, fmt) {
+    const ctx = u.ctx, r = devicePixelRatio;
+    ctx.save();
+    ctx.fillStyle = "#222";
+    ctx.font = 11 * r + "px sans-serif";
+    ctx.textAlign = "center";
+    values.forEach((v, i) => ctx.fillText(fmt(v), u.valToPos(i, "x", true), u.valToPos(v, "y", true) - 4 * r));
+    ctx.restore();
   }
 
   // cdf draws the lifetime CDF on a log axis.
@@ -264,9 +314,10 @@
   // PeakMap draws a memory map's regions, one canvas per region, live blocks in their callsite's
   // colour (a merged entry's live bytes first, the rest free), and shows the entry under the pointer.
   class PeakMap {
-    constructor(root, d) {
+    constructor(root, d, stacks) {
       this.root = root;
       this.d = d;
+      this.stacks = stacks;
       this.tip = root.querySelector(".tip");
       this.bars = Array.from(root.querySelectorAll("canvas.pm-bar"));
       this.bars.forEach((c) => {
@@ -301,6 +352,8 @@
       const r = this.d.regions[+c.dataset.region], b = c.getBoundingClientRect();
       const off = (x - b.left) / b.width * r.s, i = Math.max(0, bound(r.o, off, true) - 1);
       this.tip.replaceChildren(...this.lines(r, i).map((s) => el("div", "", s)));
+      const stack = r.l[i] && r.c[i] >= 0 ? this.stacks[this.d.sites[r.c[i]]] : null;
+      if (stack) this.tip.append(...stackLines(stack));
       this.tip.dataset.region = c.dataset.region;
       this.tip.dataset.block = i;
       this.tip.hidden = false;
@@ -330,6 +383,31 @@
     }
   }
 
+  // stackLines are a stack's tooltip lines: a heading, then every frame, innermost first.
+  function stackLines(stack) {
+    return [el("div", "stack-head", "stack (" + stack.length + " frames, innermost first):"),
+      ...stack.map((f) => el("div", "frame", f))];
+  }
+
+  // stackTips shows the stack of a callsite named in a table cell (data-site) while the pointer is
+  // on it, in one tip of the page.
+  function stackTips(sec, stacks, tip) {
+    sec.querySelectorAll("[data-site]").forEach((c) => {
+      const stack = stacks[c.dataset.site];
+      if (!stack) return;
+      c.classList.add("has-stack");
+      c.addEventListener("mouseenter", () => {
+        tip.replaceChildren(el("div", "", c.dataset.site), ...stackLines(stack));
+        tip.dataset.site = c.dataset.site;
+        tip.hidden = false;
+        const b = c.getBoundingClientRect();
+        tip.style.left = Math.max(0, Math.min(b.left, document.documentElement.clientWidth - tip.offsetWidth - 4)) + "px";
+        tip.style.top = (b.bottom + 4 + tip.offsetHeight < innerHeight ? b.bottom + 4 : Math.max(0, b.top - 4 - tip.offsetHeight)) + "px";
+      });
+      c.addEventListener("mouseleave", () => { tip.hidden = true; });
+    });
+  }
+
   // sortable sorts a table's rows by the column whose header is clicked: ascending, then descending.
   function sortable(table) {
     const heads = Array.from(table.tHead.rows[0].cells), body = table.tBodies[0];
@@ -347,17 +425,28 @@
     }));
   }
 
-  const sections = [], plots = [], maps = [];
+  const sections = [], plots = [], maps = [], stackTip = el("div", "tip stack-tip");
+  stackTip.hidden = true;
+  document.body.appendChild(stackTip);
   document.querySelectorAll("section.stream").forEach((sec) => {
-    const d = JSON.parse(sec.querySelector("script.data").textContent);
+    const d = JSON.parse(sec.querySelector("script.data").textContent), stacks = d.stacks || {};
     const tl = new Timeline(sec, d.timeline);
     sections.push(tl);
     plots.push(tl.plot);
-    maps.push(Array.from(sec.querySelectorAll(".pmap"), (root) => new PeakMap(root, d.maps[+root.dataset.map])));
+    maps.push(Array.from(sec.querySelectorAll(".pmap"), (root) => new PeakMap(root, d.maps[+root.dataset.map], stacks)));
+    stackTips(sec, stacks, stackTip);
     const ratios = sec.querySelector(".ratios");
-    if (ratios && d.ratios.labels) plots.push(bars(ratios, d.ratios, (v) => v.toFixed(2) + "×"));
+    if (ratios && d.ratios.labels) {
+      const r = bars(ratios, d.ratios, { base: true, fmt: (v) => v.toFixed(3) + "×" });
+      plots.push(r);
+      tl.ratios = r;
+    }
     const hist = sec.querySelector(".hist");
-    if (hist && d.hist.labels) plots.push(bars(hist, d.hist, (v) => v.toLocaleString("en-US")));
+    if (hist && d.hist.labels) {
+      const h = bars(hist, d.hist, { fmt: (v) => v.toLocaleString("en-US"), xLabel: "request size, from (log2 buckets)" });
+      plots.push(h);
+      tl.hist = h;
+    }
     const c = cdf(sec.querySelector(".cdf"), d.cdf);
     if (c) plots.push(c);
   });
@@ -381,6 +470,9 @@
     pixel: (e, i) => sections[i || 0].pixel(e),
     maps: maps, // per section, its memory maps
     mapPixel: (m, j, k, i) => maps[i || 0][m].pixel(j, k),
+    timeAxis: (i) => ({ ticks: sections[i || 0].xTicks, labels: sections[i || 0].xLabels }), // as last drawn
+    ratioAxis: (i) => { const r = sections[i || 0].ratios; return { range: r.range, labels: r.barLabels }; },
+    histogram: (i) => { const h = sections[i || 0].hist; return { labels: h.labels, values: Array.from(h.data[1]) }; },
   };
   // uPlot draws in a microtask queued before this one.
   queueMicrotask(() => {
