@@ -4,6 +4,7 @@
 package replay
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,9 +169,24 @@ func run(opt options, tracePath string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if failed := rep.Failed(); len(failed) > 0 {
-		return fmt.Errorf("%d of %d checks failed: %s: %w", len(failed), len(rep.Checks), checkNames(failed), ErrChecksFailed)
+		return fmt.Errorf("%d of %d checks failed: %s%s: %w", len(failed), len(rep.Checks), checkNames(failed),
+			otherTrace(cfg.Prediction, tr, opt.config), ErrChecksFailed)
 	}
 	return nil
+}
+
+// otherTrace says, for checks that failed, that the pool.json was made for another trace: its
+// prediction counts another number of requests than the trace holds. "" when they agree or the
+// config has no prediction (hand-written).
+func otherTrace(p *pool.Prediction, tr *replay.Trace, config string) string {
+	if p == nil || p.Events == 0 {
+		return ""
+	}
+	if n := tr.Stats.Allocs + tr.Stats.Frees; n != p.Events {
+		return fmt.Sprintf(" (%s was made for another trace, %s: %d requests, where this one has %d)",
+			config, cmp.Or(p.Trace, "unnamed"), p.Events, n)
+	}
+	return ""
 }
 
 func checkNames(cs []replay.Check) string {

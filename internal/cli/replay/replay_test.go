@@ -131,6 +131,27 @@ func TestReplayFailedCheckExitsOne(t *testing.T) {
 	}
 }
 
+// A pool.json whose prediction counts another number of requests than the trace (12 against the
+// small trace's 7: 4 allocations, 3 frees) was made for another trace, and the failed checks say so.
+func TestReplayConfigOfAnotherTrace(t *testing.T) {
+	dir := t.TempDir()
+	path := writeConfig(t, dir, 2<<20)
+	cfg, err := pool.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Prediction.Trace, cfg.Prediction.Events = "big.arrow", 12
+	if err := cfg.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runMain(writeTrace(t, dir), "--config", path, "--backend", "host", "--repeat", "1")
+	want := "replay: 2 of 14 checks failed: pool: peak reserved within 1% of the prediction; pool: peak reserved <= 1.05 x peak live" +
+		" (" + path + " was made for another trace, big.arrow: 12 requests, where this one has 7): checks failed\n"
+	if code != 1 || errOut != want {
+		t.Errorf("exit %d, stderr %q\nwant   %q", code, errOut, want)
+	}
+}
+
 // Bad input: exit 1 and one line naming the problem once.
 func TestReplayBadInput(t *testing.T) {
 	dir := t.TempDir()
