@@ -74,6 +74,12 @@ func torchToday(tr *model.TraceReport) model.Today {
 	if tr.Fidelity != nil && tr.Fidelity.Model == "pytorch-expandable" {
 		name, t.Settings = "pytorch-expandable", "expandable_segments:True"
 	}
+	if ts := tr.TorchSearch; name == "pytorch" && ts != nil && ts.Defaults.Error == "" && ts.Defaults.Failures == 0 &&
+		ts.Defaults.PeakReservedBytes > 0 {
+		// the search's, on unbounded memory: the defaults' simulation may fail within a capacity
+		t.PeakReservedBytes, t.ReservedFrom = ts.Defaults.PeakReservedBytes, model.ReservedFromModel
+		return t
+	}
 	for _, s := range tr.Simulations {
 		if s.Name == name && s.Error == "" && s.Failures == 0 {
 			t.PeakReservedBytes, t.ReservedFrom = s.PeakReservedBytes, model.ReservedFromModel
