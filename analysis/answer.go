@@ -166,9 +166,11 @@ func poolAdvice(tr *model.TraceReport, capacity uint64) model.Advice {
 	if s.Error != "" || s.Failures > 0 {
 		a.Kind = model.AdviceNoneFits
 		a.Summary = noneFits(capacity, "pool, the recommended one", s.PeakReservedBytes, 0, s.Failures)
-		if s.Error != "" {
-			a.PeakReservedBytes = 0
-			a.Summary = fmt.Sprintf("nothing fits in %s: the recommended pool failed: %s", units.FormatBytes(capacity), s.Error)
+		if plan := tr.Config.PlanBytes(); s.Error != "" {
+			// it could not even reserve its plan
+			a.PeakReservedBytes, a.MissBytes = plan, plan-min(plan, capacity)
+			a.Summary = fmt.Sprintf("nothing fits in %s: the recommended pool's plan alone needs %s", units.FormatBytes(capacity),
+				units.FormatBytes(plan))
 		}
 		return a
 	}

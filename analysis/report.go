@@ -15,7 +15,9 @@ func WriteText(w io.Writer, r *Report) error { return render.Text(w, r) }
 type TextOptions = render.TextOptions
 
 // WriteTextWith writes the terminal report with opts.
-func WriteTextWith(w io.Writer, r *Report, opts TextOptions) error { return render.TextWith(w, r, opts) }
+func WriteTextWith(w io.Writer, r *Report, opts TextOptions) error {
+	return render.TextWith(w, r, opts)
+}
 
 // WriteJSON writes the report as JSON; the field names are stable.
 func WriteJSON(w io.Writer, r *Report) error { return render.JSON(w, r) }

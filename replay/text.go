@@ -205,7 +205,7 @@ func (tw *textWriter) Write(p []byte) (int, error) {
 
 func (tw *textWriter) printf(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 
-// nobreak is a value of the report, such as "5.86 KiB (6000 B)" or "35 us", that para keeps on
+// nobreak is a value of the report, such as "5.9 KiB (6000 B)" or "35 us", that para keeps on
 // one line.
 type nobreak string
 
@@ -294,11 +294,11 @@ func formatRatio(r float64) nobreak {
 }
 
 // formatNs writes nanoseconds with three significant digits and a unit (units.FormatDuration):
-// "78.6 ns", "1.01 us".
+// "78.6 ns", "1.01 µs".
 func formatNs(ns float64) nobreak { return nobreak(units.FormatDuration(ns)) }
 
 // textBytes writes a byte count as every report does (units.FormatBytes) and, from 1 KiB, the
-// exact count beside it: "5.86 KiB (6000 B)", "512 B".
+// exact count beside it: "5.9 KiB (6000 B)", "512 B".
 func textBytes(n uint64) nobreak {
 	if n < 1024 {
 		return nobreak(units.FormatBytes(n))

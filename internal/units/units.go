@@ -13,9 +13,10 @@ import (
 // binaryUnits are the units FormatBytes writes, each 1024 times the one before.
 var binaryUnits = []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
 
-// FormatBytes writes n in B, KiB, MiB, ... EiB with three significant digits: "512 B", "1.5 KiB",
-// "5.86 KiB", "224 MiB", "1.82 GiB". Counts below 1 KiB are written exactly: "1000 B". Every
-// command's output writes byte counts with it (analyze, record's summary, replay).
+// FormatBytes writes n in B, KiB, MiB, ... EiB with at most one decimal, ".0" dropped: "512 B",
+// "1.5 KiB", "5.9 KiB", "224 MiB", "228.5 MiB", "1.8 GiB". Counts below 1 KiB are written
+// exactly: "1000 B". Every command's output writes byte counts with it (analyze, record's summary,
+// replay), and the HTML report's script writes them the same way.
 func FormatBytes(n uint64) string {
 	v, u := float64(n), 0
 	for v >= 1024 && u < len(binaryUnits)-1 {
@@ -25,7 +26,7 @@ func FormatBytes(n uint64) string {
 	if u == 0 {
 		return fmt.Sprintf("%d B", n)
 	}
-	return threeDigits(v) + " " + binaryUnits[u]
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0") + " " + binaryUnits[u]
 }
 
 // threeDigits writes v with three significant digits, without switching to exponent notation
@@ -109,12 +110,13 @@ func FormatRate(perSecond float64) string {
 var durationUnits = []struct {
 	ns   float64
 	name string
-}{{1e9, "s"}, {1e6, "ms"}, {1e3, "us"}}
+}{{1e9, "s"}, {1e6, "ms"}, {1e3, "µs"}}
 
-// FormatDuration writes ns nanoseconds with three significant digits, a space and an ASCII unit
-// (ns, us, ms, s), the unit chosen after rounding: "950 ns", "1 us" (for 999.6 ns), "1.23 us",
-// "45.7 ms", "2.5 s", "1234 s"; a negative duration as its magnitude with a minus sign: "-85 us".
-// Every command's output writes durations with it (analyze, record's summary, replay).
+// FormatDuration writes ns nanoseconds with three significant digits, a space and a unit (ns, µs,
+// ms, s), the unit chosen after rounding: "950 ns", "1 µs" (for 999.6 ns), "1.23 µs", "45.7 ms",
+// "2.5 s", "1234 s"; a negative duration as its magnitude with a minus sign: "-85 µs". Every
+// command's output writes durations with it (analyze, record's summary, replay), and the HTML
+// report's script writes them the same way.
 func FormatDuration(ns float64) string {
 	sign := ""
 	if ns < 0 {

@@ -254,4 +254,3 @@ func reasons(fw Name, ev Evidence, held []int, named []bool, cmd string) []strin
 	}
 	return out
 }
-

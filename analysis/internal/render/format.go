@@ -4,11 +4,11 @@ package render
 
 import "github.com/allocscope/allocscope/internal/units"
 
-// Bytes writes n in B, KiB, MiB, GiB, ... with three significant digits (units.FormatBytes).
+// Bytes writes n in B, KiB, MiB, GiB, ... with up to one decimal (units.FormatBytes).
 func Bytes(n uint64) string { return units.FormatBytes(n) }
 
 // Duration writes ns nanoseconds with three significant digits and a unit, a negative one with a
-// minus sign (units.FormatDuration): "1.23 us", "45.7 ms", "-85 us".
+// minus sign (units.FormatDuration): "1.23 µs", "45.7 ms", "-85 µs".
 func Duration(ns float64) string { return units.FormatDuration(ns) }
 
 // Count writes n with thousands separators.

@@ -126,7 +126,12 @@ func (t *textWriter) table(rows []string) {
 }
 
 func (t *textWriter) trace(tr *model.TraceReport) {
-	t.printf("trace %s: %s events, requests from the %s layer\n", tr.Name, Count(tr.Events), tr.RequestLayer)
+	head := fmt.Sprintf("%s events, requests from the %s layer", Count(tr.Events), tr.RequestLayer)
+	if line := "trace " + tr.Name + ": " + head; len([]rune(line)) <= 100 {
+		t.printf("%s\n", line)
+	} else {
+		t.printf("trace %s\n  %s\n", clipLeft(tr.Name, 94), head)
+	}
 	if i := tr.Info; i != nil {
 		t.printf("  source %s", i.Source)
 		if len(i.Command) > 0 {
@@ -156,7 +161,9 @@ func (t *textWriter) trace(tr *model.TraceReport) {
 	t.sizeClasses(tr.SizeClasses)
 	t.simulations(tr.Simulations, tr.RequestLayer)
 	t.fidelity(tr.Fidelity)
-	t.torchSearch(tr.TorchSearch)
+	if tr.Answer == nil || slices.Contains(tr.Answer.Equivalents, model.EquivalentPyTorch) {
+		t.torchSearch(tr.TorchSearch) // not for a program that does not run PyTorch
+	}
 	t.oom(tr.OOM)
 	t.config(tr)
 }
@@ -264,8 +271,12 @@ func (t *textWriter) anomalies(a *model.Anomalies) {
 // events lists an anomaly's first events.
 func (t *textWriter) events(refs []model.EventRef) {
 	for _, e := range refs {
-		t.printf("    seq %-9d %-22s %10s  addr %-14s  from %s\n", e.Seq, e.Function,
-			Bytes(e.Size), e.Address, e.Callsite)
+		line := fmt.Sprintf("    seq %-9d %-22s %10s  addr %-14s", e.Seq, e.Function, Bytes(e.Size), e.Address)
+		if from := "  from " + e.Callsite; len([]rune(line+from)) <= 100 {
+			t.printf("%s%s\n", line, from)
+		} else {
+			t.printf("%s\n      %s\n", line, clip("from "+e.Callsite, 94))
+		}
 	}
 }
 
@@ -467,9 +478,9 @@ func (t *textWriter) config(tr *model.TraceReport) {
 			Bytes(r.PeakReservedBytes), Count(r.Fallbacks), Count(r.Syncs))
 	}
 	if pp := tr.PerProcess; pp != nil && pp.Config != nil {
-		t.printf("  sized per process: the largest of %d processes: %s, %s reserved\n"+
-			"    (each process of record --pool makes its own pool; sized over all merged: %s)\n",
-			pp.Processes, settingsLine(pp.Config), Bytes(pp.Config.PlanBytes()), Bytes(pp.MergedPlanBytes))
+		t.printf("  %s\n", wrap(fmt.Sprintf("sized per process: the largest of %d processes: %s, %s reserved "+
+			"(each process of record --pool makes its own pool; sized over all merged: %s)",
+			pp.Processes, settingsLine(pp.Config), Bytes(pp.Config.PlanBytes()), Bytes(pp.MergedPlanBytes)), 96, "    "))
 	}
 	t.equivalents(tr)
 }
@@ -539,11 +550,14 @@ func (t *textWriter) frameworkSetting(n *model.FrameworkNote) {
 
 // wrap breaks s into lines of at most width columns, indenting the lines after the first; a
 // number and its unit ("580 MiB", "4.69 s") stay on one line.
-func wrap(s string, width int, indent string) string {
+func wrap(s string, width int, indent string) string { return wrapFrom(s, width, indent, 0) }
+
+// wrapFrom is wrap for a first line that starts at column col, as the lines after it do when col
+// is len(indent).
+func wrapFrom(s string, width int, indent string, col int) string {
 	var b strings.Builder
-	col := 0
 	for i, word := range unitWords(strings.Fields(s)) {
-		if i > 0 && col+1+len(word) > width {
+		if i > 0 && col+1+len([]rune(word)) > width {
 			b.WriteString("\n" + indent)
 			col = len(indent)
 		} else if i > 0 {
@@ -551,14 +565,14 @@ func wrap(s string, width int, indent string) string {
 			col++
 		}
 		b.WriteString(word)
-		col += len(word)
+		col += len([]rune(word))
 	}
 	return b.String()
 }
 
 // units are the words that follow a number in the reports: byte and time units.
 var unitNames = map[string]bool{"B": true, "KiB": true, "MiB": true, "GiB": true, "TiB": true, "PiB": true,
-	"EiB": true, "ns": true, "us": true, "ms": true, "s": true}
+	"EiB": true, "ns": true, "µs": true, "ms": true, "s": true}
 
 // unitWords joins each unit word (unitNames, optionally followed by punctuation) to the word
 // before it.
@@ -572,6 +586,16 @@ func unitWords(words []string) []string {
 		out = append(out, w)
 	}
 	return out
+}
+
+// clipLeft shortens s to at most n runes, keeping its end (a path's file name) and marking the
+// cut with "...".
+func clipLeft(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return "..." + string(r[len(r)-n+3:])
 }
 
 // clip shortens s to at most n runes, marking the cut with "...".

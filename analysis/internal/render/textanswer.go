@@ -46,7 +46,7 @@ func (t *textWriter) answer(a *model.Answer) {
 // answerLine writes one labelled line of the ANSWER section, its value wrapped to 100 columns.
 func (t *textWriter) answerLine(label, value string) {
 	indent := strings.Repeat(" ", answerLabel+3)
-	t.printf("  %-*s %s\n", answerLabel, label, wrap(value, 100-len(indent), indent))
+	t.printf("  %-*s %s\n", answerLabel, label, wrapFrom(value, 100, indent, len(indent)))
 }
 
 // todayLine describes the allocator the program uses now and what it reserved.

@@ -65,7 +65,7 @@ func policyNote(s model.Simulation, sims []model.Simulation) string {
 	}
 	for _, d := range sims {
 		if d.Name == "pytorch" && d.Error == "" && s.PeakReservedBytes > d.PeakReservedBytes {
-			note += fmt.Sprintf("; worse than the defaults: %s more", Bytes(s.PeakReservedBytes-d.PeakReservedBytes))
+			note += fmt.Sprintf("; reserves %s more than the defaults", Bytes(s.PeakReservedBytes-d.PeakReservedBytes))
 		}
 	}
 	return note

@@ -52,16 +52,16 @@ func printCounts(w io.Writer, s intercept.Summary, elapsed time.Duration) {
 	if len(devs) > 0 {
 		devices = strings.Join(devs, ",")
 	}
-	fmt.Fprintf(w, "allocscope: %d events from %d process(es), device(s) %s, peak live %s\n",
-		s.Events, s.Processes, devices, units.FormatBytes(s.PeakLiveBytes))
+	fmt.Fprintf(w, "allocscope: %s events from %d process(es), device(s) %s, peak live %s\n",
+		units.FormatCount(s.Events), s.Processes, devices, units.FormatBytes(s.PeakLiveBytes))
 	inCalls := time.Duration(s.AllocCallNs)
 	switch {
 	case elapsed > 0 && inCalls > elapsed: // threads at once: the sum passes the wall time
-		fmt.Fprintf(w, "allocscope: %s inside allocation calls, summed over threads (%.1fx the %s wall time)\n",
-			duration(inCalls), inCalls.Seconds()/elapsed.Seconds(), duration(elapsed))
+		fmt.Fprintf(w, "allocscope: %s inside allocation calls, summed over threads (%sx the %s wall time)\n",
+			duration(inCalls), units.FormatRatio(inCalls.Seconds()/elapsed.Seconds()), duration(elapsed))
 	case elapsed > 0:
-		fmt.Fprintf(w, "allocscope: %s inside allocation calls (%.2f%% of %s wall time)\n",
-			duration(inCalls), 100*inCalls.Seconds()/elapsed.Seconds(), duration(elapsed))
+		fmt.Fprintf(w, "allocscope: %s inside allocation calls (%s of %s wall time)\n",
+			duration(inCalls), units.FormatPercent(100*inCalls.Seconds()/elapsed.Seconds()), duration(elapsed))
 	default:
 		fmt.Fprintf(w, "allocscope: %s inside allocation calls\n", duration(inCalls))
 	}
