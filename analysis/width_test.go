@@ -77,3 +77,18 @@ func checkWidth(t *testing.T, report string) {
 		}
 	}
 }
+
+// The report of several inputs with long paths (RANKS and the inputs' line) fits 100 columns too.
+func TestTextReportOfSeveralInputsFits100Columns(t *testing.T) {
+	var inputs []Input
+	for _, path := range []string{"torch/train.caching.snapshot.pickle.gz", "trace/rmm_epoch.csv",
+		"h200/d_torch_caching_train.arrow"} {
+		inputs = append(inputs, fileInput(path))
+	}
+	report := textOf(t, Options{}, inputs...)
+	checkWidth(t, report)
+	const ranks = "\n  ...hing.snapshot.pickle.gz   2,675   95.7 MiB   98.3 MiB       0   240.5 MiB          0       n/a\n"
+	if !strings.Contains(report, ranks) {
+		t.Errorf("report lacks the RANKS row %q", ranks)
+	}
+}

@@ -26,7 +26,7 @@ func Text(w io.Writer, r *model.Report) error { return TextWith(w, r, TextOption
 func TextWith(w io.Writer, r *model.Report, opts TextOptions) error {
 	tw := &textWriter{w: w, explain: opts.Explain}
 	if len(r.PerFile) > 0 {
-		tw.printf("inputs: %s\n\n", strings.Join(r.Inputs, ", "))
+		tw.printf("inputs: %s\n\n", wrap(strings.Join(r.Inputs, ", "), 96, "  "))
 	}
 	tw.ranks(r.Ranks)
 	tw.trace(r.Combined)
@@ -66,26 +66,35 @@ func (t *textWriter) ranks(rk *model.Ranks) {
 	if rk == nil {
 		return
 	}
-	t.printf("RANKS (each input alone; own = its own recommended pool, shared = the pool for every rank)\n")
-	rows := []string{"input\tevents\tpeak live\town reserved\town fallbacks\tshared reserved\tshared fallbacks\tin calls"}
+	t.printf("RANKS (each input alone; own = its own recommended pool's peak reserved (rsv) and\n" +
+		"fallbacks (fb), shared = those of the pool for every rank)\n")
+	rows := []string{"input\tevents\tpeak live\town rsv\town fb\tshared rsv\tshared fb\tin calls"}
 	for _, r := range rk.Rows {
-		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Name, Count(r.Events), Bytes(r.PeakLiveBytes),
-			Bytes(r.OwnReservedBytes), Count(r.OwnFallbacks), Bytes(r.SharedReserved), Count(r.SharedFallbacks+r.SharedFailures),
-			Duration(float64(r.MeasuredCallNs))))
+		calls := "n/a" // no call durations in the input
+		if r.MeasuredCallNs > 0 {
+			calls = Duration(float64(r.MeasuredCallNs))
+		}
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", clipLeft(r.Name, 26), Count(r.Events),
+			Bytes(r.PeakLiveBytes), Bytes(r.OwnReservedBytes), Count(r.OwnFallbacks), Bytes(r.SharedReserved),
+			Count(r.SharedFallbacks+r.SharedFailures), calls))
 	}
 	t.table(rows)
-	t.printf("  highest peak: %s; most time inside allocation calls: %s", rk.HighestPeak, rk.MostCallTime)
-	if rk.MostFallbacks != "" {
-		t.printf("; most fallbacks of its own pool: %s", rk.MostFallbacks)
+	most := rk.MostCallTime
+	if most == "" {
+		most = "n/a (no call durations)"
 	}
-	t.printf("\n")
+	line := fmt.Sprintf("highest peak: %s; most time inside allocation calls: %s", rk.HighestPeak, most)
+	if rk.MostFallbacks != "" {
+		line += "; most fallbacks of its own pool: " + rk.MostFallbacks
+	}
+	t.printf("  %s\n", wrap(line, 96, "    "))
 	if rk.Config != nil {
 		verdict := "every rank runs on it without growth or failure"
 		if !rk.Fits {
 			verdict = "some rank still grows or fails on it"
 		}
-		t.printf("  the pool for every rank (--emit-config): %s, %s reserved;\n    %s\n",
-			settingsLine(rk.Config), Bytes(rk.Config.PlanBytes()), verdict)
+		t.printf("  %s\n", wrap(fmt.Sprintf("the pool for every rank (--emit-config): %s, %s reserved; %s",
+			settingsLine(rk.Config), Bytes(rk.Config.PlanBytes()), verdict), 96, "    "))
 	}
 	t.printf("\n")
 }
