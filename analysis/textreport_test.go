@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -131,6 +132,23 @@ func TestTextNothingFits(t *testing.T) {
 	for _, absent := range []string{"defaults are best", "peak reserved 0 B"} {
 		if strings.Contains(report, absent) {
 			t.Errorf("report holds %q", absent)
+		}
+	}
+}
+
+// README.md and docs/analyze.md show the bundled trace's first screen as analyze writes it.
+func TestDocsShowTheAnswer(t *testing.T) {
+	in := fileInput("pytorch-train.arrow")
+	in.Name = "testdata/pytorch-train.arrow" // as analyze names the bundled trace
+	report := textOf(t, Options{}, in)
+	first := strings.Join(strings.SplitAfter(report, "\n")[:14], "")
+	for _, doc := range []string{"../README.md", "../docs/analyze.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(text), "```\n"+first+"```\n") {
+			t.Errorf("%s does not show the report's first screen:\n%s", doc, first)
 		}
 	}
 }
