@@ -579,7 +579,7 @@ func wrapFrom(s string, width int, indent string, col int) string {
 	return b.String()
 }
 
-// units are the words that follow a number in the reports: byte and time units.
+// unitNames are the words that follow a number in the reports: byte and time units.
 var unitNames = map[string]bool{"B": true, "KiB": true, "MiB": true, "GiB": true, "TiB": true, "PiB": true,
 	"EiB": true, "ns": true, "µs": true, "ms": true, "s": true}
 
