@@ -74,6 +74,12 @@ func torchToday(tr *model.TraceReport) model.Today {
 	if tr.Fidelity != nil && tr.Fidelity.Model == "pytorch-expandable" {
 		name, t.Settings = "pytorch-expandable", "expandable_segments:True"
 	}
+	if ts := tr.TorchSearch; name == "pytorch" && ts != nil && ts.Defaults.Error == "" && ts.Defaults.Failures == 0 &&
+		ts.Defaults.PeakReservedBytes > 0 {
+		// the search's, on unbounded memory: the defaults' simulation may fail within a capacity
+		t.PeakReservedBytes, t.ReservedFrom = ts.Defaults.PeakReservedBytes, model.ReservedFromModel
+		return t
+	}
 	for _, s := range tr.Simulations {
 		if s.Name == name && s.Error == "" && s.Failures == 0 {
 			t.PeakReservedBytes, t.ReservedFrom = s.PeakReservedBytes, model.ReservedFromModel
@@ -160,9 +166,11 @@ func poolAdvice(tr *model.TraceReport, capacity uint64) model.Advice {
 	if s.Error != "" || s.Failures > 0 {
 		a.Kind = model.AdviceNoneFits
 		a.Summary = noneFits(capacity, "pool, the recommended one", s.PeakReservedBytes, 0, s.Failures)
-		if s.Error != "" {
-			a.PeakReservedBytes = 0
-			a.Summary = fmt.Sprintf("nothing fits in %s: the recommended pool failed: %s", units.FormatBytes(capacity), s.Error)
+		if plan := tr.Config.PlanBytes(); s.Error != "" {
+			// it could not even reserve its plan
+			a.PeakReservedBytes, a.MissBytes = plan, plan-min(plan, capacity)
+			a.Summary = fmt.Sprintf("nothing fits in %s: the recommended pool's plan alone needs %s", units.FormatBytes(capacity),
+				units.FormatBytes(plan))
 		}
 		return a
 	}

@@ -115,3 +115,19 @@ func TestAnswerOfAPlainProgram(t *testing.T) {
 		t.Errorf("equivalents %q, today %+v", a.Equivalents, a.Today)
 	}
 }
+
+// Within a capacity below its plan, the recommended pool cannot start: the answer says that
+// nothing fits and what the plan needs, and compares nothing.
+func TestAnswerWhenThePoolDoesNotFit(t *testing.T) {
+	r, err := Analyze([]Input{fakeInput("handmade", handmade())}, Options{Capacity: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := r.Combined.Answer
+	rec := a.Recommendation
+	const want = "nothing fits in 2 MiB: the recommended pool's plan alone needs 3 MiB"
+	if rec.Kind != model.AdviceNoneFits || rec.Summary != want || rec.PeakReservedBytes != 3151872 ||
+		rec.MissBytes != 3151872-2<<20 || a.Savings.MemoryKnown || a.Savings.TimeKnown {
+		t.Errorf("answer %s, want the summary %q", answerJSON(t, a), want)
+	}
+}

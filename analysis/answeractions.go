@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"fmt"
-	"strings"
 
 	fwdetect "github.com/allocscope/allocscope/analysis/internal/framework"
 	"github.com/allocscope/allocscope/analysis/internal/model"
@@ -26,34 +25,32 @@ func actions(tr *model.TraceReport) []model.Action {
 	}
 	if failed > 0 {
 		out = append(out, anomalyAction(model.ActionFailed, failed, &an.FailedAllocs,
-			"failed allocation", "s", "%s asked for"))
+			[2]string{"failed allocation", "failed allocations"}, "%s asked for"))
 	}
 	for _, k := range []struct {
-		kind, noun, plural, bytes string
-		a                         *model.Anomaly
+		kind  string
+		nouns [2]string
+		bytes string
+		a     *model.Anomaly
 	}{
-		{model.ActionLeak, "block never freed", "s", "%s live at the end", &an.Leaks},
-		{model.ActionDoubleFree, "double free", "s", "", &an.DoubleFrees},
-		{model.ActionUnknownFree, "free of an unknown address", "", "", &an.UnknownFrees},
+		{model.ActionLeak, [2]string{"block never freed", "blocks never freed"}, "%s live at the end", &an.Leaks},
+		{model.ActionDoubleFree, [2]string{"double free", "double frees"}, "", &an.DoubleFrees},
+		{model.ActionUnknownFree, [2]string{"free of an unknown address", "frees of unknown addresses"}, "", &an.UnknownFrees},
 	} {
 		if k.a.Count > 0 {
-			out = append(out, anomalyAction(k.kind, k.a.Count, k.a, k.noun, k.plural, k.bytes))
+			out = append(out, anomalyAction(k.kind, k.a.Count, k.a, k.nouns, k.bytes))
 		}
 	}
 	return out
 }
 
-// anomalyAction is the action of count events of an anomaly: the count and noun (plural: the
-// noun's first word with that suffix, "free of an unknown address" becoming "frees of unknown
-// addresses" when plural is ""), the bytes in the words of bytesFormat ("" for none), the first
-// event's seq and callsite.
-func anomalyAction(kind string, count uint64, a *model.Anomaly, noun, plural, bytesFormat string) model.Action {
-	if count != 1 {
-		first, rest, _ := strings.Cut(noun, " ")
-		noun = first + plural + " " + rest
-		if plural == "" {
-			noun = "frees of unknown addresses"
-		}
+// anomalyAction is the action of count events of an anomaly: the count and its noun (nouns: the
+// singular and the plural), the bytes in the words of bytesFormat ("" for none), the first event's
+// seq and callsite.
+func anomalyAction(kind string, count uint64, a *model.Anomaly, nouns [2]string, bytesFormat string) model.Action {
+	noun := nouns[1]
+	if count == 1 {
+		noun = nouns[0]
 	}
 	act := model.Action{Kind: kind, Count: count, Bytes: a.Bytes,
 		Summary: units.FormatCount(int64(count)) + " " + noun}

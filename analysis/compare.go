@@ -159,5 +159,5 @@ func poolRows(before, after *trace.PoolActivity) [][4]string {
 	return rows
 }
 
-// dur writes ns as analyze's reports do (units.FormatDuration, GoRounded).
-func dur(ns int64) string { return units.FormatDuration(float64(ns), units.GoRounded) }
+// dur writes ns as every report does (units.FormatDuration).
+func dur(ns int64) string { return units.FormatDuration(float64(ns)) }

@@ -59,10 +59,10 @@ after:  after.arrow
 events                         3                      3
 requests (device)              2                      2
 served by the pool             0                      2
-time inside the requests       100µs                  10µs                   10.0x less
-  per request                  50µs                   5µs
-time inside all calls          105µs                  15µs                   7.0x less
-wall time, first to last call  204µs                  64µs                   3.2x less
+time inside the requests       100 µs                 10 µs                  10.0x less
+  per request                  50 µs                  5 µs
+time inside all calls          105 µs                 15 µs                  7.0x less
+wall time, first to last call  204 µs                 64 µs                  3.2x less
 peak live                      4 KiB                  4 KiB
 `
 	if out.String() != wantText {
@@ -84,7 +84,7 @@ func TestComparePoolActivity(t *testing.T) {
 pool: reservations             -                      3
 pool: fallbacks (growths)      -                      2
 pool: requests passed to CUDA  -                      1
-pool: its own synchronizations -                      2 (1.5ms)
+pool: its own synchronizations -                      2 (1.5 ms)
 pool: of them barriers         -                      1
 pool: stream / host waits      -                      4 / 5
 pool: blocks exported by IPC   -                      1

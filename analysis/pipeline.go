@@ -421,7 +421,7 @@ type modelRun struct {
 
 // startModels starts the simulation of the policies that need only the statistics.
 func startModels(log *requests.Log, stream requests.Layer, st *stats.Result, opts Options) *modelRun {
-	policies := modelPolicies(st, opts.Capacity)
+	policies := modelPolicies(opts.Capacity)
 	m := &modelRun{models: len(policies), done: make(chan struct{})}
 	var search []whatif.Policy
 	if opts.PyTorchSearch || stream == requests.Framework || st.Requests.Allocs+st.Requests.Frees <= maxSearchRequests {

@@ -147,7 +147,7 @@ func allServed(rows []model.RankRow) bool {
 // its own pool (none when no rank fell back) and the one with the most time inside its calls.
 func outliers(rows []model.RankRow) (peak, fallbacks, calls string) {
 	var p, f uint64
-	var c int64 = -1
+	var c int64 // an input without call durations is never the one with the most time in calls
 	for _, r := range rows {
 		if r.PeakLiveBytes > p || peak == "" {
 			p, peak = r.PeakLiveBytes, r.Name

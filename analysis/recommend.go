@@ -185,9 +185,11 @@ func recommendedPolicies(rec *recommendation) []whatif.Policy {
 		{Name: "bestfit", Settings: "initial " + render.Bytes(bestfit.BestFit.InitialBytes) + " (RMM pool)", Config: bestfit}}
 }
 
-// modelPolicies lists the what-if policies that need only the statistics: PyTorch's allocator,
-// CUDA's stream-ordered pool and raw cudaMalloc. They follow recommendedPolicies in the report.
-func modelPolicies(st *stats.Result, capacity uint64) []whatif.Policy {
+// modelPolicies lists the what-if policies that need only the statistics: PyTorch's allocator
+// with its defaults and with expandable segments, CUDA's stream-ordered pool and raw cudaMalloc.
+// They follow recommendedPolicies in the report. PyTorch's other settings are the search's
+// (torchsearch.go), whose best is never worse than the defaults.
+func modelPolicies(capacity uint64) []whatif.Policy {
 	cfg := func(p pool.Policy) pool.Config { return pool.Config{Version: pool.ConfigVersion, Policy: p} }
 	torch := func(name string, t pool.PyTorchConfig) whatif.Policy {
 		c := cfg(pool.PolicyPyTorch)
@@ -202,44 +204,11 @@ func modelPolicies(st *stats.Result, capacity uint64) []whatif.Policy {
 	return []whatif.Policy{
 		torch("pytorch", pool.PyTorchConfig{}),
 		torch("pytorch-expandable", pool.PyTorchConfig{ExpandableSegments: true}),
-		torch("pytorch-tuned", pool.PyTorchConfig{MaxSplitSizeMB: maxSplitMB(st), RoundupPower2Divisions: 4}),
 		{Name: "stream-ordered", Settings: "release threshold 0 (CUDA default)", Config: ordered},
 		{Name: "stream-ordered-keep", Settings: "release threshold max", Config: keep},
 		{Name: "raw", Settings: "cudaMalloc/cudaFree per request", Config: cfg(pool.PolicyRaw)},
 	}
 }
-
-// maxSplitMB is the max_split_size_mb tried: the 90th percentile of the large requests'
-// sizes, rounded up to a power of two MiB, at least minMaxSplitMB.
-func maxSplitMB(st *stats.Result) uint64 {
-	var large []stats.SizeTally
-	var n uint64
-	for _, s := range st.Sizes {
-		if s.Size > mib {
-			large = append(large, s)
-			n += s.Count
-		}
-	}
-	var seen uint64
-	for _, s := range large { // ascending by size
-		seen += s.Count
-		if 10*seen >= 9*n {
-			need := (s.Size + mib - 1) / mib // MiB, rounded up
-			m := uint64(1)
-			for m < need && m < 1<<40 {
-				m *= 2
-			}
-			return max(m, minMaxSplitMB)
-		}
-	}
-	return minMaxSplitMB
-}
-
-// minMaxSplitMB is the smallest max_split_size_mb tried: above the 20 MiB segments PyTorch carves
-// 1-10 MiB requests from. At 20 (PyTorch's minimum) a wholly free segment is itself "oversize"
-// and may no longer serve those requests, so each needs a new segment: on the H200 JAX trace the
-// tuned model then reserved 442 MiB against 62 MiB with the defaults.
-const minMaxSplitMB = 32
 
 // allocConf writes a PyTorchConfig as a PYTORCH_CUDA_ALLOC_CONF value, "(defaults)" for none.
 func allocConf(t pool.PyTorchConfig) string { return render.ConfOrDefaults(t.AllocConf()) }

@@ -6,8 +6,18 @@ import (
 	"github.com/allocscope/allocscope/analysis/internal/render"
 )
 
-// WriteText writes the terminal report (tables that fit 100 columns).
+// WriteText writes the terminal report (lines of at most 100 columns): each trace's answer
+// first, its details after it, without the sizing rules.
 func WriteText(w io.Writer, r *Report) error { return render.Text(w, r) }
+
+// TextOptions are the choices of the terminal report: Explain adds the rules the size classes,
+// the large-request threshold and the arena were chosen by.
+type TextOptions = render.TextOptions
+
+// WriteTextWith writes the terminal report with opts.
+func WriteTextWith(w io.Writer, r *Report, opts TextOptions) error {
+	return render.TextWith(w, r, opts)
+}
 
 // WriteJSON writes the report as JSON; the field names are stable.
 func WriteJSON(w io.Writer, r *Report) error { return render.JSON(w, r) }

@@ -181,7 +181,7 @@ func TestCPoolTextReport(t *testing.T) {
 	for _, want := range []string{`
 speedup of the pool (allocator time): 100 x over raw, 10 x over async
 speedup of the C pool, cpool (allocator time): 200 x over raw, 20 x over async, 2 x over pool
-the program's own calls took 15.3 us per request as recorded (device waits inside cudaFree
+the program's own calls took 15.3 µs per request as recorded (device waits inside cudaFree
   included): 150 x the pool's time, 300 x the C pool's
 `, `
 prediction of analyze (pool.json) vs measured in the pool and cpool modes:

@@ -205,7 +205,7 @@ func (tw *textWriter) Write(p []byte) (int, error) {
 
 func (tw *textWriter) printf(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 
-// nobreak is a value of the report, such as "5.86 KiB (6000 B)" or "35 us", that para keeps on
+// nobreak is a value of the report, such as "5.9 KiB (6000 B)" or "35 us", that para keeps on
 // one line.
 type nobreak string
 
@@ -293,9 +293,15 @@ func formatRatio(r float64) nobreak {
 	return nobreak(units.FormatRatio(r))
 }
 
-// formatNs writes nanoseconds with three significant digits and a unit (units.FormatDuration,
-// ThreeDigitsSpaced): "78.6 ns", "1.01 us".
-func formatNs(ns float64) nobreak { return nobreak(units.FormatDuration(ns, units.ThreeDigitsSpaced)) }
+// formatNs writes nanoseconds with three significant digits and a unit (units.FormatDuration):
+// "78.6 ns", "1.01 µs".
+func formatNs(ns float64) nobreak { return nobreak(units.FormatDuration(ns)) }
 
-// textBytes writes a byte count in binary units with the exact count beside it.
-func textBytes(n uint64) nobreak { return nobreak(units.FormatBytesStyle(n, units.ThreeDigitsExact)) }
+// textBytes writes a byte count as every report does (units.FormatBytes) and, from 1 KiB, the
+// exact count beside it: "5.9 KiB (6000 B)", "512 B".
+func textBytes(n uint64) nobreak {
+	if n < 1024 {
+		return nobreak(units.FormatBytes(n))
+	}
+	return nobreak(fmt.Sprintf("%s (%d B)", units.FormatBytes(n), n))
+}

@@ -8,34 +8,16 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // binaryUnits are the units FormatBytes writes, each 1024 times the one before.
 var binaryUnits = []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
 
-// ByteStyle selects how FormatBytesStyle writes the number in front of the unit.
-type ByteStyle int
-
-const (
-	// OneDecimal writes at most one decimal and drops ".0": "1.5 KiB", "224 MiB". The style of
-	// analyze's reports.
-	OneDecimal ByteStyle = iota
-	// TwoDecimals always writes two decimals: "3.00 MiB", "223.99 MiB". The style of record's
-	// summary.
-	TwoDecimals
-	// ThreeDigitsExact writes three significant digits and the exact count beside them:
-	// "5.86 KiB (6000 B)". The style of replay's report.
-	ThreeDigitsExact
-)
-
-// FormatBytes writes n in B, KiB, MiB, ... EiB in the style of analyze's reports (OneDecimal):
-// "512 B", "1.5 KiB", "224 MiB".
-func FormatBytes(n uint64) string { return FormatBytesStyle(n, OneDecimal) }
-
-// FormatBytesStyle writes n in B, KiB, MiB, ... EiB in the given style. Counts below 1 KiB are
-// always written exactly: "1000 B".
-func FormatBytesStyle(n uint64, style ByteStyle) string {
+// FormatBytes writes n in B, KiB, MiB, ... EiB with at most one decimal, ".0" dropped: "512 B",
+// "1.5 KiB", "5.9 KiB", "224 MiB", "228.5 MiB", "1.8 GiB". Counts below 1 KiB are written
+// exactly: "1000 B". Every command's output writes byte counts with it (analyze, record's summary,
+// replay), and the HTML report's script writes them the same way.
+func FormatBytes(n uint64) string {
 	v, u := float64(n), 0
 	for v >= 1024 && u < len(binaryUnits)-1 {
 		v /= 1024
@@ -44,15 +26,7 @@ func FormatBytesStyle(n uint64, style ByteStyle) string {
 	if u == 0 {
 		return fmt.Sprintf("%d B", n)
 	}
-	unit := binaryUnits[u]
-	switch style {
-	case TwoDecimals:
-		return fmt.Sprintf("%.2f %s", v, unit)
-	case ThreeDigitsExact:
-		return fmt.Sprintf("%s %s (%d B)", threeDigits(v), unit, n)
-	default:
-		return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0") + " " + unit
-	}
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0") + " " + binaryUnits[u]
 }
 
 // threeDigits writes v with three significant digits, without switching to exponent notation
@@ -114,6 +88,10 @@ func FormatCount(n int64) string {
 // FormatRatio writes a ratio with three significant digits and no exponent: 2.73, 52.2, 1456.
 func FormatRatio(r float64) string { return threeDigits(r) }
 
+// FormatPercent writes a percentage with three significant digits and a percent sign: 0.735%,
+// 99.8%, 50%.
+func FormatPercent(p float64) string { return threeDigits(p) + "%" }
+
 // FormatRate writes a rate per second with three significant digits and k/M/G prefixes:
 // 950, 12.3 k, 4.56 M.
 func FormatRate(perSecond float64) string {
@@ -128,51 +106,27 @@ func FormatRate(perSecond float64) string {
 	return threeDigits(perSecond)
 }
 
-// DurationStyle selects how FormatDuration writes a duration.
-type DurationStyle int
-
-const (
-	// GoRounded writes Go's time.Duration notation rounded to two decimals of its unit (ns, µs, ms
-	// or s; nanoseconds are exact): "950ns", "1.23µs", "45.68ms", "2.5s", "3m44.56s", "-85µs". The
-	// style of analyze's reports and of analyze --compare.
-	GoRounded DurationStyle = iota
-	// ThreeDigitsSpaced writes three significant digits, a space and an ASCII unit (ns, us, ms, s),
-	// the unit chosen after rounding: "950 ns", "1 us" (for 999.6 ns), "1.23 us", "45.7 ms",
-	// "2.5 s", "1234 s". The style of replay's report.
-	ThreeDigitsSpaced
-)
-
-// durationUnits are ThreeDigitsSpaced's units above the nanosecond, largest first.
+// durationUnits are FormatDuration's units above the nanosecond, largest first.
 var durationUnits = []struct {
 	ns   float64
 	name string
-}{{1e9, "s"}, {1e6, "ms"}, {1e3, "us"}}
+}{{1e9, "s"}, {1e6, "ms"}, {1e3, "µs"}}
 
-// FormatDuration writes ns nanoseconds in the given style. A negative duration is written as its
-// magnitude with a minus sign: "-85µs".
-func FormatDuration(ns float64, style DurationStyle) string {
-	if style == ThreeDigitsSpaced {
-		sign := ""
-		if ns < 0 {
-			sign, ns = "-", -ns
-		}
-		rounded, _ := strconv.ParseFloat(strconv.FormatFloat(ns, 'g', 3, 64), 64)
-		for _, u := range durationUnits {
-			if rounded >= u.ns {
-				return sign + threeDigits(ns/u.ns) + " " + u.name
-			}
-		}
-		return sign + threeDigits(ns) + " ns"
+// FormatDuration writes ns nanoseconds with three significant digits, a space and a unit (ns, µs,
+// ms, s), the unit chosen after rounding: "950 ns", "1 µs" (for 999.6 ns), "1.23 µs", "45.7 ms",
+// "2.5 s", "1234 s"; a negative duration as its magnitude with a minus sign: "-85 µs". Every
+// command's output writes durations with it (analyze, record's summary, replay), and the HTML
+// report's script writes them the same way.
+func FormatDuration(ns float64) string {
+	sign := ""
+	if ns < 0 {
+		sign, ns = "-", -ns
 	}
-	d := time.Duration(ns)
-	unit, mag := time.Nanosecond, d.Abs()
-	switch {
-	case mag >= time.Second:
-		unit = time.Second
-	case mag >= time.Millisecond:
-		unit = time.Millisecond
-	case mag >= time.Microsecond:
-		unit = time.Microsecond
+	rounded, _ := strconv.ParseFloat(strconv.FormatFloat(ns, 'g', 3, 64), 64)
+	for _, u := range durationUnits {
+		if rounded >= u.ns {
+			return sign + threeDigits(ns/u.ns) + " " + u.name
+		}
 	}
-	return d.Round(unit / 100).String() // Round(0) for nanoseconds: exact
+	return sign + threeDigits(ns) + " ns"
 }

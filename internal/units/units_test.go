@@ -6,32 +6,12 @@ import (
 )
 
 func TestFormatBytes(t *testing.T) {
-	for _, c := range []struct {
-		n                         uint64
-		oneDecimal, two, threeExt string
-	}{
-		{0, "0 B", "0 B", "0 B"},
-		{1000, "1000 B", "1000 B", "1000 B"},
-		{1024, "1 KiB", "1.00 KiB", "1 KiB (1024 B)"},
-		{1536, "1.5 KiB", "1.50 KiB", "1.5 KiB (1536 B)"},
-		{6000, "5.9 KiB", "5.86 KiB", "5.86 KiB (6000 B)"},
-		{1000 << 10, "1000 KiB", "1000.00 KiB", "1000 KiB (1024000 B)"},
-		{1023500, "999.5 KiB", "999.51 KiB", "1000 KiB (1023500 B)"},
-		{3 << 20, "3 MiB", "3.00 MiB", "3 MiB (3145728 B)"},
-		{234870784, "224 MiB", "223.99 MiB", "224 MiB (234870784 B)"},
-		{1 << 30, "1 GiB", "1.00 GiB", "1 GiB (1073741824 B)"},
-		{80 << 40, "80 TiB", "80.00 TiB", "80 TiB (87960930222080 B)"},
-		{1 << 50, "1 PiB", "1.00 PiB", "1 PiB (1125899906842624 B)"},
-		{1<<64 - 1, "16 EiB", "16.00 EiB", "16 EiB (18446744073709551615 B)"},
-	} {
-		if got := FormatBytes(c.n); got != c.oneDecimal {
-			t.Errorf("FormatBytes(%d) = %q, want %q", c.n, got, c.oneDecimal)
-		}
-		if got := FormatBytesStyle(c.n, TwoDecimals); got != c.two {
-			t.Errorf("FormatBytesStyle(%d, TwoDecimals) = %q, want %q", c.n, got, c.two)
-		}
-		if got := FormatBytesStyle(c.n, ThreeDigitsExact); got != c.threeExt {
-			t.Errorf("FormatBytesStyle(%d, ThreeDigitsExact) = %q, want %q", c.n, got, c.threeExt)
+	for n, want := range map[uint64]string{0: "0 B", 1000: "1000 B", 1024: "1 KiB", 1536: "1.5 KiB",
+		6000: "5.9 KiB", 1000 << 10: "1000 KiB", 1023500: "999.5 KiB", 3 << 20: "3 MiB", 234870784: "224 MiB",
+		239627264: "228.5 MiB", 1954545664: "1.8 GiB", 1 << 30: "1 GiB", 80 << 40: "80 TiB", 1 << 50: "1 PiB",
+		1<<64 - 1: "16 EiB"} {
+		if got := FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 }
@@ -92,32 +72,16 @@ func TestFormatRate(t *testing.T) {
 
 func TestFormatDuration(t *testing.T) {
 	for _, c := range []struct {
-		ns            float64
-		goRounded, sp string
+		ns   float64
+		want string
 	}{
-		{0, "0s", "0 ns"},
-		{1, "1ns", "1 ns"},
-		{950, "950ns", "950 ns"},
-		{999.6, "999ns", "1 us"},
-		{1000, "1µs", "1 us"},
-		{1234, "1.23µs", "1.23 us"},
-		{78600, "78.6µs", "78.6 us"},
-		{123456, "123.46µs", "123 us"},
-		{999999, "1ms", "1 ms"},
-		{1500000, "1.5ms", "1.5 ms"},
-		{45678912, "45.68ms", "45.7 ms"},
-		{999996000, "1s", "1 s"},
-		{2500000000, "2.5s", "2.5 s"},
-		{224556000000, "3m44.56s", "225 s"},
-		{1234e9, "20m34s", "1234 s"},
-		{-85000, "-85µs", "-85 us"},
-		{-1234567, "-1.23ms", "-1.23 ms"},
+		{0, "0 ns"}, {1, "1 ns"}, {950, "950 ns"}, {999.6, "1 µs"}, {1000, "1 µs"}, {1234, "1.23 µs"},
+		{78600, "78.6 µs"}, {123456, "123 µs"}, {999999, "1 ms"}, {1500000, "1.5 ms"}, {45678912, "45.7 ms"},
+		{999996000, "1 s"}, {2500000000, "2.5 s"}, {224556000000, "225 s"}, {1234e9, "1234 s"},
+		{-85000, "-85 µs"}, {-1234567, "-1.23 ms"},
 	} {
-		if got := FormatDuration(c.ns, GoRounded); got != c.goRounded {
-			t.Errorf("FormatDuration(%g, GoRounded) = %q, want %q", c.ns, got, c.goRounded)
-		}
-		if got := FormatDuration(c.ns, ThreeDigitsSpaced); got != c.sp {
-			t.Errorf("FormatDuration(%g, ThreeDigitsSpaced) = %q, want %q", c.ns, got, c.sp)
+		if got := FormatDuration(c.ns); got != c.want {
+			t.Errorf("FormatDuration(%g) = %q, want %q", c.ns, got, c.want)
 		}
 	}
 }
@@ -126,6 +90,14 @@ func TestFormatRatio(t *testing.T) {
 	for r, want := range map[float64]string{2.7345: "2.73", 52.24: "52.2", 999.4: "999", 999.6: "1000", 1456.2: "1456", 0.5: "0.5"} {
 		if got := FormatRatio(r); got != want {
 			t.Errorf("FormatRatio(%v) = %q, want %q", r, got, want)
+		}
+	}
+}
+
+func TestFormatPercent(t *testing.T) {
+	for p, want := range map[float64]string{0.73495: "0.735%", 99.8075: "99.8%", 50: "50%", 2.0259: "2.03%", 100: "100%"} {
+		if got := FormatPercent(p); got != want {
+			t.Errorf("FormatPercent(%v) = %q, want %q", p, got, want)
 		}
 	}
 }

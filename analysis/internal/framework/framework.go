@@ -39,6 +39,7 @@ import (
 	"strings"
 
 	"github.com/allocscope/allocscope/analysis/internal/stats"
+	"github.com/allocscope/allocscope/internal/units"
 )
 
 // Name is a framework Detect tells.
@@ -228,7 +229,7 @@ func jaxArena(f *Finding, ev Evidence, named []bool, cmd string) *Finding {
 		f.Reasons = append(f.Reasons, fmt.Sprintf("one %s of %.1f%% of the %s's memory, the largest allocation",
 			s.Function, 100*f.ArenaFraction, ev.GPUs[0]))
 	} else {
-		f.Reasons = append(f.Reasons, fmt.Sprintf("one %s of %s, the largest allocation", s.Function, gibs(s.MaxSize)))
+		f.Reasons = append(f.Reasons, fmt.Sprintf("one %s of %s, the largest allocation", s.Function, units.FormatBytes(s.MaxSize)))
 	}
 	return f
 }
@@ -253,6 +254,3 @@ func reasons(fw Name, ev Evidence, held []int, named []bool, cmd string) []strin
 	}
 	return out
 }
-
-// gibs writes a byte count in GiB with one decimal.
-func gibs(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/gib) }

@@ -84,7 +84,7 @@ func TestDetectJAXArenaFreedAtExit(t *testing.T) {
 	if f == nil || f.Framework != JAX || f.Arena != 0 || len(f.Held) != 0 || f.ArenaFraction != 0 {
 		t.Fatalf("Detect = %+v", f)
 	}
-	if r := f.Reasons; len(r) != 2 || r[1] != "one cuMemAlloc_v2 of 100.0 GiB, the largest allocation" {
+	if r := f.Reasons; len(r) != 2 || r[1] != "one cuMemAlloc_v2 of 100 GiB, the largest allocation" {
 		t.Errorf("reasons = %q", r)
 	}
 }

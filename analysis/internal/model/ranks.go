@@ -7,7 +7,8 @@ import "github.com/allocscope/allocscope/pool"
 // slots any rank needs, and the largest arena any rank needs, checked by simulating it on each rank.
 type Ranks struct {
 	Rows []RankRow `json:"rows"`
-	// The outliers, by input name ("" when no rank stands out: no fallbacks at all).
+	// The outliers, by input name ("" when no rank stands out: no fallbacks at all, no input
+	// with call durations).
 	HighestPeak   string `json:"highest_peak"`
 	MostFallbacks string `json:"most_fallbacks,omitempty"`
 	MostCallTime  string `json:"most_call_time"`

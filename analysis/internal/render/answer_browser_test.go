@@ -59,9 +59,9 @@ type pageFigure struct {
 }
 
 // checkFigures checks every number of the page marked with its JSON path (the answer's and the
-// headline's) against the JSON report: the same value, and of the answer at least the five
-// figures of the KV-cache run (peak live, today's and the recommendation's peak reserved, the
-// memory saved and its share).
+// headline's) against the JSON report: the same value, and of the answer at least the three
+// figures of the KV-cache run (peak live, today's and the recommendation's peak reserved; PyTorch's
+// defaults are best there, so no saving is marked).
 func checkFigures(t *testing.T, b *browserTab, r *model.Report) {
 	var js bytes.Buffer
 	if err := render.JSON(&js, r); err != nil {
@@ -90,8 +90,8 @@ func checkFigures(t *testing.T, b *browserTab, r *model.Report) {
 			answer++
 		}
 	}
-	if answer < 5 {
-		t.Errorf("%d figures of the answer marked, want at least 5", answer)
+	if answer < 3 {
+		t.Errorf("%d figures of the answer marked, want at least 3", answer)
 	}
 }
 

@@ -1,7 +1,6 @@
 package render
 
 import (
-	"fmt"
 	"html/template"
 	"strings"
 
@@ -34,79 +33,19 @@ func answerOf(a *model.Answer) *answerView {
 		v.Rows = append(v.Rows, answerRow{"recommended: predicted peak reserved",
 			figure("answer.recommendation.peak_reserved_bytes", p, Bytes(p))})
 	}
-	v.Rows = append(v.Rows, answerRow{"today: " + todayName(a.Today), todayReserved(a.Today)},
-		answerRow{"saving in memory", memorySaving(a.Savings)}, answerRow{"saving in time", timeSaving(a)},
+	v.Rows = append(v.Rows, answerRow{"allocator today", htmlPhrase(htmlPhraser.today(a.Today))},
+		answerRow{"saving in memory", htmlPhrase(htmlPhraser.memorySaving(a))},
+		answerRow{"saving in time", htmlPhrase(htmlPhraser.timeSaving(a))},
 		answerRow{"peak live", figure("answer.peak_live_bytes", a.PeakLiveBytes, Bytes(a.PeakLiveBytes))},
-		answerRow{"time in allocation calls", callTime(a)})
+		answerRow{"time in allocation calls", htmlPhrase(htmlPhraser.callTime(a))})
 	for _, act := range a.Actions {
 		v.Actions = append(v.Actions, act.Summary)
 	}
 	return v
 }
 
-// todayName is the allocator the program uses now, with its settings.
-func todayName(t model.Today) string {
-	if t.Settings != "" {
-		return t.Allocator + " (" + t.Settings + ")"
-	}
-	return t.Allocator
-}
-
-// todayReserved is today's peak reserved and where it is known from.
-func todayReserved(t model.Today) template.HTML {
-	from := map[string]string{model.ReservedFromTrace: "the device memory the traced calls held",
-		model.ReservedFromModel: "the simulation of the allocator with the program's settings"}[t.ReservedFrom]
-	if from == "" {
-		return plain("peak reserved not known (the trace has no device calls of the allocator)")
-	}
-	return line("peak reserved %s (%s)", figure("answer.today.peak_reserved_bytes", t.PeakReservedBytes,
-		Bytes(t.PeakReservedBytes)), plain(from))
-}
-
-// memorySaving is the bytes the recommendation saves against today, or costs.
-func memorySaving(s model.Savings) template.HTML {
-	if !s.MemoryKnown {
-		return plain("not known (no peak reserved of today's allocator, or no prediction, to compare)")
-	}
-	verb, n := "saves", s.MemoryBytes
-	if n < 0 {
-		verb, n = "costs", -n
-	}
-	return line("%s %s of device memory at the peak (%s%% of today's peak reserved)", plain(verb),
-		figure("answer.savings.memory_bytes", s.MemoryBytes, Bytes(uint64(n))),
-		figure("answer.savings.memory_percent", s.MemoryPercent, fmt.Sprintf("%.1f", abs(s.MemoryPercent))))
-}
-
-// timeSaving is the time in allocation calls the recommendation saves, or why it is not known.
-func timeSaving(a *model.Answer) template.HTML {
-	s := a.Savings
-	switch {
-	case s.TimeKnown:
-		verb, n := "saves", s.TimeNs
-		if n < 0 {
-			verb, n = "costs", -n
-		}
-		return line("%s %s in allocation calls (%s%% of their time)", plain(verb),
-			figure("answer.savings.time_ns", s.TimeNs, Duration(float64(n))),
-			figure("answer.savings.time_percent", s.TimePercent, fmt.Sprintf("%.1f", abs(s.TimePercent))))
-	case !a.CallTimeKnown:
-		return plain("not known: the trace has no durations of its allocation calls")
-	}
-	return plain("not known for this recommendation (the simulation times only allocscope's pool)")
-}
-
-// callTime is the time inside the allocation calls and its share of the wall time.
-func callTime(a *model.Answer) template.HTML {
-	if !a.CallTimeKnown {
-		return plain("n/a: the trace has no durations of its allocation calls")
-	}
-	return line("%s, %s%% of the %s from the first request to the last",
-		figure("answer.call_ns", a.CallNs, Duration(float64(a.CallNs))),
-		figure("answer.call_percent", a.CallPercent, fmt.Sprintf("%.2f", a.CallPercent)),
-		figure("answer.wall_ns", a.WallNs, Duration(float64(a.WallNs))))
-}
-
-func abs(f float64) float64 { return max(f, -f) }
+// htmlPhrase is a sentence of htmlPhraser: escaped text of ours and figures.
+func htmlPhrase(s string) template.HTML { return template.HTML(s) } // #nosec G203 -- escaped by htmlPhraser
 
 // anomalyRow is one event of an anomaly in the page's table: its kind and the event.
 type anomalyRow struct {

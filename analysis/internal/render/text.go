@@ -8,14 +8,25 @@ import (
 	"text/tabwriter"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/units"
 	"github.com/allocscope/allocscope/pool"
 )
 
-// Text writes the terminal report: all inputs together, then each input alone.
-func Text(w io.Writer, r *model.Report) error {
-	tw := &textWriter{w: w}
+// TextOptions are the choices of the terminal report.
+type TextOptions struct {
+	// Explain adds the rules the size classes, threshold and arena were chosen by.
+	Explain bool
+}
+
+// Text writes the terminal report without the sizing rules (TextWith).
+func Text(w io.Writer, r *model.Report) error { return TextWith(w, r, TextOptions{}) }
+
+// TextWith writes the terminal report: all inputs together, then each input alone; each trace's
+// answer (model.Answer) first, its details after it.
+func TextWith(w io.Writer, r *model.Report, opts TextOptions) error {
+	tw := &textWriter{w: w, explain: opts.Explain}
 	if len(r.PerFile) > 0 {
-		tw.printf("inputs: %s\n\n", strings.Join(r.Inputs, ", "))
+		tw.printf("inputs: %s\n\n", wrap(strings.Join(r.Inputs, ", "), 96, "  "))
 	}
 	tw.ranks(r.Ranks)
 	tw.trace(r.Combined)
@@ -26,7 +37,7 @@ func Text(w io.Writer, r *model.Report) error {
 	if len(r.Warnings) > 0 {
 		tw.printf("\nwarnings:\n")
 		for _, s := range r.Warnings {
-			tw.printf("  %s\n", s)
+			tw.printf("  %s\n", wrap(s, 96, "    "))
 		}
 	}
 	return tw.err
@@ -55,26 +66,35 @@ func (t *textWriter) ranks(rk *model.Ranks) {
 	if rk == nil {
 		return
 	}
-	t.printf("RANKS (each input alone; own = its own recommended pool, shared = the pool for every rank)\n")
-	rows := []string{"input\tevents\tpeak live\town reserved\town fallbacks\tshared reserved\tshared fallbacks\tin calls"}
+	t.printf("RANKS (each input alone; own = its own recommended pool's peak reserved (rsv) and\n" +
+		"fallbacks (fb), shared = those of the pool for every rank)\n")
+	rows := []string{"input\tevents\tpeak live\town rsv\town fb\tshared rsv\tshared fb\tin calls"}
 	for _, r := range rk.Rows {
-		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Name, Count(r.Events), Bytes(r.PeakLiveBytes),
-			Bytes(r.OwnReservedBytes), Count(r.OwnFallbacks), Bytes(r.SharedReserved), Count(r.SharedFallbacks+r.SharedFailures),
-			Duration(float64(r.MeasuredCallNs))))
+		calls := "n/a" // no call durations in the input
+		if r.MeasuredCallNs > 0 {
+			calls = Duration(float64(r.MeasuredCallNs))
+		}
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", clipLeft(r.Name, 26), Count(r.Events),
+			Bytes(r.PeakLiveBytes), Bytes(r.OwnReservedBytes), Count(r.OwnFallbacks), Bytes(r.SharedReserved),
+			Count(r.SharedFallbacks+r.SharedFailures), calls))
 	}
 	t.table(rows)
-	t.printf("  highest peak: %s; most time inside allocation calls: %s", rk.HighestPeak, rk.MostCallTime)
-	if rk.MostFallbacks != "" {
-		t.printf("; most fallbacks of its own pool: %s", rk.MostFallbacks)
+	most := rk.MostCallTime
+	if most == "" {
+		most = "n/a (no call durations)"
 	}
-	t.printf("\n")
+	line := fmt.Sprintf("highest peak: %s; most time inside allocation calls: %s", rk.HighestPeak, most)
+	if rk.MostFallbacks != "" {
+		line += "; most fallbacks of its own pool: " + rk.MostFallbacks
+	}
+	t.printf("  %s\n", wrap(line, 96, "    "))
 	if rk.Config != nil {
 		verdict := "every rank runs on it without growth or failure"
 		if !rk.Fits {
 			verdict = "some rank still grows or fails on it"
 		}
-		t.printf("  the pool for every rank (--emit-config): %s, %s reserved;\n    %s\n",
-			settingsLine(rk.Config), Bytes(rk.Config.PlanBytes()), verdict)
+		t.printf("  %s\n", wrap(fmt.Sprintf("the pool for every rank (--emit-config): %s, %s reserved; %s",
+			settingsLine(rk.Config), Bytes(rk.Config.PlanBytes()), verdict), 96, "    "))
 	}
 	t.printf("\n")
 }
@@ -89,8 +109,9 @@ func settingsLine(c *pool.Config) string {
 }
 
 type textWriter struct {
-	w   io.Writer
-	err error
+	w       io.Writer
+	err     error
+	explain bool // write the sizing rules
 }
 
 func (t *textWriter) printf(format string, args ...any) {
@@ -114,7 +135,12 @@ func (t *textWriter) table(rows []string) {
 }
 
 func (t *textWriter) trace(tr *model.TraceReport) {
-	t.printf("trace %s: %s events, requests from the %s layer\n", tr.Name, Count(tr.Events), tr.RequestLayer)
+	head := fmt.Sprintf("%s events, requests from the %s layer", Count(tr.Events), tr.RequestLayer)
+	if line := "trace " + tr.Name + ": " + head; len([]rune(line)) <= 100 {
+		t.printf("%s\n", line)
+	} else {
+		t.printf("trace %s\n  %s\n", clipLeft(tr.Name, 94), head)
+	}
 	if i := tr.Info; i != nil {
 		t.printf("  source %s", i.Source)
 		if len(i.Command) > 0 {
@@ -128,6 +154,7 @@ func (t *textWriter) trace(tr *model.TraceReport) {
 		}
 		t.printf("\n")
 	}
+	t.answer(tr.Answer)
 	t.framework(tr.Framework)
 	t.summary("requests", tr.Requests)
 	if tr.Upstream != nil {
@@ -144,9 +171,11 @@ func (t *textWriter) trace(tr *model.TraceReport) {
 		t.printf("\n  %s\n", wrap(tr.CallsiteNote, 96, "  "))
 	}
 	t.sizeClasses(tr.SizeClasses)
-	t.simulations(tr.Simulations)
+	t.simulations(tr.Simulations, tr.RequestLayer)
 	t.fidelity(tr.Fidelity)
-	t.torchSearch(tr.TorchSearch)
+	if tr.Answer == nil || slices.Contains(tr.Answer.Equivalents, model.EquivalentPyTorch) {
+		t.torchSearch(tr.TorchSearch) // not for a program that does not run PyTorch
+	}
 	t.oom(tr.OOM)
 	t.config(tr)
 }
@@ -157,8 +186,12 @@ func (t *textWriter) summary(title string, s *model.Stats) {
 		Count(s.Frees), Bytes(s.FreedBytes), Bytes(s.EndLiveBytes))
 	t.printf("  peak live %s in %s blocks at seq %d, %s after start\n", Bytes(s.PeakLiveBytes),
 		Count(s.PeakLiveBlocks), s.PeakSeq, Duration(float64(s.PeakTimeNs-s.FirstTimeNs)))
-	t.printf("  wall %s, %.0f allocs/s (%s/s), in calls %s (%.2f%% of wall)\n", Duration(float64(s.WallNs)),
-		s.AllocsPerSec, Bytes(uint64(s.AllocBytesPerSec)), Duration(float64(s.CallNs)), s.CallPercent)
+	calls := "n/a (no call durations)"
+	if s.CallNs > 0 {
+		calls = fmt.Sprintf("%s (%s of wall)", Duration(float64(s.CallNs)), Percent(s.CallPercent))
+	}
+	t.printf("  wall %s, %s allocs/s (%s/s), in calls %s\n", Duration(float64(s.WallNs)),
+		units.FormatRate(s.AllocsPerSec), Bytes(uint64(s.AllocBytesPerSec)), calls)
 	if s.MedianFreeNs > 0 {
 		t.printf("  median free %s; frees that waited for the device (>= %s): %s\n",
 			Duration(float64(s.MedianFreeNs)), Duration(float64(s.WaitedFreeNs)), Count(s.WaitedFrees))
@@ -188,9 +221,13 @@ func (t *textWriter) groups(gs []*model.Stats) {
 	t.printf("\nPER PROCESS, DEVICE AND STREAM\n")
 	rows := []string{"  pid\tdev\tstream\tallocs\tfrees\tpeak live\tend live\tp50 life\tcall%\twaited"}
 	for _, g := range gs {
-		rows = append(rows, fmt.Sprintf("  %d\t%d\t%#x\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s", g.PID, g.Device,
+		share := "n/a"
+		if g.CallNs > 0 {
+			share = units.FormatRatio(g.CallPercent)
+		}
+		rows = append(rows, fmt.Sprintf("  %d\t%d\t%#x\t%s\t%s\t%s\t%s\t%s\t%s\t%s", g.PID, g.Device,
 			g.Stream, Count(g.Allocs), Count(g.Frees), Bytes(g.PeakLiveBytes), Bytes(g.EndLiveBytes),
-			Duration(g.Lifetime.P50), g.CallPercent, Count(g.WaitedFrees)))
+			Duration(g.Lifetime.P50), share, Count(g.WaitedFrees)))
 	}
 	t.table(rows)
 }
@@ -246,8 +283,12 @@ func (t *textWriter) anomalies(a *model.Anomalies) {
 // events lists an anomaly's first events.
 func (t *textWriter) events(refs []model.EventRef) {
 	for _, e := range refs {
-		t.printf("    seq %-9d %-22s %10s  addr %-14s  from %s\n", e.Seq, e.Function,
-			Bytes(e.Size), e.Address, e.Callsite)
+		line := fmt.Sprintf("    seq %-9d %-22s %10s  addr %-14s", e.Seq, e.Function, Bytes(e.Size), e.Address)
+		if from := "  from " + e.Callsite; len([]rune(line+from)) <= 100 {
+			t.printf("%s%s\n", line, from)
+		} else {
+			t.printf("%s\n      %s\n", line, clip("from "+e.Callsite, 94))
+		}
 	}
 }
 
@@ -279,8 +320,10 @@ func arenaNote(n *model.FrameworkNote) string {
 func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 	t.printf("\nSIZE CLASSES: k = %d of %d distinct aligned sizes <= %s\n", p.K, p.DistinctSizes,
 		Bytes(p.LargeThreshold))
-	t.printf("  k rule: %s\n", wrap(p.KRule, 88, "    "))
-	t.printf("  threshold rule: %s\n", wrap(p.ThresholdRule, 80, "    "))
+	if t.explain {
+		t.printf("  k rule: %s\n", wrap(p.KRule, 88, "    "))
+		t.printf("  threshold rule: %s\n", wrap(p.ThresholdRule, 80, "    "))
+	}
 	rows := []string{"  threshold\tk\tclass slots\tarena peak\ttotal"}
 	for _, c := range p.Thresholds {
 		rows = append(rows, fmt.Sprintf("  %s\t%d\t%s\t%s\t%s", Bytes(c.Threshold), c.K, Bytes(c.ClassBytes),
@@ -293,7 +336,11 @@ func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 			Count(c.Requests), Count(c.PeakLive), Bytes(c.WasteAtPk)))
 	}
 	t.table(rows)
-	t.printf("  arena rule: %s\n", wrap(p.ArenaRule, 84, "    "))
+	if t.explain {
+		t.printf("  arena rule: %s\n", wrap(p.ArenaRule, 84, "    "))
+	} else {
+		t.printf("  (the rules that chose k, the threshold and the arena: analyze --explain)\n")
+	}
 	if p.ArenaPaged {
 		t.printf("  pool <= %s = classes %s + paged arena of %s address space, at most %s mapped\n"+
 			"    (large peak %s); peak live %s\n", Bytes(p.PoolBytes), Bytes(p.ClassBytes), Bytes(p.ArenaBytes),
@@ -303,36 +350,6 @@ func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 	t.printf("  pool %s = classes %s + arena %s (large peak %s); peak live %s\n",
 		Bytes(p.PoolBytes), Bytes(p.ClassBytes), Bytes(p.ArenaBytes), Bytes(p.LargePeakLiveBytes),
 		Bytes(p.PeakLiveBytes))
-}
-
-func (t *textWriter) simulations(sims []model.Simulation) {
-	t.printf("\nWHAT-IF SIMULATION (peak reserved, its ratio to peak live, fragmentation at that peak,\n" +
-		"upstream calls, failed requests, fallbacks beyond the plan, allocator time saved)\n")
-	rows := []string{"  policy\treserved\tx live\tint frag\text frag\tcalls\tfails\tfallbk\tsaved"}
-	for _, s := range sims {
-		if s.Error != "" {
-			rows = append(rows, fmt.Sprintf("  %s\terror\t\t\t\t\t\t\t", s.Name))
-			continue
-		}
-		rows = append(rows, fmt.Sprintf("  %s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s", s.Name,
-			Bytes(s.PeakReservedBytes), s.ReservedRatio, Bytes(s.InternalFragBytes),
-			Bytes(s.ExternalFragBytes), Count(s.UpstreamReserves+s.UpstreamReleases),
-			Count(s.Failures), Count(s.Fallbacks), Duration(float64(s.TimeSavedNs))))
-	}
-	t.table(rows)
-	for _, s := range sims {
-		settings := s.Settings
-		if s.PageOps > 0 {
-			settings += fmt.Sprintf("; %s page operation", Count(s.PageOps))
-			if s.PageOps != 1 {
-				settings += "s"
-			}
-		}
-		t.printf("  %-20s %s\n", s.Name, settings)
-		if s.Error != "" {
-			t.printf("  %-20s error: %s\n", "", s.Error)
-		}
-	}
 }
 
 func (t *textWriter) fidelity(f *model.Fidelity) {
@@ -467,7 +484,7 @@ func (t *textWriter) config(tr *model.TraceReport) {
 	if c == nil || c.Prediction == nil || c.Equivalents == nil {
 		return
 	}
-	p, e := c.Prediction, c.Equivalents
+	p := c.Prediction
 	t.printf("\nRECOMMENDATION (pool.json, policy %s)\n", c.Policy)
 	if fw := tr.Framework; fw != nil && fw.Layer == "framework" {
 		t.frameworkSetting(fw)
@@ -477,33 +494,62 @@ func (t *textWriter) config(tr *model.TraceReport) {
 		t.printf("  %s\n", wrap(segmentsNote(tr.Framework), 96, "  "))
 	}
 	if len(tr.Simulations) > 0 && (tr.Simulations[0].Failures > 0 || tr.Simulations[0].Error != "") {
-		t.printf("  does not fit the capacity (analyze --emit-config writes no pool.json)\n")
+		t.printf("  the pool does not fit the capacity: analyze --emit-config writes no pool.json\n")
+	} else {
+		saved := "n/a (no call durations)"
+		if len(tr.Simulations) > 0 && tr.Simulations[0].MeasuredCallNs > 0 {
+			saved = Duration(float64(p.AllocatorTimeSavedNs))
+		}
+		t.printf("  predicted: peak reserved %s for peak live %s, %s upstream calls,\n"+
+			"             %s fallbacks, %s failures, allocator time saved %s\n", Bytes(p.PeakReservedBytes),
+			Bytes(p.PeakLiveBytes), Count(p.UpstreamCalls), Count(p.Fallbacks), Count(p.Failures), saved)
 	}
-	t.printf("  predicted: peak reserved %s for peak live %s, %s upstream calls,\n"+
-		"             %s fallbacks, %s failures, allocator time saved %s\n", Bytes(p.PeakReservedBytes), Bytes(p.PeakLiveBytes), Count(p.UpstreamCalls),
-		Count(p.Fallbacks), Count(p.Failures), Duration(float64(p.AllocatorTimeSavedNs)))
 	if r := p.RecordPool; r != nil {
 		t.printf("  record --pool: peak reserved %s, %s fallbacks, %s synchronizations of its own\n",
 			Bytes(r.PeakReservedBytes), Count(r.Fallbacks), Count(r.Syncs))
 	}
 	if pp := tr.PerProcess; pp != nil && pp.Config != nil {
-		t.printf("  sized per process: the largest of %d processes: %s, %s reserved\n"+
-			"    (each process of record --pool makes its own pool; sized over all merged: %s)\n",
-			pp.Processes, settingsLine(pp.Config), Bytes(pp.Config.PlanBytes()), Bytes(pp.MergedPlanBytes))
+		t.printf("  %s\n", wrap(fmt.Sprintf("sized per process: the largest of %d processes: %s, %s reserved "+
+			"(each process of record --pool makes its own pool; sized over all merged: %s)",
+			pp.Processes, settingsLine(pp.Config), Bytes(pp.Config.PlanBytes()), Bytes(pp.MergedPlanBytes)), 96, "    "))
 	}
-	conf := e.PyTorchAllocConf
+	t.equivalents(tr)
+}
+
+// equivalents writes the other allocators' settings that apply to the program (model.Answer's
+// Equivalents; all of them for a report without an answer).
+func (t *textWriter) equivalents(tr *model.TraceReport) {
+	e := tr.Config.Equivalents
+	applies := func(name string) bool { return tr.Answer == nil || slices.Contains(tr.Answer.Equivalents, name) }
+	if applies(model.EquivalentPyTorch) {
+		t.printf("  PYTORCH_CUDA_ALLOC_CONF=%s\n", torchConfLine(tr))
+	}
+	if applies(model.EquivalentRMM) && e.RMMInitialPoolBytes > 0 {
+		t.printf("  RMM pool_memory_resource: initial %d, maximum %d bytes\n", e.RMMInitialPoolBytes,
+			e.RMMMaximumPoolBytes)
+	}
+	if applies(model.EquivalentMemPool) && e.CudaMemPoolReleaseThreshold > 0 {
+		t.printf("  cudaMemPoolAttrReleaseThreshold: %d bytes\n", e.CudaMemPoolReleaseThreshold)
+	}
+}
+
+// torchConfLine is the PYTORCH_CUDA_ALLOC_CONF value the recommendation names, or why it names
+// none.
+func torchConfLine(tr *model.TraceReport) string {
+	fw := tr.Framework
+	ts := tr.TorchSearch
 	switch {
-	case driverOnly && tr.Framework.Framework == "PyTorch":
-		conf = "(needs PyTorch's requests)"
-	case driverOnly:
-		conf = "(none from " + tr.Framework.Framework + "'s segments)"
-	case conf == "":
-		conf = "(defaults are best)"
+	case fw != nil && fw.Layer == "driver" && fw.Framework == "PyTorch":
+		return "(needs PyTorch's requests)"
+	case fw != nil && fw.Layer == "driver":
+		return "(none from " + fw.Framework + "'s segments)"
+	case ts != nil && !ts.Fits && len(ts.Best) > 0:
+		return fmt.Sprintf("(no setting fits in %s: the closest needs %s)", Bytes(ts.CapacityBytes),
+			Bytes(ts.Best[0].PeakReservedBytes))
+	case tr.Config.Equivalents.PyTorchAllocConf == "":
+		return "(defaults are best)"
 	}
-	t.printf("  PYTORCH_CUDA_ALLOC_CONF=%s\n", conf)
-	t.printf("  RMM pool_memory_resource: initial %d, maximum %d bytes\n", e.RMMInitialPoolBytes,
-		e.RMMMaximumPoolBytes)
-	t.printf("  cudaMemPoolAttrReleaseThreshold: %d bytes\n", e.CudaMemPoolReleaseThreshold)
+	return tr.Config.Equivalents.PyTorchAllocConf
 }
 
 // segmentsNote says that the pool below serves a framework's segments, not the program's requests.
@@ -533,12 +579,16 @@ func (t *textWriter) frameworkSetting(n *model.FrameworkNote) {
 	t.printf("  then the pool of allocscope's own (pool.json):\n")
 }
 
-// wrap breaks s into lines of at most width columns, indenting the lines after the first.
-func wrap(s string, width int, indent string) string {
+// wrap breaks s into lines of at most width columns, indenting the lines after the first; a
+// number and its unit ("580 MiB", "4.69 s") stay on one line.
+func wrap(s string, width int, indent string) string { return wrapFrom(s, width, indent, 0) }
+
+// wrapFrom is wrap for a first line that starts at column col, as the lines after it do when col
+// is len(indent).
+func wrapFrom(s string, width int, indent string, col int) string {
 	var b strings.Builder
-	col := 0
-	for i, word := range strings.Fields(s) {
-		if i > 0 && col+1+len(word) > width {
+	for i, word := range unitWords(strings.Fields(s)) {
+		if i > 0 && col+1+len([]rune(word)) > width {
 			b.WriteString("\n" + indent)
 			col = len(indent)
 		} else if i > 0 {
@@ -546,9 +596,37 @@ func wrap(s string, width int, indent string) string {
 			col++
 		}
 		b.WriteString(word)
-		col += len(word)
+		col += len([]rune(word))
 	}
 	return b.String()
+}
+
+// unitNames are the words that follow a number in the reports: byte and time units.
+var unitNames = map[string]bool{"B": true, "KiB": true, "MiB": true, "GiB": true, "TiB": true, "PiB": true,
+	"EiB": true, "ns": true, "µs": true, "ms": true, "s": true}
+
+// unitWords joins each unit word (unitNames, optionally followed by punctuation) to the word
+// before it.
+func unitWords(words []string) []string {
+	out := words[:0:0]
+	for _, w := range words {
+		if len(out) > 0 && unitNames[strings.TrimRight(w, ",.;:)")] {
+			out[len(out)-1] += " " + w
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// clipLeft shortens s to at most n runes, keeping its end (a path's file name) and marking the
+// cut with "...".
+func clipLeft(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return "..." + string(r[len(r)-n+3:])
 }
 
 // clip shortens s to at most n runes, marking the cut with "...".

@@ -36,6 +36,7 @@ type options struct {
 	capacity   uint64
 	memory     uint64
 	json       bool
+	explain    bool
 	html       string
 	emitConfig string
 	top        int
@@ -55,14 +56,18 @@ func NewCommand(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "analyze [flags] [trace ...]",
 		Short: "Analyze GPU memory allocation traces and recommend a memory pool",
 		Long: `analyze reads allocscope Arrow traces, PyTorch memory snapshots (.pickle, .gz, .xz) or RMM
-logging CSV files and reports: allocation statistics per process, device and stream, anomalies
-(leaks, double frees, unknown frees, failed and zero-size requests), the optimal size classes and
-pool size, and a what-if simulation of allocator policies (the recommended size-class pool, an
-RMM-like best-fit pool, PyTorch's caching allocator, CUDA's stream-ordered pool, raw cudaMalloc).
-Several traces are analyzed together and each alone. With no trace, the bundled PyTorch training
-trace is analyzed.`,
+logging CSV files. Its report starts with the answer: peak live, the time inside allocation
+calls, the allocator the program uses today, the recommendation in its terms (a framework
+setting or allocscope's pool) and what it saves against today, the anomalies that need action.
+The details follow: allocation statistics per process, device and stream, anomalies (leaks,
+double frees, unknown frees, failed and zero-size requests), the optimal size classes and pool
+size (their rules with --explain), and a what-if simulation of allocator policies (the
+recommended size-class pool, an RMM-like best-fit pool, PyTorch's caching allocator, CUDA's
+stream-ordered pool, raw cudaMalloc). Several traces are analyzed together and each alone. With
+no trace, the bundled PyTorch training trace is analyzed.`,
 		Example: `  analyze                                     # the bundled PyTorch training trace
-  analyze run.arrow                           # terminal report (100 columns)
+  analyze run.arrow                           # terminal report (100 columns): the answer first
+  analyze --explain run.arrow                 # with the rules that sized the pool
   analyze --json run.arrow > report.json      # every number
   analyze --html report.html run.arrow        # one offline page with charts
   analyze -q --emit-config pool.json run.arrow  # the recommended pool, for replay
@@ -81,6 +86,8 @@ trace is analyzed.`,
 	command.BytesVar(f, &opt.memory, "memory", analysis.DefaultMemoryBytes,
 		"memory the decoded requests of the traces may hold; the rest is spilled to $TMPDIR (0: all of it)")
 	f.BoolVar(&opt.json, "json", false, "print the report as JSON instead of text")
+	f.BoolVar(&opt.explain, "explain", false, "add to the text report the rules that chose the size classes, the "+
+		"large-request threshold and the arena")
 	f.StringVar(&opt.html, "html", "", "also write a self-contained HTML report with charts to `FILE` (-: standard output, with -q)")
 	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json; -: standard output, with -q)")
 	f.IntVar(&opt.top, "top", 10, "number of most frequent sizes to list")
@@ -185,7 +192,7 @@ func write(opt options, rep *analysis.Report, stdout io.Writer) error {
 			return fmt.Errorf("write report: %w", err)
 		}
 	default:
-		if err := analysis.WriteText(stdout, rep); err != nil {
+		if err := analysis.WriteTextWith(stdout, rep, analysis.TextOptions{Explain: opt.explain}); err != nil {
 			return fmt.Errorf("write report: %w", err)
 		}
 	}

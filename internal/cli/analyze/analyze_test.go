@@ -91,10 +91,16 @@ func TestAnalyzeWritesEverything(t *testing.T) {
 
 func TestAnalyzeTextAndQuiet(t *testing.T) {
 	path := writeTrace(t, t.TempDir())
-	code, stdout, _ := runMain("--top", "2", "--k", "1", "--capacity", "2MiB", path)
+	code, stdout, _ := runMain("--top", "2", "--k", "1", "--capacity", "2MiB", "--explain", path)
 	if code != 0 || !strings.Contains(stdout, "peak live 3 MiB in 2 blocks at seq 2") ||
-		!strings.Contains(stdout, "k rule: forced by --k") {
+		!strings.Contains(stdout, "\n  k rule: forced by --k\n") || !strings.Contains(stdout, "\n  arena rule: one region") {
 		t.Fatalf("exit %d, stdout:\n%s", code, stdout)
+	}
+	// Without --explain the rules are one line saying where they are.
+	code, stdout, _ = runMain("--top", "2", "--k", "1", "--capacity", "2MiB", path)
+	if code != 0 || strings.Contains(stdout, "k rule:") || strings.Contains(stdout, "arena rule:") ||
+		!strings.Contains(stdout, "\n  (the rules that chose k, the threshold and the arena: analyze --explain)\n") {
+		t.Fatalf("without --explain: exit %d, stdout:\n%s", code, stdout)
 	}
 	for _, quiet := range []string{"--quiet", "-q"} {
 		if code, stdout, stderr := runMain(quiet, "--progress", path); code != 0 || stdout != "" || stderr != "" {

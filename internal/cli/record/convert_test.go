@@ -28,7 +28,7 @@ func TestConvertKeptRaw(t *testing.T) {
 	if len(logs) != 1 || len(lanes) != 1 {
 		t.Fatalf("%s holds logs %v and lanes %v, want one of each", raw, logs, lanes)
 	}
-	const summary = "allocscope: 55 events from 1 process(es), device(s) 0,1, peak live 2.01 MiB"
+	const summary = "allocscope: 55 events from 1 process(es), device(s) 0,1, peak live 2 MiB"
 	other := filepath.Join(t.TempDir(), "other.arrow")
 	code, stdout, stderr := runMain(t, "convert", "--keep-raw", raw, "-o", other)
 	if code != 0 || stdout != "" {
@@ -87,7 +87,7 @@ func TestConvertLogDirLeftBehind(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("convert: exit code %d, stderr %q", code, stderr)
 	}
-	checkSummary(t, stderr, "allocscope: 3 events from 1 process(es), device(s) 0, peak live 6.00 KiB", out, false)
+	checkSummary(t, stderr, "allocscope: 3 events from 1 process(es), device(s) 0, peak live 6 KiB", out, false)
 	events, info := testcuda.ReadTrace(t, out)
 	testcuda.CheckEvents(t, events, testcuda.SignalsEventsBeforeSignal)
 	if !slices.Equal(info.Command, []string{env.Prog("signals")}) {

@@ -111,9 +111,9 @@ func (p *recordProcess) wait(t *testing.T) (int, string) {
 // the time line by its form, and the output line.
 func checkSummary(t *testing.T, stderr, wantEvents, output string, withWallTime bool) {
 	t.Helper()
-	timeLine := `allocscope: [0-9.]+(ns|µs|ms|s) inside allocation calls`
+	timeLine := `allocscope: [0-9.]+ (ns|µs|ms|s) inside allocation calls`
 	if withWallTime {
-		timeLine += ` \([0-9]+\.[0-9]{2}% of [0-9.]+(ms|s) wall time\)`
+		timeLine += ` \([0-9.]+% of [0-9.]+ (ms|s) wall time\)`
 	}
 	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(wantEvents) + "\n" + timeLine + "\n" +
 		regexp.QuoteMeta("allocscope: wrote "+output) + "\n\\z")

@@ -113,9 +113,9 @@ func TestRecordPoolPeakSummedOverProcesses(t *testing.T) {
 	out := tempPath(t, "fork.arrow")
 	cfg := filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass.json")
 	code, _, stderr := runMain(t, "--pool", cfg, "-o", out, "--shim", env.Shim, "--", env.Prog("pooled_fork"))
-	want := "allocscope: pool: peak reserved 555.00 MiB summed over the pools of every process (each pool's own peak; " +
-		"the largest pool 277.50 MiB) in 2 reservation(s), 0 fallback(s), 0 request(s) passed to CUDA, " +
-		"0 synchronization(s) of its own (0s)\n"
+	want := "allocscope: pool: peak reserved 555 MiB summed over the pools of every process (each pool's own peak; " +
+		"the largest pool 277.5 MiB) in 2 reservation(s), 0 fallback(s), 0 request(s) passed to CUDA, " +
+		"0 synchronization(s) of its own (0 ns)\n"
 	if code != 0 || !strings.Contains(stderr, want) || strings.Contains(stderr, "went to CUDA") {
 		t.Errorf("exit %d, stderr\n%s\nwant it to hold\n%s", code, stderr, want)
 	}
@@ -132,9 +132,9 @@ func TestPrintPoolSaysWhatWasGivenBack(t *testing.T) {
 		IdleReleasedBytes: 584 << 20}
 	var b strings.Builder
 	printPool(&b, p)
-	want := "allocscope: pool: peak reserved 780.00 MiB in 76 reservation(s), 74 fallback(s), 0 request(s) passed to CUDA, " +
-		"0 synchronization(s) of its own (0s)\n" +
-		"allocscope: pool: gave back 73 idle region(s) of 584.00 MiB to CUDA when the device was out of memory\n"
+	want := "allocscope: pool: peak reserved 780 MiB in 76 reservation(s), 74 fallback(s), 0 request(s) passed to CUDA, " +
+		"0 synchronization(s) of its own (0 ns)\n" +
+		"allocscope: pool: gave back 73 idle region(s) of 584 MiB to CUDA when the device was out of memory\n"
 	if b.String() != want {
 		t.Errorf("summary\n%q\nwant\n%q", b.String(), want)
 	}

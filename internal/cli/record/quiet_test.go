@@ -30,7 +30,7 @@ func TestQuietSilencesProgress(t *testing.T) {
 		case quiet && stderr != "":
 			t.Errorf("-q: stderr %q, want nothing", stderr)
 		case !quiet && (!strings.Contains(stderr, "converting") ||
-			!strings.Contains(stderr, "allocscope: 1200000 events from 1 process(es)")):
+			!strings.Contains(stderr, "allocscope: 1,200,000 events from 1 process(es)")):
 			t.Errorf("stderr %q, want a progress bar named converting and the summary", stderr)
 		}
 		events, _ := testcuda.ReadTrace(t, out)

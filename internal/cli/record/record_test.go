@@ -33,13 +33,13 @@ func TestRecordPrograms(t *testing.T) {
 		summary string
 	}{
 		{"plain", 7, testcuda.PlainEvents,
-			"allocscope: 55 events from 1 process(es), device(s) 0,1, peak live 2.01 MiB"},
+			"allocscope: 55 events from 1 process(es), device(s) 0,1, peak live 2 MiB"},
 		{"static_cudart", 11, testcuda.StaticCudartEvents,
-			"allocscope: 18 events from 1 process(es), device(s) 0, peak live 15.00 MiB"},
+			"allocscope: 18 events from 1 process(es), device(s) 0, peak live 15 MiB"},
 		{"cupy_style", 13, testcuda.CupyStyleEvents,
-			"allocscope: 8 events from 1 process(es), device(s) 0, peak live 5.92 KiB"},
+			"allocscope: 8 events from 1 process(es), device(s) 0, peak live 5.9 KiB"},
 		{"forkexec", 19, testcuda.ForkExecEvents,
-			"allocscope: 19 events from 3 process(es), device(s) 0, peak live 40.49 KiB"},
+			"allocscope: 19 events from 3 process(es), device(s) 0, peak live 40.5 KiB"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.prog, func(t *testing.T) {
@@ -112,7 +112,7 @@ func TestDefaultOutputAndShim(t *testing.T) {
 	if err != nil || stamp.Before(before) || stamp.After(after) {
 		t.Errorf("name's time %v (%v) not within the run [%v, %v]", stamp, err, before, after)
 	}
-	checkSummary(t, stderr, "allocscope: 8 events from 1 process(es), device(s) 0, peak live 5.92 KiB", name, true)
+	checkSummary(t, stderr, "allocscope: 8 events from 1 process(es), device(s) 0, peak live 5.9 KiB", name, true)
 	events, _ := testcuda.ReadTrace(t, filepath.Join(dir, name))
 	testcuda.CheckEvents(t, events, testcuda.CupyStyleEvents)
 	shims, _ := filepath.Glob(filepath.Join(cache, "allocscope", "*", "liballocscope.so"))
@@ -149,7 +149,7 @@ func TestKilledProgram(t *testing.T) {
 		t.Errorf("stdout %q, want ready", stdout)
 	}
 	// 625 rounds of 16 sizes 512..8192 are live at once: 625*512*136 bytes.
-	checkSummary(t, stderr, "allocscope: 20000 events from 1 process(es), device(s) 0, peak live 41.50 MiB", out, true)
+	checkSummary(t, stderr, "allocscope: 20,000 events from 1 process(es), device(s) 0, peak live 41.5 MiB", out, true)
 	events, _ := testcuda.ReadTrace(t, out)
 	if len(events) != 2*n {
 		t.Fatalf("%d events, want %d", len(events), 2*n)
@@ -187,7 +187,7 @@ func TestSignalForwarding(t *testing.T) {
 				t.Errorf("record exit code %d, want 42", code)
 			}
 			checkSummary(t, p.stderr.String(),
-				"allocscope: 6 events from 1 process(es), device(s) 0, peak live 6.00 KiB", out, true)
+				"allocscope: 6 events from 1 process(es), device(s) 0, peak live 6 KiB", out, true)
 			events, _ := testcuda.ReadTrace(t, out)
 			testcuda.CheckEvents(t, events, testcuda.SignalsEvents)
 		})

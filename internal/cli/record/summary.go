@@ -52,23 +52,23 @@ func printCounts(w io.Writer, s intercept.Summary, elapsed time.Duration) {
 	if len(devs) > 0 {
 		devices = strings.Join(devs, ",")
 	}
-	fmt.Fprintf(w, "allocscope: %d events from %d process(es), device(s) %s, peak live %s\n",
-		s.Events, s.Processes, devices, units.FormatBytesStyle(s.PeakLiveBytes, units.TwoDecimals))
+	fmt.Fprintf(w, "allocscope: %s events from %d process(es), device(s) %s, peak live %s\n",
+		units.FormatCount(s.Events), s.Processes, devices, units.FormatBytes(s.PeakLiveBytes))
 	inCalls := time.Duration(s.AllocCallNs)
 	switch {
 	case elapsed > 0 && inCalls > elapsed: // threads at once: the sum passes the wall time
-		fmt.Fprintf(w, "allocscope: %s inside allocation calls, summed over threads (%.1fx the %s wall time)\n",
-			duration(inCalls), inCalls.Seconds()/elapsed.Seconds(), duration(elapsed))
+		fmt.Fprintf(w, "allocscope: %s inside allocation calls, summed over threads (%sx the %s wall time)\n",
+			duration(inCalls), units.FormatRatio(inCalls.Seconds()/elapsed.Seconds()), duration(elapsed))
 	case elapsed > 0:
-		fmt.Fprintf(w, "allocscope: %s inside allocation calls (%.2f%% of %s wall time)\n",
-			duration(inCalls), 100*inCalls.Seconds()/elapsed.Seconds(), duration(elapsed))
+		fmt.Fprintf(w, "allocscope: %s inside allocation calls (%s of %s wall time)\n",
+			duration(inCalls), units.FormatPercent(100*inCalls.Seconds()/elapsed.Seconds()), duration(elapsed))
 	default:
 		fmt.Fprintf(w, "allocscope: %s inside allocation calls\n", duration(inCalls))
 	}
 }
 
-// duration writes d as analyze's reports do.
-func duration(d time.Duration) string { return units.FormatDuration(float64(d), units.GoRounded) }
+// duration writes d as every report does (units.FormatDuration).
+func duration(d time.Duration) string { return units.FormatDuration(float64(d)) }
 
 // printPool writes what record --pool's pool did, when it was in use.
 func printPool(w io.Writer, p *trace.PoolActivity) {
@@ -85,7 +85,7 @@ func printPool(w io.Writer, p *trace.PoolActivity) {
 	}
 	if p.IdleReleases > 0 {
 		fmt.Fprintf(w, "allocscope: pool: gave back %s idle region(s) of %s to CUDA when the device was out of memory\n",
-			units.FormatCount(p.IdleReleases), units.FormatBytesStyle(p.IdleReleasedBytes, units.TwoDecimals))
+			units.FormatCount(p.IdleReleases), units.FormatBytes(p.IdleReleasedBytes))
 	}
 }
 
@@ -106,8 +106,8 @@ func barrierNote(p *trace.PoolActivity) string {
 // pool's own peak, labelled so where there were several pools (an upper bound of the peak of their
 // sum: they need not peak at once), with the largest single pool's.
 func peakReserved(p *trace.PoolActivity) string {
-	sum := units.FormatBytesStyle(p.PeakReservedSumBytes, units.TwoDecimals)
-	largest := units.FormatBytesStyle(p.PeakReservedBytes, units.TwoDecimals)
+	sum := units.FormatBytes(p.PeakReservedSumBytes)
+	largest := units.FormatBytes(p.PeakReservedBytes)
 	if p.PeakReservedSumBytes <= p.PeakReservedBytes { // one pool, or a recorder without the sum
 		return largest
 	}

@@ -20,13 +20,13 @@ func TestPrintSummary(t *testing.T) {
 	}{
 		{intercept.Summary{Events: 1787, Processes: 1, Devices: []int32{0}, PeakLiveBytes: 3 << 20, AllocCallNs: 34_496_000},
 			10392 * time.Millisecond, false,
-			"allocscope: 1787 events from 1 process(es), device(s) 0, peak live 3.00 MiB\n" +
-				"allocscope: 34.5ms inside allocation calls (0.33% of 10.39s wall time)\n" +
+			"allocscope: 1,787 events from 1 process(es), device(s) 0, peak live 3 MiB\n" +
+				"allocscope: 34.5 ms inside allocation calls (0.332% of 10.4 s wall time)\n" +
 				"allocscope: wrote t.arrow\n"},
 		{intercept.Summary{Events: 1280001, Processes: 1, Devices: []int32{0}, AllocCallNs: int64(224556 * time.Millisecond)},
 			7579 * time.Millisecond, false,
-			"allocscope: 1280001 events from 1 process(es), device(s) 0, peak live 0 B\n" +
-				"allocscope: 3m44.56s inside allocation calls, summed over threads (29.6x the 7.58s wall time)\n" +
+			"allocscope: 1,280,001 events from 1 process(es), device(s) 0, peak live 0 B\n" +
+				"allocscope: 225 s inside allocation calls, summed over threads (29.6x the 7.58 s wall time)\n" +
 				"allocscope: wrote t.arrow\n"},
 		{intercept.Summary{Events: 69633, Lost: 930367, Warnings: []string{"process 7 (loop) stopped recording"}},
 			time.Second, true,
@@ -52,10 +52,10 @@ func TestPrintSummaryPool(t *testing.T) {
 	var b strings.Builder
 	printSummary(&b, intercept.Summary{Events: 4000, Processes: 2, Devices: []int32{0}, Pool: pool, PoolServed: 1981},
 		0, "t.arrow", false)
-	want := "allocscope: 4000 events from 2 process(es), device(s) 0, peak live 0 B\n" +
-		"allocscope: 0s inside allocation calls\n" +
-		"allocscope: pool: peak reserved 3.00 MiB summed over the pools of every process (each pool's own peak; " +
-		"the largest pool 1.00 MiB) in 2 reservation(s), 0 fallback(s), 19 request(s) passed to CUDA, 0 synchronization(s) of its own (0s)\n" +
+	want := "allocscope: 4,000 events from 2 process(es), device(s) 0, peak live 0 B\n" +
+		"allocscope: 0 ns inside allocation calls\n" +
+		"allocscope: pool: peak reserved 3 MiB summed over the pools of every process (each pool's own peak; " +
+		"the largest pool 1 MiB) in 2 reservation(s), 0 fallback(s), 19 request(s) passed to CUDA, 0 synchronization(s) of its own (0 ns)\n" +
 		"allocscope: record --pool served 1,981 of 2,000 allocations; 19 went to CUDA: 12 capture, 7 no_context\n" +
 		"allocscope: wrote t.arrow\n"
 	if b.String() != want {

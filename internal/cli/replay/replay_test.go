@@ -298,7 +298,7 @@ func TestTextReportRecordedCalls(t *testing.T) {
 	if err := replay.WriteText(&got, &rep, "t.arrow", "pool.json"); err != nil {
 		t.Fatal(err)
 	}
-	const want = "the program's own calls took 15.3 us per request as recorded (device waits inside cudaFree\n" +
+	const want = "the program's own calls took 15.3 µs per request as recorded (device waits inside cudaFree\n" +
 		"  included): 1234 x the pool's time\n"
 	if !strings.Contains(got.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, got.String())
