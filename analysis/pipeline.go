@@ -132,21 +132,19 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	var c *stats.Collector
 	var log *requests.Log
 	var info *model.TraceInfo
-	var snap *trace.Snapshot
+	var states oomStates
 	var memo *memoSource
 	var passed []uint64
 	err := open.pass(&warns, func(src Source) (err error) {
 		info = traceInfo(src)
+		states = newOOMStates(src)
 		passed = passThrough(src)
 		if w := lostEventsWarning(src); w != "" {
 			warns = append(warns, opts.input+": "+w)
 		}
-		if s, ok := src.(snapshotSource); ok && s.Snapshot() != nil {
-			snap = s.Snapshot()
-			if opts.Capacity > 0 { // only explainModelOOM reads the events again
-				memo = &memoSource{Source: src}
-				src = memo
-			}
+		if states.snapshot != nil && opts.Capacity > 0 { // only explainModelOOM reads the events again
+			memo = &memoSource{Source: src}
+			src = memo
 		}
 		c, log, err = collect(src, opts)
 		return err
@@ -160,7 +158,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		}
 		return nil, nil, nil, err
 	}
-	tr, err := analyzeRequests(name, open, c, log, snap, info, opts, &warns)
+	tr, err := analyzeRequests(name, open, c, log, states, info, opts, &warns)
 	if err == nil && !opts.ranksMerged {
 		tr.PerProcess, err = perProcess(opts.input, log, tr, opts)
 	}
@@ -201,7 +199,7 @@ func sizeList(sizes []uint64) string {
 }
 
 // analyzeRequests runs the stages after the statistics pass over the request log.
-func analyzeRequests(name string, open opener, c *stats.Collector, log *requests.Log, snap *trace.Snapshot,
+func analyzeRequests(name string, open opener, c *stats.Collector, log *requests.Log, states oomStates,
 	info *model.TraceInfo, opts Options, warns *[]string) (*model.TraceReport, error) {
 	st := c.Finish(opts.Top)
 	if st.Events == 0 {
@@ -214,7 +212,7 @@ func analyzeRequests(name string, open opener, c *stats.Collector, log *requests
 		_, _, _ = models.wait() // it reads the log, which the caller closes
 		return nil, err
 	}
-	rec.oom = explainOOM(snap, st.Anomalies.FailedAllocs, func(id uint64) string { return c.CallsiteName(0, id) })
+	rec.oom = explainOOM(states, st.Anomalies.FailedAllocs, func(id uint64) string { return c.CallsiteName(0, id) })
 	outs, err := simulate(log, st.RequestLayer, rec, st, models, opts)
 	if err != nil {
 		return nil, err

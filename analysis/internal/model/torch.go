@@ -30,7 +30,8 @@ type TorchSetting struct {
 }
 
 // OOMReport explains an out-of-memory of a PyTorch snapshot from the snapshot's segments, which
-// PyTorch dumps at the OOM when the program takes the snapshot there, or the first request the
+// PyTorch dumps at the OOM when the program takes the snapshot there, an out-of-memory of a
+// program run under record from the segments rebuilt at the failing request (Recorded), or the first request the
 // PyTorch model failed within the capacity (Simulated) from the model's segments at that moment:
 // what was reserved, in use and cached, where the free memory was, the most fragmented segments
 // and the blocks that pin them, and the setting of the search that would have fit.
@@ -52,6 +53,9 @@ type OOMReport struct {
 	Fits *TorchSetting `json:"fits,omitempty"`
 	// Simulated is set when the out-of-memory is the model's, not the snapshot's.
 	Simulated *SimulatedOOM `json:"simulated,omitempty"`
+	// Recorded is set when the segments are those record rebuilt from a recorded program's memory
+	// history at the failing request (trace.FrameworkCapture.OOM), not a snapshot's.
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // SimulatedOOM is the setting whose model failed requests within the capacity.

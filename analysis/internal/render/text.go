@@ -388,6 +388,8 @@ func (t *textWriter) oom(r *model.OOMReport) {
 		t.printf("\nOUT OF MEMORY (seq %d, device %d, in the model within %s)\n", r.Seq, r.Device, Bytes(r.CapacityBytes))
 		t.printf("  PYTORCH_CUDA_ALLOC_CONF=%s fails %s request(s); the first:\n", ConfOrDefaults(m.Conf),
 			Count(m.Failures))
+	} else if r.Recorded {
+		t.printf("\nOUT OF MEMORY (seq %d, device %d, from the recorded history at the failing request)\n", r.Seq, r.Device)
 	} else {
 		t.printf("\nOUT OF MEMORY (seq %d, device %d, from the snapshot's segments)\n", r.Seq, r.Device)
 	}
