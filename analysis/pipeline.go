@@ -418,8 +418,11 @@ func simulate(log *requests.Log, stream requests.Layer, rec *recommendation, st 
 		}
 		outs[0], recordPool = res[0], res[1:]
 	}
-	if withPaged {
-		rec.choosePaged(outs, 1, opts.Arena == ArenaPaged)
+	switch {
+	case withPaged && opts.Arena == ArenaPaged:
+		rec.choosePaged(outs, 1, true)
+	case withPaged:
+		rec.notePaged(outs, 1)
 	}
 	rec.recordPool = recordPoolPrediction(rec, recordPool)
 	return outs, nil

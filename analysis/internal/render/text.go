@@ -291,6 +291,11 @@ func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 	}
 	t.table(rows)
 	t.printf("  arena rule: %s\n", wrap(p.ArenaRule, 84, "    "))
+	if a := p.PagedAlternative; a != nil {
+		t.printf("  a paged arena would reserve %s at peak (%s less, %s page operations): analyze --arena paged\n"+
+			"    writes it; replay and the Go library run it, record --pool does not\n", Bytes(a.PeakReservedBytes),
+			Bytes(uint64(max(a.SavedBytes, 0))), Count(a.PageOps))
+	}
 	if p.ArenaPaged {
 		t.printf("  pool <= %s = classes %s + paged arena of %s address space, at most %s mapped\n"+
 			"    (large peak %s); peak live %s\n", Bytes(p.PoolBytes), Bytes(p.ClassBytes), Bytes(p.ArenaBytes),
