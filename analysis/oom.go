@@ -59,7 +59,12 @@ func (st oomStates) at(ev model.EventRef, name func(uint64) string) (segs []trac
 	for _, c := range st.recorded {
 		if o := c.OOM; o != nil && c.PID == ev.PID && c.Framework == trace.FrameworkTorch && o.Device == ev.Device &&
 			o.RequestedBytes == ev.Size {
-			return o.Segments, func(i uint64) string { return o.Callsites[i-1] }, true
+			return o.Segments, func(i uint64) string {
+				if i == 0 || i > uint64(len(o.Callsites)) {
+					return "(no stack recorded)" // an index the trace's metadata does not hold
+				}
+				return o.Callsites[i-1]
+			}, true
 		}
 	}
 	return nil, nil, false
