@@ -52,14 +52,37 @@ func NewTorchState() *TorchState {
 // torch.oom and returns that event and the segments then, with the state's Unplaced count; oom is
 // nil when no event is an out-of-memory error.
 func TorchSegmentsAtOOM(events []Event) (oom *Event, segments []SnapshotSegment, unplaced int) {
-	s := NewTorchState()
+	f := NewTorchOOMFinder()
 	for i := range events {
-		if events[i].Function == FuncTorchOOM {
-			return &events[i], s.Segments(), s.Unplaced
+		if f.Add(&events[i]); f.OOM != nil {
+			return &events[i], f.Segments, f.Unplaced
 		}
-		s.Apply(&events[i])
 	}
-	return nil, nil, s.Unplaced
+	return nil, nil, f.state.Unplaced
+}
+
+// TorchOOMFinder applies a PyTorch history's events, given in order a batch at a time, to a
+// TorchState up to the first out-of-memory error, and keeps the segments then.
+type TorchOOMFinder struct {
+	state    *TorchState
+	OOM      *Event            // a copy of the first torch.oom event; nil before it
+	Segments []SnapshotSegment // the segments when it came
+	Unplaced int               // the state's Unplaced count then
+}
+
+// NewTorchOOMFinder returns a finder whose state holds no segment.
+func NewTorchOOMFinder() *TorchOOMFinder { return &TorchOOMFinder{state: NewTorchState()} }
+
+// Add applies e, or at the first torch.oom keeps it and the segments; after that it does nothing.
+func (f *TorchOOMFinder) Add(e *Event) {
+	switch {
+	case f.OOM != nil:
+	case e.Function == FuncTorchOOM:
+		oom := *e
+		f.OOM, f.Segments, f.Unplaced = &oom, f.state.Segments(), f.state.Unplaced
+	default:
+		f.state.Apply(e)
+	}
 }
 
 // Apply applies one event of the history; events of other functions change nothing.

@@ -158,7 +158,7 @@ func readTorchSnapshot(path string, pid uint32, offset int64) (events []trace.Ev
 		return nil, capture, "", err
 	}
 	defer r.Close()
-	var history []trace.Event
+	oom := trace.NewTorchOOMFinder()
 	for {
 		batch, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -167,14 +167,14 @@ func readTorchSnapshot(path string, pid uint32, offset int64) (events []trace.Ev
 		if err != nil {
 			return nil, capture, "", err
 		}
-		history = append(history, batch...)
-	}
-	for _, e := range history {
-		if e.Layer != trace.LayerFramework {
-			continue
+		for _, e := range batch {
+			oom.Add(&e)
+			if e.Layer != trace.LayerFramework {
+				continue
+			}
+			e.PID, e.TID, e.Callsite, e.TimeNs = pid, 0, 0, e.TimeNs-offset
+			events = append(events, e)
 		}
-		e.PID, e.TID, e.Callsite, e.TimeNs = pid, 0, 0, e.TimeNs-offset
-		events = append(events, e)
 	}
 	capture.Events = int64(len(events))
 	capture.MaxEntries = torchMaxEntries(strings.TrimSuffix(path, ".pickle") + ".json")
@@ -184,25 +184,25 @@ func readTorchSnapshot(path string, pid uint32, offset int64) (events []trace.Ev
 			capture.Full = true
 		}
 	}
-	capture.OOM, oomNote = torchOOM(history, r, capture.Full)
+	capture.OOM, oomNote = torchOOM(oom, r, capture.Full)
 	return events, capture, oomNote, nil
 }
 
-// torchOOM rebuilds the segments at the first out-of-memory error of a PyTorch history, naming the
-// blocks' stacks through r; nil without an error. When the history lost entries (full) or names
-// segments or blocks the rebuild does not hold, the state is not kept and note says why.
-func torchOOM(history []trace.Event, r *trace.Reader, full bool) (state *trace.TorchOOM, note string) {
-	oom, segs, unplaced := trace.TorchSegmentsAtOOM(history)
+// torchOOM is the state at the first out-of-memory error of a PyTorch history that f followed,
+// the blocks' stacks named through r; nil without an error. When the history lost entries (full)
+// or names segments or blocks the rebuild does not hold, the state is not kept and note says why.
+func torchOOM(f *trace.TorchOOMFinder, r *trace.Reader, full bool) (state *trace.TorchOOM, note string) {
 	const lost = "its out-of-memory error cannot be explained at the failing request: "
 	switch {
-	case oom == nil:
+	case f.OOM == nil:
 		return nil, ""
 	case full:
 		return nil, lost + "the history lost its oldest entries"
-	case unplaced > 0:
-		return nil, fmt.Sprintf(lost+"%d history entries name segments or blocks the history never made", unplaced)
+	case f.Unplaced > 0:
+		return nil, fmt.Sprintf(lost+"%d history entries name segments or blocks the history never made", f.Unplaced)
 	}
-	state = &trace.TorchOOM{Device: oom.Device, RequestedBytes: oom.Size, DeviceFreeBytes: oom.Address, Segments: segs}
+	state = &trace.TorchOOM{Device: f.OOM.Device, RequestedBytes: f.OOM.Size, DeviceFreeBytes: f.OOM.Address,
+		Segments: f.Segments}
 	index := map[uint64]uint64{} // the reader's callsite → its index in state.Callsites, from 1
 	for i := range state.Segments {
 		for j := range state.Segments[i].BlockList {
