@@ -45,10 +45,12 @@ type Options struct {
 	Top int
 	// K forces the number of size classes (0 = chosen by the k rule).
 	K int
-	// Arena chooses the recommended pool's large-block arena: ArenaAuto (the default, by
-	// sizeclass.ArenaRule), ArenaFixed (always one region) or ArenaPaged (paged whenever one region
-	// would pass 1.05 × peak live and the paged arena stays within that with no fallbacks, however
-	// many page operations it needs).
+	// Arena chooses the recommended pool's large-block arena: ArenaAuto (the default: one region,
+	// the pool.json replay, record --pool and the Go library all run, with the paged variant named
+	// beside it when sizeclass.ArenaRule says so), ArenaFixed (one region, no paged variant
+	// simulated) or ArenaPaged (paged whenever one region would pass 1.05 × peak live and the paged
+	// arena stays within that with no fallbacks, however many page operations it needs; record
+	// --pool refuses it).
 	Arena ArenaChoice
 	// PyTorchSearch runs the PYTORCH_CUDA_ALLOC_CONF search whatever the trace; without it the
 	// search runs on a PyTorch snapshot's requests and on traces of at most maxSearchRequests

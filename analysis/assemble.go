@@ -47,6 +47,7 @@ func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 		p.KRule = "forced by --k"
 	}
 	p.ArenaRule = sizeclass.ArenaRule
+	p.PagedAlternative = rec.paged
 	p.PoolBytes = p.ClassBytes + p.ArenaBytes
 	if pg := sc.ArenaPaging; pg != nil {
 		p.ArenaPaged, p.ArenaBudgetBytes = true, pg.BudgetBytes

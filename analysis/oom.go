@@ -27,20 +27,66 @@ type snapshotSource interface {
 	Snapshot() *trace.Snapshot
 }
 
-// explainOOM explains the first out-of-memory of a PyTorch snapshot (anomalies' failed
-// allocations from torch.oom) from the snapshot's segments on its device; nil without either.
-func explainOOM(snap *trace.Snapshot, failed model.Anomaly, name func(uint64) string) *model.OOMReport {
-	if snap == nil || len(snap.Segments) == 0 {
-		return nil
+// oomStates are the caching allocator's segments an out-of-memory error can be explained from: a
+// snapshot's (at the dump), or those record rebuilt from each process's history at its first
+// out-of-memory error (trace.FrameworkCapture.OOM).
+type oomStates struct {
+	snapshot *trace.Snapshot
+	recorded []trace.FrameworkCapture
+}
+
+// newOOMStates reads the states src holds: a snapshot's segments, or the recorded ones of its
+// metadata.
+func newOOMStates(src Source) oomStates {
+	var st oomStates
+	if s, ok := src.(snapshotSource); ok {
+		st.snapshot = s.Snapshot()
 	}
+	if s, ok := src.(interface{ Info() trace.Info }); ok {
+		st.recorded = s.Info().Framework
+	}
+	return st
+}
+
+// at returns the segments that explain out-of-memory event ev, with the names of their blocks'
+// callsites (name names a snapshot's); recorded is true for segments rebuilt by record. No segments
+// when none do.
+func (st oomStates) at(ev model.EventRef, name func(uint64) string) (segs []trace.SnapshotSegment,
+	names func(uint64) string, recorded bool) {
+	if st.snapshot != nil && len(st.snapshot.Segments) > 0 {
+		return st.snapshot.Segments, name, false
+	}
+	for _, c := range st.recorded {
+		if o := c.OOM; o != nil && c.PID == ev.PID && c.Framework == trace.FrameworkTorch && o.Device == ev.Device &&
+			o.RequestedBytes == ev.Size {
+			return o.Segments, func(i uint64) string {
+				if i == 0 || i > uint64(len(o.Callsites)) {
+					return "(no stack recorded)" // an index the trace's metadata does not hold
+				}
+				return o.Callsites[i-1]
+			}, true
+		}
+	}
+	return nil, nil, false
+}
+
+// explainOOM explains the first out-of-memory of a PyTorch snapshot or of a recorded PyTorch
+// program (anomalies' failed allocations from torch.oom) from the segments on its device then
+// (oomStates.at); nil without either.
+func explainOOM(states oomStates, failed model.Anomaly, name func(uint64) string) *model.OOMReport {
 	i := slices.IndexFunc(failed.Events, func(e model.EventRef) bool { return e.Function == trace.FuncTorchOOM })
 	if i < 0 {
 		return nil
 	}
 	ev := failed.Events[i]
+	segs, names, recorded := states.at(ev, name)
+	if len(segs) == 0 {
+		return nil
+	}
 	free, _ := strconv.ParseUint(ev.Address, 0, 64) // the importer puts device_free there
-	r := &model.OOMReport{Seq: ev.Seq, Device: ev.Device, RequestedBytes: ev.Size, DeviceFreeBytes: free}
-	describeSegments(r, snap.Segments, name)
+	r := &model.OOMReport{Seq: ev.Seq, PID: ev.PID, Device: ev.Device, RequestedBytes: ev.Size,
+		DeviceFreeBytes: free, Recorded: recorded}
+	describeSegments(r, segs, names)
 	r.CapacityBytes = r.ReservedBytes + free
 	return r
 }

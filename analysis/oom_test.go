@@ -112,3 +112,38 @@ func TestModelOOMOfTheClosest(t *testing.T) {
 		}
 	}
 }
+
+// A recorded trace's out-of-memory error is explained from the state record kept for its process
+// (trace.FrameworkCapture.OOM): the capture of another pid, another device or another request
+// size explains nothing, and a block's callsite index the metadata lacks reads as no stack.
+func TestExplainRecordedOOM(t *testing.T) {
+	seg := trace.SnapshotSegment{Device: 1, Address: 0x1000, TotalSize: 4 << 20, AllocatedSize: 3 << 20, Stream: 5,
+		BlockList: []trace.SnapshotBlock{
+			{Address: 0x1000, Size: 1 << 20, State: "active_allocated", Callsite: 1},
+			{Address: 0x101000, Size: 1 << 20, State: "inactive"},
+			{Address: 0x201000, Size: 2 << 20, State: "active_allocated", Callsite: 9}}}
+	capture := func(pid uint32, dev int32, size uint64) trace.FrameworkCapture {
+		return trace.FrameworkCapture{PID: pid, Framework: trace.FrameworkTorch, OOM: &trace.TorchOOM{Device: dev,
+			RequestedBytes: size, DeviceFreeBytes: 1 << 20, Segments: []trace.SnapshotSegment{seg},
+			Callsites: []string{"step (train.py:9)"}}}
+	}
+	failed := model.Anomaly{Events: []model.EventRef{
+		{Seq: 3, PID: 7, Device: 1, Function: "cudaMalloc", Size: 64},
+		{Seq: 9, PID: 7, Device: 1, Function: trace.FuncTorchOOM, Size: 2 << 20, Address: "0x100000"}}}
+	want := &model.OOMReport{Seq: 9, PID: 7, Device: 1, RequestedBytes: 2 << 20, DeviceFreeBytes: 1 << 20,
+		CapacityBytes: 5 << 20, ReservedBytes: 4 << 20, AllocatedBytes: 3 << 20, CachedFreeBytes: 1 << 20,
+		LargestFree: []model.StreamFree{{Stream: 5, Bytes: 1 << 20}},
+		Fragmented: []model.FragmentedSegment{{Address: "0x1000", Stream: 5, SizeBytes: 4 << 20, FreeBytes: 1 << 20,
+			LargestFree: 1 << 20, PinnedBlocks: 2, PinnedBy: []model.PinningBlock{
+				{SizeBytes: 2 << 20, Callsite: "(no stack recorded)"}, {SizeBytes: 1 << 20, Callsite: "step (train.py:9)"}}}},
+		Recorded: true}
+	states := oomStates{recorded: []trace.FrameworkCapture{capture(6, 1, 2<<20), capture(7, 1, 2<<20)}}
+	if r := explainOOM(states, failed, nil); !reflect.DeepEqual(r, want) {
+		t.Errorf("oom = %+v\nwant %+v", r, want)
+	}
+	for _, other := range []trace.FrameworkCapture{capture(6, 1, 2<<20), capture(7, 0, 2<<20), capture(7, 1, 1<<20)} {
+		if r := explainOOM(oomStates{recorded: []trace.FrameworkCapture{other}}, failed, nil); r != nil {
+			t.Errorf("pid %d device %d size %d: %+v, want none", other.PID, other.OOM.Device, other.OOM.RequestedBytes, r)
+		}
+	}
+}

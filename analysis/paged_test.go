@@ -1,7 +1,9 @@
 package analysis
 
 import (
+	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
@@ -13,8 +15,14 @@ import (
 // analyzeFile analyzes one of the repository's traces.
 func analyzeFile(t *testing.T, path string) *model.TraceReport {
 	t.Helper()
+	return analyzeFileWith(t, path, Options{})
+}
+
+// analyzeFileWith analyzes the trace file at path with opts and returns its report.
+func analyzeFileWith(t *testing.T, path string, opts Options) *model.TraceReport {
+	t.Helper()
 	in := Input{Name: path, Open: func() (Source, error) { return trace.Open(path) }}
-	r, err := Analyze([]Input{in}, Options{})
+	r, err := Analyze([]Input{in}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,10 +31,31 @@ func analyzeFile(t *testing.T, path string) *model.TraceReport {
 
 // TestPagedArenaOnKVCache: on the H200 trace of generation with a growing KV cache (PyTorch
 // without caching), one arena region needs 1.070 x peak live; the paged arena stays within 1.05 x
-// with no fallbacks and 8 page operations for 47,208 requests, and becomes the recommendation,
-// the one-region pool staying in the report.
+// with no fallbacks and 8 page operations for 47,208 requests. By default the one-region pool,
+// which every consumer runs, stays the recommendation and the paged one is named beside it with
+// its figures; with --arena paged it becomes the recommendation, the one-region pool staying in
+// the report.
 func TestPagedArenaOnKVCache(t *testing.T) {
-	tr := analyzeFile(t, "../testdata/h200/h_torch_nocache_kvcache.arrow")
+	const path = "../testdata/h200/h_torch_nocache_kvcache.arrow"
+	def := analyzeFile(t, path)
+	if rec, paged := def.Simulations[0], def.Simulations[1]; rec.Name != "recommended" || rec.PeakReservedBytes != 397603840 ||
+		rec.PageOps != 0 || paged.Name != "paged-arena" || paged.PeakReservedBytes != 389215232 || paged.PageOps != 8 {
+		t.Errorf("default: recommended %+v, paged %+v", rec, paged)
+	}
+	want := &model.PagedAlternative{PeakReservedBytes: 389215232, PageOps: 8, SavedBytes: 397603840 - 389215232}
+	if def.Config.SizeClass.ArenaPaging != nil || def.SizeClasses.ArenaPaged || !reflect.DeepEqual(def.SizeClasses.PagedAlternative, want) {
+		t.Errorf("default: paging %+v, plan paged %v, alternative %+v; want none, %+v", def.Config.SizeClass.ArenaPaging,
+			def.SizeClasses.ArenaPaged, def.SizeClasses.PagedAlternative, want)
+	}
+	var text bytes.Buffer
+	if err := WriteText(&text, &Report{Combined: def}); err != nil {
+		t.Fatal(err)
+	}
+	if line := "  a paged arena would reserve 371.2 MiB at peak (8 MiB less, 8 page operations):\n" +
+		"    analyze --arena paged writes it; replay and the Go library run it, record --pool does not\n"; !strings.Contains(text.String(), line) {
+		t.Errorf("the report lacks %q", line)
+	}
+	tr := analyzeFileWith(t, path, Options{Arena: ArenaPaged})
 	rec, fixed := tr.Simulations[0], tr.Simulations[1]
 	if rec.Name != "recommended" || rec.PeakReservedBytes != 389215232 || rec.PageOps != 8 || rec.UpstreamReserves != 7 ||
 		rec.UpstreamReleases != 5 || rec.Fallbacks != 0 || rec.Failures != 0 || rec.ReservedRatio > 1.05 {
@@ -57,8 +86,8 @@ func TestPagedArenaRejectedOnVariableShapeCNN(t *testing.T) {
 		t.Errorf("recommended = %+v, paging %+v", rec, tr.Config.SizeClass.ArenaPaging)
 	}
 	if paged.Name != "paged-arena" || paged.PeakReservedBytes != 1937292800 || paged.PageOps != 457 || paged.Fallbacks != 0 ||
-		paged.ReservedRatio > 1.05 {
-		t.Errorf("paged arena = %+v", paged)
+		paged.ReservedRatio > 1.05 || tr.SizeClasses.PagedAlternative != nil {
+		t.Errorf("paged arena = %+v, named as the alternative: %+v", paged, tr.SizeClasses.PagedAlternative)
 	}
 }
 

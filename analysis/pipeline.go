@@ -191,22 +191,20 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	var c *stats.Collector
 	var log *requests.Log
 	var info *model.TraceInfo
-	var snap *trace.Snapshot
+	var states oomStates
 	var memo *memoSource
 	var passed []uint64
 	var book *callsiteBook
 	err := open.pass(&warns, func(src Source) (err error) {
 		info = traceInfo(src)
+		states = newOOMStates(src)
 		passed = passThrough(src)
 		if w := lostEventsWarning(src); w != "" {
 			warns = append(warns, opts.input+": "+w)
 		}
-		if s, ok := src.(snapshotSource); ok && s.Snapshot() != nil {
-			snap = s.Snapshot()
-			if opts.Capacity > 0 { // only explainModelOOM reads the events again
-				memo = &memoSource{Source: src}
-				src = memo
-			}
+		if states.snapshot != nil && opts.Capacity > 0 { // only explainModelOOM reads the events again
+			memo = &memoSource{Source: src}
+			src = memo
 		}
 		c, log, book, err = collect(src, opts)
 		return err
@@ -220,7 +218,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 		}
 		return nil, nil, nil, err
 	}
-	tr, err := analyzeRequests(name, open, c, log, snap, info, opts, &warns)
+	tr, err := analyzeRequests(name, open, c, log, states, info, opts, &warns)
 	if err == nil && !opts.ranksMerged {
 		tr.PerProcess, err = perProcess(opts.input, log, tr, opts)
 	}
@@ -262,7 +260,7 @@ func sizeList(sizes []uint64) string {
 }
 
 // analyzeRequests runs the stages after the statistics pass over the request log.
-func analyzeRequests(name string, open opener, c *stats.Collector, log *requests.Log, snap *trace.Snapshot,
+func analyzeRequests(name string, open opener, c *stats.Collector, log *requests.Log, states oomStates,
 	info *model.TraceInfo, opts Options, warns *[]string) (*model.TraceReport, error) {
 	st := c.Finish(opts.Top)
 	if st.Events == 0 {
@@ -275,7 +273,7 @@ func analyzeRequests(name string, open opener, c *stats.Collector, log *requests
 		_, _, _ = models.wait() // it reads the log, which the caller closes
 		return nil, err
 	}
-	rec.oom = explainOOM(snap, st.Anomalies.FailedAllocs, func(id uint64) string { return c.CallsiteName(0, id) })
+	rec.oom = explainOOM(states, st.Anomalies.FailedAllocs, func(id uint64) string { return c.CallsiteName(0, id) })
 	outs, err := simulate(log, st.RequestLayer, rec, st, models, opts)
 	if err != nil {
 		return nil, err
@@ -416,6 +414,7 @@ type modelRun struct {
 	// processes is, for a trace of several processes, each process's peak reserved under each
 	// candidate of the search (searchPerProcess), in the search's order; nil otherwise.
 	processes [][]model.ProcessReserved
+	byPID     map[uint32][]whatif.Outcome // each process's own outcomes of the search, with processes
 	err       error
 }
 
@@ -432,7 +431,7 @@ func startModels(log *requests.Log, stream requests.Layer, st *stats.Result, opt
 		if len(search) > 0 {
 			var summed []whatif.Outcome
 			var ok bool
-			if summed, m.processes, ok, m.err = searchPerProcess(log, search, opts); m.err != nil {
+			if summed, m.processes, m.byPID, ok, m.err = searchPerProcess(log, search, opts); m.err != nil {
 				return
 			}
 			if ok {
@@ -480,7 +479,11 @@ func simulate(log *requests.Log, stream requests.Layer, rec *recommendation, st 
 	attachProcesses(rec.torch, search, models.processes)
 	if o := rec.oom; o != nil && o.RequestedBytes < o.CapacityBytes {
 		// conservative: the setting's peak and the failed request together within what PyTorch could hold
-		o.Fits = bestWithin(search, o.CapacityBytes-o.RequestedBytes)
+		own := search // the failing process's own allocator, in a trace of several
+		if outs, ok := models.byPID[o.PID]; ok {
+			own = outs
+		}
+		o.Fits = bestWithin(own, o.CapacityBytes-o.RequestedBytes)
 	}
 	recordPool := outs[whatIfs:] // empty or the one deferred simulation
 	outs = append(outs[:whatIfs:whatIfs], modelOuts...)
@@ -499,8 +502,11 @@ func simulate(log *requests.Log, stream requests.Layer, rec *recommendation, st 
 		}
 		outs[0], recordPool = res[0], res[1:]
 	}
-	if withPaged {
-		rec.choosePaged(outs, 1, opts.Arena == ArenaPaged)
+	switch {
+	case withPaged && opts.Arena == ArenaPaged:
+		rec.choosePaged(outs, 1, true)
+	case withPaged:
+		rec.notePaged(outs, 1)
 	}
 	rec.recordPool = recordPoolPrediction(rec, recordPool)
 	return outs, nil

@@ -35,6 +35,9 @@ type recommendation struct {
 	torch *model.TorchSearch
 	// oom explains a PyTorch snapshot's out-of-memory; nil without one.
 	oom *model.OOMReport
+	// paged is the paged variant sizeclass.ArenaRule names beside the one-region recommendation;
+	// nil when none qualifies, or when it is the recommendation (--arena paged).
+	paged *model.PagedAlternative
 }
 
 // recommend builds the size-class pool of plan and sizing, its arena placing blocks by fit
@@ -153,17 +156,32 @@ func (r *recommendation) pagedPolicy() (whatif.Policy, bool) {
 // row in the report under pagedName or fixedName.
 func (r *recommendation) choosePaged(outs []whatif.Outcome, at int, anyPageOps bool) {
 	o := outs[at]
-	pg := o.Policy.Config.SizeClass.ArenaPaging
-	requests := o.Stats.Allocs + o.Stats.Frees
-	ok := o.Err == nil && o.Stats.Fallbacks == 0 && o.Stats.Failures == 0 &&
-		o.Stats.PeakReservedBytes <= r.classBytes()+pg.BudgetBytes &&
-		(anyPageOps || o.PageOps*sizeclass.MaxPageOpsShare <= requests)
-	if !ok {
+	if !r.pagedQualifies(o, anyPageOps) {
 		return
 	}
 	r.config = o.Policy.Config
 	outs[0].Policy.Name, o.Policy.Name = fixedName, "recommended"
 	outs[0], outs[at] = o, outs[0]
+}
+
+// pagedQualifies reports whether the paged variant's outcome o stayed within its budget with no
+// fallbacks or failures and few page operations (any number with anyPageOps).
+func (r *recommendation) pagedQualifies(o whatif.Outcome, anyPageOps bool) bool {
+	pg := o.Policy.Config.SizeClass.ArenaPaging
+	requests := o.Stats.Allocs + o.Stats.Frees
+	return o.Err == nil && o.Stats.Fallbacks == 0 && o.Stats.Failures == 0 &&
+		o.Stats.PeakReservedBytes <= r.classBytes()+pg.BudgetBytes &&
+		(anyPageOps || o.PageOps*sizeclass.MaxPageOpsShare <= requests)
+}
+
+// notePaged names the paged variant (outs[at]) as the alternative to the one-region recommendation
+// (outs[0]) when it qualifies under sizeclass.ArenaRule: the recommendation stays the pool.json
+// every consumer runs, and --arena paged writes the variant.
+func (r *recommendation) notePaged(outs []whatif.Outcome, at int) {
+	if o := outs[at]; r.pagedQualifies(o, false) {
+		r.paged = &model.PagedAlternative{PeakReservedBytes: o.Stats.PeakReservedBytes, PageOps: o.PageOps,
+			SavedBytes: int64(outs[0].Stats.PeakReservedBytes) - int64(o.Stats.PeakReservedBytes)}
+	}
 }
 
 func (r *recommendation) classBytes() uint64 {

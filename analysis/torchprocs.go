@@ -13,10 +13,11 @@ import (
 // merged requests of two processes in one simulated allocator would share segments no real process
 // shares. Each outcome it returns is one candidate summed over the processes (peak reserved: the
 // sum of each process's peak, what their torch.cuda.max_memory_reserved() add up to; segments,
-// releases, failures and retries: sums), with each process's peak in procs[i]. ok is false for a
+// releases, failures and retries: sums), with each process's peak in procs[i] and each process's
+// own outcomes in byPID. ok is false for a
 // trace of one process, or whose processes cannot be told apart, and then the merged outcomes stand.
 func searchPerProcess(log *requests.Log, cands []whatif.Policy, opts Options) (outs []whatif.Outcome,
-	procs [][]model.ProcessReserved, ok bool, err error) {
+	procs [][]model.ProcessReserved, byPID map[uint32][]whatif.Outcome, ok bool, err error) {
 	pids, logs, err := splitByProcess(log, opts)
 	defer func() {
 		for _, l := range logs {
@@ -24,8 +25,9 @@ func searchPerProcess(log *requests.Log, cands []whatif.Policy, opts Options) (o
 		}
 	}()
 	if err != nil || len(pids) < 2 {
-		return nil, nil, false, err
+		return nil, nil, nil, false, err
 	}
+	byPID = make(map[uint32][]whatif.Outcome, len(pids))
 	outs = make([]whatif.Outcome, len(cands))
 	procs = make([][]model.ProcessReserved, len(cands))
 	for i, c := range cands {
@@ -34,14 +36,15 @@ func searchPerProcess(log *requests.Log, cands []whatif.Policy, opts Options) (o
 	for p, pl := range logs {
 		res, err := whatif.Run(pl, cands, opts.Capacity, nil, nil)
 		if err != nil {
-			return nil, nil, false, err
+			return nil, nil, nil, false, err
 		}
+		byPID[pids[p]] = res
 		for i, o := range res {
 			addOutcome(&outs[i], o)
 			procs[i] = append(procs[i], model.ProcessReserved{PID: pids[p], PeakReservedBytes: o.Stats.PeakReservedBytes})
 		}
 	}
-	return outs, procs, true, nil
+	return outs, procs, byPID, true, nil
 }
 
 // addOutcome adds what one process did under a candidate to the sum: the statistics the search

@@ -456,7 +456,7 @@ func TestPoolSpecRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for cfg, want := range map[*pool.Config]string{
-		&paged:   "size_class.arena_paging: the pool inside the program has no paged arena; write the config with `analyze --arena fixed --emit-config`",
+		&paged:   "size_class.arena_paging: the pool inside the program has no paged arena; write the config with `analyze --emit-config` (without --arena paged)",
 		&bestfit: `policy "bestfit": the pool inside the program implements "sizeclass" only (analyze --emit-config writes one)`,
 	} {
 		if _, err := PoolSpec(*cfg); err == nil || err.Error() != want {

@@ -44,7 +44,7 @@ func NewCPoolConfig(cfg pool.Config) (CPoolConfig, error) {
 	switch {
 	case sc.ArenaPaging != nil:
 		return CPoolConfig{}, errors.New("size_class.arena_paging: the pool inside the program has no paged arena; " +
-			"write the config with `analyze --arena fixed --emit-config`")
+			"write the config with `analyze --emit-config` (without --arena paged)")
 	case len(sc.Classes) > maxPoolClasses:
 		return CPoolConfig{}, fmt.Errorf("size_class.classes: %d classes, the pool inside the program takes at most %d",
 			len(sc.Classes), maxPoolClasses)

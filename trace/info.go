@@ -68,6 +68,10 @@ type FrameworkCapture struct {
 	Full bool `json:"full,omitempty"`
 	// Dropped counts entries known to be lost: CuPy lines that could not be written or read.
 	Dropped int64 `json:"dropped,omitempty"`
+	// OOM is PyTorch's segments at the process's first out-of-memory error, rebuilt from its
+	// history up to that error (TorchSegmentsAtOOM); nil without one, or when the history could
+	// not rebuild them (it was Full, or named segments or blocks it did not hold).
+	OOM *TorchOOM `json:"oom,omitempty"`
 }
 
 // PoolActivity is what the pool of `record --pool` did inside the recorded program, summed over

@@ -43,29 +43,31 @@ type Snapshot struct {
 
 // SnapshotSegment is one segment (one cudaMalloc, or one expandable segment) of a snapshot.
 type SnapshotSegment struct {
-	Device        int32
-	Address       uint64
-	TotalSize     uint64 // bytes reserved from CUDA ("total_size")
-	AllocatedSize uint64 // bytes of blocks in use by tensors ("allocated_size")
-	ActiveSize    uint64 // bytes in use or awaiting free on another stream ("active_size")
-	RequestedSize uint64 // bytes requested by tensors, before rounding ("requested_size")
-	Stream        uint64
-	Large         bool // segment_type "large" (the pool of blocks > 1 MiB)
-	Expandable    bool // an expandable segment (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
-	Blocks        int  // number of blocks the segment is split into
+	Device        int32  `json:"device"`
+	Address       uint64 `json:"address"`
+	TotalSize     uint64 `json:"total_size"`     // bytes reserved from CUDA ("total_size")
+	AllocatedSize uint64 `json:"allocated_size"` // bytes of blocks in use by tensors ("allocated_size")
+	ActiveSize    uint64 `json:"active_size"`    // bytes in use or awaiting free on another stream ("active_size")
+	RequestedSize uint64 `json:"requested_size"` // bytes requested by tensors, before rounding ("requested_size")
+	Stream        uint64 `json:"stream"`
+	Large         bool   `json:"large"`      // segment_type "large" (the pool of blocks > 1 MiB)
+	Expandable    bool   `json:"expandable"` // an expandable segment (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+	Blocks        int    `json:"blocks"`     // number of blocks the segment is split into
 	// BlockList is the blocks, in address order as the snapshot lists them.
-	BlockList []SnapshotBlock
+	BlockList []SnapshotBlock `json:"block_list"`
 }
 
 // SnapshotBlock is one block of a snapshot's segment.
 type SnapshotBlock struct {
-	Address       uint64
-	Size          uint64 // bytes of the block ("size")
-	RequestedSize uint64 // bytes the tensor asked for ("requested_size")
+	Address       uint64 `json:"address"`
+	Size          uint64 `json:"size"`           // bytes of the block ("size")
+	RequestedSize uint64 `json:"requested_size"` // bytes the tensor asked for ("requested_size")
 	// State is "active_allocated" (in use), "active_pending_free" (freed, awaiting another
 	// stream) or "inactive" (free, cached).
-	State    string
-	Callsite uint64 // the stack that allocated it (Reader.Callsite), 0 when not recorded
+	State string `json:"state"`
+	// Callsite is the stack that allocated it (Reader.Callsite), 0 when not recorded; in
+	// TorchOOM, an index into TorchOOM.Callsites.
+	Callsite uint64 `json:"callsite,omitempty"`
 }
 
 // Free reports whether the block is cached and free.

@@ -1,7 +1,8 @@
 """record's framework test: the stand-in torch allocates and frees blocks in this process and in a
 spawned child; a second child imports torch without using CUDA. argv[1] picks the ending: "exit"
-(sys.exit(3)), "sigterm" (killed by its own SIGTERM) or "oom" (an out-of-memory error, then
-os._exit(5), which skips the exit dump: only the out-of-memory observer's remains)."""
+(sys.exit(3)), "sigterm" (killed by its own SIGTERM), "oom" (an out-of-memory error for 1 TiB, then
+os._exit(5), which skips the exit dump: only the out-of-memory observer's remains) or "oom-small"
+(the same for 1 MiB)."""
 
 import builtins
 import multiprocessing
@@ -47,9 +48,9 @@ def main():
     mode = sys.argv[1]
     if mode == "sigterm":
         os.kill(os.getpid(), signal.SIGTERM)
-    elif mode == "oom":
+    elif mode in ("oom", "oom-small"):
         try:
-            torch.cuda._fake_oom(1 << 40)
+            torch.cuda._fake_oom(1 << 40 if mode == "oom" else 1 << 20)
         except torch.cuda.OutOfMemoryError as err:
             say("parent: %s" % err)
         sys.stdout.flush()

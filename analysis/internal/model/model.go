@@ -220,6 +220,17 @@ type SizeClassPlan struct {
 	ArenaBytes         uint64      `json:"arena_bytes"` // paged: its address space
 	PoolBytes          uint64      `json:"pool_bytes"`  // class bytes + arena bytes, or + budget when paged
 	PeakLiveBytes      uint64      `json:"peak_live_bytes"`
+	// PagedAlternative is the paged arena the arena rule names beside the one-region pool (analyze
+	// --arena paged writes it); nil when none qualifies or the arena is paged.
+	PagedAlternative *PagedAlternative `json:"paged_alternative,omitempty"`
+}
+
+// PagedAlternative is what the recommended pool with a paged arena did in its simulation: replay
+// and the Go library run it, record --pool does not.
+type PagedAlternative struct {
+	PeakReservedBytes uint64 `json:"peak_reserved_bytes"`
+	PageOps           uint64 `json:"page_ops"`    // maps, unmaps and moves of pages
+	SavedBytes        int64  `json:"saved_bytes"` // the one-region pool's peak reserved minus this one's
 }
 
 // Split is one candidate large-request threshold and what replaying the trace through it gave.

@@ -45,12 +45,14 @@ type ProcessReserved struct {
 }
 
 // OOMReport explains an out-of-memory of a PyTorch snapshot from the snapshot's segments, which
-// PyTorch dumps at the OOM when the program takes the snapshot there, or the first request the
+// PyTorch dumps at the OOM when the program takes the snapshot there, an out-of-memory of a
+// program run under record from the segments rebuilt at the failing request (Recorded), or the first request the
 // PyTorch model failed within the capacity (Simulated) from the model's segments at that moment:
 // what was reserved, in use and cached, where the free memory was, the most fragmented segments
 // and the blocks that pin them, and the setting of the search that would have fit.
 type OOMReport struct {
 	Seq             uint64 `json:"seq"`               // the oom event
+	PID             uint32 `json:"pid,omitempty"`     // its process (0 when the trace keeps none)
 	Device          int32  `json:"device"`            // its device
 	RequestedBytes  uint64 `json:"requested_bytes"`   // what the failed request asked for
 	DeviceFreeBytes uint64 `json:"device_free_bytes"` // what CUDA still had free on the device
@@ -67,6 +69,9 @@ type OOMReport struct {
 	Fits *TorchSetting `json:"fits,omitempty"`
 	// Simulated is set when the out-of-memory is the model's, not the snapshot's.
 	Simulated *SimulatedOOM `json:"simulated,omitempty"`
+	// Recorded is set when the segments are those record rebuilt from a recorded program's memory
+	// history at the failing request (trace.FrameworkCapture.OOM), not a snapshot's.
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // SimulatedOOM is the setting whose model failed requests within the capacity.

@@ -20,12 +20,13 @@ import (
 	"github.com/allocscope/allocscope/trace"
 )
 
-// kvcacheReport analyzes the KV-cache generation snapshot (a paged arena, PyTorch stacks, two
-// leaks) once for the tests that load its page.
+// kvcacheReport analyzes the KV-cache generation snapshot with --arena paged (a paged arena,
+// whose address space the headline once gave as its reserved bytes; PyTorch stacks, two leaks)
+// once for the tests that load its page.
 var kvcacheReport = sync.OnceValues(func() (*model.Report, error) {
 	path := filepath.Join("..", "..", "..", "testdata", "torch", "kvcache.caching.snapshot.pickle.gz")
 	in := analysis.Input{Name: "kvcache", Open: func() (analysis.Source, error) { return trace.Open(path) }}
-	return analysis.Analyze([]analysis.Input{in}, analysis.Options{Detail: true})
+	return analysis.Analyze([]analysis.Input{in}, analysis.Options{Detail: true, Arena: analysis.ArenaPaged})
 })
 
 // TestHTMLKVCacheInBrowser loads the KV-cache snapshot's report in a 1024-pixel-wide Chromium and

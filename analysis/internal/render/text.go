@@ -341,6 +341,11 @@ func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 	} else {
 		t.printf("  (the rules that chose k, the threshold and the arena: analyze --explain)\n")
 	}
+	if a := p.PagedAlternative; a != nil {
+		t.printf("  a paged arena would reserve %s at peak (%s less, %s page operations):\n"+
+			"    analyze --arena paged writes it; replay and the Go library run it, record --pool does not\n", Bytes(a.PeakReservedBytes),
+			Bytes(uint64(max(a.SavedBytes, 0))), Count(a.PageOps))
+	}
 	if p.ArenaPaged {
 		t.printf("  pool <= %s = classes %s + paged arena of %s address space, at most %s mapped\n"+
 			"    (large peak %s); peak live %s\n", Bytes(p.PoolBytes), Bytes(p.ClassBytes), Bytes(p.ArenaBytes),
@@ -427,6 +432,8 @@ func (t *textWriter) oom(r *model.OOMReport) {
 		t.printf("\nOUT OF MEMORY (seq %d, device %d, in the model within %s)\n", r.Seq, r.Device, Bytes(r.CapacityBytes))
 		t.printf("  PYTORCH_CUDA_ALLOC_CONF=%s fails %s request(s); the first:\n", ConfOrDefaults(m.Conf),
 			Count(m.Failures))
+	} else if r.Recorded {
+		t.printf("\nOUT OF MEMORY (seq %d, device %d, from the recorded history at the failing request)\n", r.Seq, r.Device)
 	} else {
 		t.printf("\nOUT OF MEMORY (seq %d, device %d, from the snapshot's segments)\n", r.Seq, r.Device)
 	}

@@ -54,10 +54,12 @@ const PagedAddressFactor = 4
 const MaxPageOpsShare = 500
 
 // ArenaRule states when the arena is paged.
-var ArenaRule = fmt.Sprintf("one region of memory, unless the pool then reserves more than %.2f x peak live: "+
-	"then a paged arena (%d MiB pages, its budget of %.2f x peak live less the class slots mapped at start, "+
-	"idle pages moved where blocks need them beyond it) if the simulation keeps it within that with no "+
-	"fallbacks and at most one page operation per %d requests (about 50 us each on an H200)",
+var ArenaRule = fmt.Sprintf("one region of memory, which replay, record --pool and the Go library all run; "+
+	"when the pool then reserves more than %.2f x peak live, a paged arena (%d MiB pages, its budget of "+
+	"%.2f x peak live less the class slots mapped at start, idle pages moved where blocks need them beyond it) "+
+	"is named beside it if the simulation keeps it within that with no fallbacks and at most one page "+
+	"operation per %d requests (about 50 us each on an H200); --arena paged makes it the pool (with any "+
+	"number of page operations), which replay and the Go library run and record --pool does not",
 	SlackCeiling, PageBytes>>20, SlackCeiling, MaxPageOpsShare)
 
 // ThresholdRule states how the threshold is chosen.

@@ -74,7 +74,7 @@ no trace, the bundled PyTorch training trace is analyzed.`,
   analyze --capacity 80GiB run.arrow          # simulate the policies within 80 GiB
   analyze snapshot.pickle.gz rank*.arrow      # PyTorch snapshots, RMM CSV, several files at once
   analyze --compare before.arrow after.arrow  # a program without and with record --pool
-  analyze --arena fixed --pool-headroom 4 --emit-config pool.json run.arrow  # for record --pool
+  analyze --pool-headroom 4 --emit-config pool.json run.arrow  # for record --pool
   PYTORCH_CUDA_ALLOC_CONF=$(analyze --pytorch-conf snapshot.pickle) python train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(opt, args, stdout, stderr)
@@ -92,9 +92,11 @@ no trace, the bundled PyTorch training trace is analyzed.`,
 	f.StringVar(&opt.emitConfig, "emit-config", "", "write the recommended pool configuration to `FILE` (pool.json; -: standard output, with -q)")
 	f.IntVar(&opt.top, "top", 10, "number of most frequent sizes to list")
 	f.IntVar(&opt.k, "k", 0, "force the number of size classes (default: chosen by the k rule)")
-	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (paged only when one region would pass "+
-		"1.05 x peak live and at most one page operation per 500 requests is needed), fixed (one region) "+
-		"or paged (paged whenever one region would pass 1.05 x peak live and the paged one meets it)")
+	f.StringVar(&opt.arena, "arena", "auto", "the recommended pool's large-block arena: auto (one region, which replay, "+
+		"record --pool and the Go library all run; a paged arena is named beside it when one region would pass "+
+		"1.05 x peak live and the paged one meets it with at most one page operation per 500 requests), fixed "+
+		"(one region, no paged arena simulated) or paged (paged whenever one region would pass 1.05 x peak live "+
+		"and the paged one meets it; replay and the Go library run it, record --pool does not)")
 	f.Float64Var(&opt.headroom, "pool-headroom", 1, "multiply the recommended pool's class slots and arena by `F` (>= 1): "+
 		"room for blocks freed by cudaFree under record --pool, which waits for a synchronization "+
 		"before reusing them; more room, fewer synchronizations of its own (the report predicts them)")

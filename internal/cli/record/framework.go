@@ -68,7 +68,7 @@ func readFramework(dir string, offsets map[uint32]int64) frameworkCapture {
 	cupy, _ := filepath.Glob(filepath.Join(dir, "cupy-*.jsonl"))
 	for _, path := range sortByPID(torch) {
 		pid, _ := filePID(path)
-		events, capture, err := readTorchSnapshot(path, pid, clockOffset(offsets, pid))
+		events, capture, oomNote, err := readTorchSnapshot(path, pid, clockOffset(offsets, pid))
 		if err != nil {
 			fc.warnings = append(fc.warnings, fmt.Sprintf("%s: PyTorch snapshot skipped: %v", path, err))
 			continue
@@ -77,6 +77,9 @@ func readFramework(dir string, offsets map[uint32]int64) frameworkCapture {
 		if capture.Full {
 			fc.warnings = append(fc.warnings, fmt.Sprintf("pid %d: PyTorch's memory history reached its bound of %d "+
 				"entries: its oldest entries were dropped (raise ALLOCSCOPE_TORCH_MAX_ENTRIES)", pid, capture.MaxEntries))
+		}
+		if oomNote != "" {
+			fc.warnings = append(fc.warnings, fmt.Sprintf("pid %d: %s", pid, oomNote))
 		}
 	}
 	for _, path := range sortByPID(cupy) {
@@ -144,24 +147,28 @@ func clockOffset(offsets map[uint32]int64, pid uint32) int64 {
 // readTorchSnapshot reads a snapshot the hook wrote and keeps its framework-layer events (block
 // allocations and frees, out-of-memory errors); its segment entries are left out, since the shim
 // recorded the CUDA calls themselves. Stacks are left out too (the trace's callsites are return
-// addresses).
-func readTorchSnapshot(path string, pid uint32, offset int64) ([]trace.Event, trace.FrameworkCapture, error) {
-	capture := trace.FrameworkCapture{PID: pid, Framework: trace.FrameworkTorch}
+// addresses). The segments at the first out-of-memory error, rebuilt from the whole history, go
+// into the capture (FrameworkCapture.OOM) when the history is complete; oomNote says why they do
+// not when it is not.
+func readTorchSnapshot(path string, pid uint32, offset int64) (events []trace.Event, capture trace.FrameworkCapture,
+	oomNote string, err error) {
+	capture = trace.FrameworkCapture{PID: pid, Framework: trace.FrameworkTorch}
 	r, err := trace.Open(path)
 	if err != nil {
-		return nil, capture, err
+		return nil, capture, "", err
 	}
 	defer r.Close()
-	var events []trace.Event
+	oom := trace.NewTorchOOMFinder()
 	for {
 		batch, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, capture, err
+			return nil, capture, "", err
 		}
 		for _, e := range batch {
+			oom.Add(&e)
 			if e.Layer != trace.LayerFramework {
 				continue
 			}
@@ -177,7 +184,41 @@ func readTorchSnapshot(path string, pid uint32, offset int64) ([]trace.Event, tr
 			capture.Full = true
 		}
 	}
-	return events, capture, nil
+	capture.OOM, oomNote = torchOOM(oom, r, capture.Full)
+	return events, capture, oomNote, nil
+}
+
+// torchOOM is the state at the first out-of-memory error of a PyTorch history that f followed,
+// the blocks' stacks named through r; nil without an error. When the history lost entries (full)
+// or names segments or blocks the rebuild does not hold, the state is not kept and note says why.
+func torchOOM(f *trace.TorchOOMFinder, r *trace.Reader, full bool) (state *trace.TorchOOM, note string) {
+	const lost = "its out-of-memory error cannot be explained at the failing request: "
+	switch {
+	case f.OOM == nil:
+		return nil, ""
+	case full:
+		return nil, lost + "the history lost its oldest entries"
+	case f.Unplaced > 0:
+		return nil, fmt.Sprintf(lost+"%d history entries name segments or blocks the history never made", f.Unplaced)
+	}
+	state = &trace.TorchOOM{Device: f.OOM.Device, RequestedBytes: f.OOM.Size, DeviceFreeBytes: f.OOM.Address,
+		Segments: f.Segments}
+	index := map[uint64]uint64{} // the reader's callsite → its index in state.Callsites, from 1
+	for i := range state.Segments {
+		for j := range state.Segments[i].BlockList {
+			b := &state.Segments[i].BlockList[j]
+			if b.Callsite == 0 {
+				continue
+			}
+			if _, ok := index[b.Callsite]; !ok {
+				site, _ := r.Callsite(0, b.Callsite)
+				state.Callsites = append(state.Callsites, site.Label)
+				index[b.Callsite] = uint64(len(state.Callsites))
+			}
+			b.Callsite = index[b.Callsite]
+		}
+	}
+	return state, ""
 }
 
 // torchMaxEntries reads the history bound the hook noted beside the snapshot; 0 when unknown.

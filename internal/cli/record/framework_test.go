@@ -1,6 +1,7 @@
 package record
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -91,16 +92,25 @@ func checkCaptures(t *testing.T, got []trace.FrameworkCapture, byPID map[uint32]
 			t.Errorf("capture %+v: the trace has %d framework events of pid %d", c, len(byPID[c.PID]), c.PID)
 		}
 		c.PID = 0
-		rendered = append(rendered, fmt.Sprintf("%+v", c))
+		rendered = append(rendered, renderCapture(c))
 	}
 	for _, c := range want {
-		wantRendered = append(wantRendered, fmt.Sprintf("%+v", c))
+		wantRendered = append(wantRendered, renderCapture(c))
 	}
 	slices.Sort(rendered)
 	slices.Sort(wantRendered)
 	if !slices.Equal(rendered, wantRendered) {
 		t.Errorf("framework metadata:\n%s\nwant:\n%s", strings.Join(rendered, "\n"), strings.Join(wantRendered, "\n"))
 	}
+}
+
+// renderCapture renders c for a comparison, its out-of-memory state included.
+func renderCapture(c trace.FrameworkCapture) string {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
 
 // monotonicNow reads CLOCK_MONOTONIC, the trace's clock, in ns.
@@ -166,7 +176,8 @@ func TestRecordCapturesTorchHistory(t *testing.T) {
 			[]trace.FrameworkCapture{{Framework: "torch", Events: 4, Entries: 5, MaxEntries: 1000000}, childCapture}},
 		{"oom", 5, torchStdout + "parent: CUDA out of memory. Tried to allocate 1099511627776 bytes\n",
 			[]string{parentAlloc, parentAlloc2, parentFreeRq, parentFree, parentOOM},
-			[]trace.FrameworkCapture{{Framework: "torch", Events: 5, Entries: 6, MaxEntries: 1000000}, childCapture}},
+			[]trace.FrameworkCapture{{Framework: "torch", Events: 5, Entries: 6, MaxEntries: 1000000,
+				OOM: parentState(1 << 40)}, childCapture}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -299,18 +310,33 @@ func TestFilePID(t *testing.T) {
 
 // A snapshot the hook's calls made with the real PyTorch 2.11 on an H200 (testdata/torch/README.md):
 // its framework events (two blocks, one freed, an out-of-memory error) come out with the pid given,
-// no stacks, and times moved from the wall clock by the offset; its segment entries stay out.
+// no stacks, and times moved from the wall clock by the offset; its segment entries stay out. The
+// segments rebuilt from its history at the out-of-memory error (the cached 1 MiB segment released,
+// the 3 MiB block live in its 20 MiB one) are the snapshot's own, taken there by the observer.
 func TestReadTorchSnapshotFromRealPyTorch(t *testing.T) {
 	testdata, err := testcuda.TestdataDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, capture, err := readTorchSnapshot(filepath.Join(testdata, "torch", "hook.snapshot.pickle"), 77, 1796414000000000000)
+	events, capture, _, err := readTorchSnapshot(filepath.Join(testdata, "torch", "hook.snapshot.pickle"), 77, 1796414000000000000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (trace.FrameworkCapture{PID: 77, Framework: "torch", Events: 5, Entries: 8}); capture != want {
-		t.Errorf("capture %+v, want %+v", capture, want)
+	r, err := trace.Open(filepath.Join(testdata, "torch", "hook.snapshot.pickle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	segs := r.Snapshot().Segments
+	if len(segs) != 1 || len(segs[0].BlockList) != 2 || segs[0].BlockList[0].Callsite == 0 {
+		t.Fatalf("the snapshot's segments %+v: want one of two blocks, the first with a stack", segs)
+	}
+	segs[0].BlockList[0].Callsite = 1 // the state's first callsite
+	state := &trace.TorchOOM{RequestedBytes: 32 << 40, DeviceFreeBytes: 0x22d1120000, Segments: segs,
+		Callsites: []string{"<module> (c.py:18)"}}
+	want := trace.FrameworkCapture{PID: 77, Framework: "torch", Events: 5, Entries: 8, OOM: state}
+	if renderCapture(capture) != renderCapture(want) {
+		t.Errorf("capture %s\nwant %s", renderCapture(capture), renderCapture(want))
 	}
 	var got []string
 	for _, e := range events {
@@ -319,15 +345,15 @@ func TestReadTorchSnapshotFromRealPyTorch(t *testing.T) {
 		}
 		got = append(got, fmt.Sprintf("%d %s", e.TimeNs, testcuda.Render(&e)))
 	}
-	want := []string{
+	wantEvents := []string{
 		"500885193000 torch.alloc alloc device framework size=1048576 addr=0x7f559fe00000 result=0 dev=0",
 		"500885393000 torch.alloc alloc device framework size=3145728 addr=0x7f55a4800000 result=0 dev=0",
 		"500885413000 torch.free_requested free_requested device framework size=1048576 addr=0x7f559fe00000 result=0 dev=0",
 		"500885414000 torch.free free device framework size=1048576 addr=0x7f559fe00000 result=0 dev=0",
 		"501050164000 torch.oom oom device framework size=35184372088832 addr=0x22d1120000 result=2 dev=0",
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	if !slices.Equal(got, wantEvents) {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantEvents, "\n"))
 	}
 }
 

@@ -50,7 +50,7 @@ func TestRecordPool(t *testing.T) {
 	marker := tempPath(t, "ran")
 	code, _, stderr = runMain(t, "--pool", paged, "-o", tempPath(t, "x.arrow"), "--shim", env.Shim, "--", "touch", marker)
 	oneLine := "record: --pool " + paged + ": size_class.arena_paging: the pool inside the program has no paged arena; " +
-		"write the config with `analyze --arena fixed --emit-config`\n"
+		"write the config with `analyze --emit-config` (without --arena paged)\n"
 	if code != 1 || stderr != oneLine {
 		t.Errorf("paged pool.json: exit %d, stderr %q; want 1 and %q", code, stderr, oneLine)
 	}

@@ -163,7 +163,7 @@ func TestReplayBadInput(t *testing.T) {
 	missing := filepath.Join(dir, "missing.arrow")
 	paged := filepath.Join("..", "..", "..", "pool", "testdata", "sizeclass-paged.json")
 	cpoolRefusal := "size_class.arena_paging: the pool inside the program has no paged arena; " +
-		"write the config with `analyze --arena fixed --emit-config`\n"
+		"write the config with `analyze --emit-config` (without --arena paged)\n"
 	if !cpool.Available {
 		cpoolRefusal = cpool.ErrNeedsCgo.Error() + "\n"
 	}
