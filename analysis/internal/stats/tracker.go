@@ -3,7 +3,6 @@ package stats
 import (
 	"cmp"
 	"fmt"
-	"github.com/allocscope/allocscope/internal/requests"
 	"slices"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
@@ -138,7 +137,7 @@ func (t *tracker) add(e *trace.Event) int32 {
 	t.events++
 	g := t.tallyOf(t.group(e)) // before overall.see: group may clone it
 	t.overall.see(e)
-	switch requests.Of(e) {
+	switch e.Request() {
 	case trace.RequestAlloc:
 		return t.alloc(e, g)
 	case trace.RequestFree:
