@@ -176,7 +176,8 @@ func TestWaitForLogsUntilExit(t *testing.T) {
 	}
 }
 
-// poll makes the wait w look again once; it fails the test when w has already returned.
+// poll makes the wait look again once; it fails the test when the wait has already returned. A
+// poll that goes through shows that the look of the poll before it ended without returning.
 func poll(t *testing.T, polls chan<- time.Time, what string) {
 	t.Helper()
 	select {
@@ -186,9 +187,24 @@ func poll(t *testing.T, polls chan<- time.Time, what string) {
 	}
 }
 
+// awaitEnd makes the wait look again until it returns, and returns what it returned.
+func awaitEnd(t *testing.T, polls chan<- time.Time, done <-chan []intercept.LiveLog) []intercept.LiveLog {
+	t.Helper()
+	limit := time.After(backstop)
+	for {
+		select {
+		case left := <-done:
+			return left
+		case polls <- time.Time{}:
+		case <-limit:
+			t.Fatal("the wait did not return")
+		}
+	}
+}
+
 // Processes started while waitForLogs waits are waited for too: a second holder, started during
-// the wait, keeps it waiting after the first is gone, and the wait ends at the first look after the
-// second is gone. The test makes the wait look again itself, step by step.
+// the wait, keeps it waiting after the first is gone, and the wait ends once the second is gone.
+// The test makes the wait look again itself, step by step.
 func TestWaitForLogsSeesNewProcesses(t *testing.T) {
 	dir := t.TempDir()
 	first, firstIn := startHolder(t, dir, holdUntilEOF)
@@ -201,17 +217,11 @@ func TestWaitForLogsSeesNewProcesses(t *testing.T) {
 	second, secondIn := startHolder(t, dir, holdUntilEOF)
 	poll(t, polls, "both holders live")
 	release(t, first, firstIn)
-	poll(t, polls, "the first holder gone")
-	poll(t, polls, "the second holder live") // the look before did not end the wait
+	poll(t, polls, "the first holder gone")        // its look sees the second holder alone
+	poll(t, polls, "the second holder still live") // that look did not end the wait
 	release(t, second, secondIn)
-	poll(t, polls, "the second holder gone")
-	select {
-	case left := <-done:
-		if left != nil {
-			t.Errorf("the wait returned %v, want none left", left)
-		}
-	case <-time.After(backstop):
-		t.Fatal("the wait did not return after the second holder was gone")
+	if left := awaitEnd(t, polls, done); left != nil {
+		t.Errorf("the wait returned %v, want none left", left)
 	}
 	if want := waitingLine("10s", first.Process.Pid); notice.String() != want || warn.Len() != 0 {
 		t.Errorf("printed %q and warned %q; want %q and nothing", notice.String(), warn.String(), want)
