@@ -173,6 +173,7 @@ func TestManyThreads(t *testing.T) {
 // runThreads runs `threads N iterations` under the shim with its logs in dir and checks that every
 // thread's calls succeeded.
 func runThreads(t testing.TB, dir string, threads, iterations int) {
+	t.Helper()
 	res := runWith(t, dir, []string{env(t).Shim}, nil, "threads", strconv.Itoa(threads), strconv.Itoa(iterations))
 	if res.ExitCode != 17 || res.Stdout != fmt.Sprintf("threads %d, iterations %d, failures 0\n", threads, iterations) {
 		t.Fatalf("%d threads under the shim: exit %d signal %v, stdout %q, stderr %q", threads, res.ExitCode, res.Signal,
