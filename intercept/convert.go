@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -34,7 +35,7 @@ type Summary struct {
 	Events        int64               // events written
 	Processes     int                 // process images (a fork, an exec) whose logs hold events
 	Devices       []int32             // device ordinals seen, ascending
-	PeakLiveBytes uint64              // peak of live device bytes (allocations minus frees), all processes together
+	PeakLiveBytes uint64              // peak live bytes of the trace's requests, all processes together, as analyze counts them (requests.PeakLive)
 	PoolServed    int64               // allocations record --pool's pool served (events with Pool set)
 	Extra         int64               // events of ConvertOptions.Extra written (part of Events)
 	AllocCallNs   int64               // total time spent inside intercepted calls, ns
@@ -435,7 +436,7 @@ type converter struct {
 	total    int64
 	sum      Summary
 	event    trace.Event // the event being emitted (reused: the sink must not keep the pointer)
-	live     uint64
+	peak     *requests.PeakLive
 	managed  map[liveKey]struct{}
 	devices  [2]uint64 // bit set of device ordinals 0..127
 	lastSeq  uint64
@@ -449,7 +450,7 @@ type converter struct {
 
 func newConverter(sink eventSink, opts ConvertOptions, l *Logs) *converter {
 	c := &converter{sink: sink, opts: opts, files: l.files, total: l.total, managed: map[liveKey]struct{}{},
-		readBuf: make([]byte, segBytes)}
+		readBuf: make([]byte, segBytes), peak: requests.NewPeakLive()}
 	c.sum.Lost, c.sum.ShimLoads, c.sum.Pool, c.sum.IPCExportSizes = l.sum.Lost, l.sum.ShimLoads, l.sum.Pool, l.sum.IPCExportSizes
 	for _, lf := range l.files {
 		if lf.records > 0 {
@@ -592,6 +593,7 @@ func (c *converter) emitExtra(before int64, all bool) error {
 			return nil
 		}
 		x.Seq = uint64(c.sum.Events)
+		c.peak.Add(&x)
 		if err := c.sink.Write(&x); err != nil {
 			return fmt.Errorf("write %s event of pid %d: %w", x.Function, x.PID, err)
 		}
@@ -602,7 +604,7 @@ func (c *converter) emitExtra(before int64, all bool) error {
 }
 
 // account fixes the memory kind of frees of managed memory (cudaFree and cuMemFree_v2 free both) and
-// tracks live device bytes, devices and time in calls.
+// counts the event toward peak live bytes, devices and time in calls.
 func (c *converter) account(e *trace.Event) {
 	c.sum.AllocCallNs += e.DurationNs
 	if e.Pool && e.Op == trace.OpAlloc {
@@ -623,21 +625,11 @@ func (c *converter) account(e *trace.Event) {
 			}
 		}
 	}
-	if !e.OK() {
-		return
-	}
-	counted := e.Memory == trace.MemoryDevice || e.Op == trace.OpCreate || e.Op == trace.OpRelease
-	switch {
-	case !counted:
-	case e.Op == trace.OpAlloc || e.Op == trace.OpCreate:
-		c.live += e.Size
-		c.sum.PeakLiveBytes = max(c.sum.PeakLiveBytes, c.live)
-	case e.Op == trace.OpFree || e.Op == trace.OpRelease:
-		c.live -= min(c.live, e.Size)
-	}
+	c.peak.Add(e)
 }
 
 func (c *converter) finish() Summary {
+	c.sum.PeakLiveBytes = c.peak.Bytes()
 	if c.dups > 0 {
 		c.warnf("%d events share their seq with the event before (logs from more than one recording in one directory?)", c.dups)
 	}

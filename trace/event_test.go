@@ -8,9 +8,9 @@ func TestEventRequest(t *testing.T) {
 		mem  Memory
 		want Request
 	}{
-		{OpAlloc, MemoryDevice, RequestAlloc}, {OpAlloc, MemoryManaged, RequestAlloc},
+		{OpAlloc, MemoryDevice, RequestAlloc}, {OpAlloc, MemoryManaged, RequestNone},
 		{OpAlloc, MemoryHost, RequestNone}, {OpFree, MemoryDevice, RequestFree},
-		{OpFree, MemoryManaged, RequestFree}, {OpFree, MemoryHost, RequestNone},
+		{OpFree, MemoryManaged, RequestNone}, {OpFree, MemoryHost, RequestNone},
 		{OpCreate, MemoryVirtual, RequestAlloc}, {OpRelease, MemoryVirtual, RequestFree},
 		{OpReserve, MemoryVirtual, RequestNone}, {OpUnreserve, MemoryVirtual, RequestNone},
 		{OpMap, MemoryVirtual, RequestNone}, {OpUnmap, MemoryVirtual, RequestNone},

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How small can a single large-block arena be for a trace, online and with hindsight?
 
-Reads the output of `go run ./docs/experiments/dumpreqs TRACE` on stdin, keeps the requests of at
+Reads the output of `go run ./docs/experiments/dumpreqs/main.go TRACE` on stdin, keeps the requests of at
 least --threshold bytes (rounded to 512 B, as the pool does) and prints, as a ratio to their peak
 live bytes, the smallest arena (to 1 MiB, by bisection) that serves them all without growing:
 

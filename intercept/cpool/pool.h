@@ -18,7 +18,8 @@
  *     max(block, grow_bytes), capped at maximum bytes of arena (a fallback).
  *   - When a growth finds the upstream out of memory, the pool gives back every grown slab whose slots
  *     are all free and every arena segment that is entirely free (a deferred block is in use), then
- *     asks once more (cp_release_idle); the plan stays (the shim may give the whole pool back, serve.c).
+ *     asks once more (cp_release_idle); the plan stays (the shim may give the whole pool back:
+ *     serve_release_plan in intercept/shim/serve.c).
  *   - Deferred blocks (freed while the device may still use them) carry the release point begun
  *     before their free (cp_begin_release) and are made reusable by a later one (cp_release_through).
  *

@@ -142,11 +142,11 @@ func (x *Extractor) add(e *trace.Event, ops []Op) []Op {
 	case e.Memory == trace.MemoryManaged:
 		x.stats.SkippedManaged++
 		return ops
-	case e.Memory == trace.MemoryVirtual && Of(e) == trace.RequestNone:
+	case e.Memory == trace.MemoryVirtual && e.Request() == trace.RequestNone:
 		x.stats.SkippedVirtual++
 		return ops
 	}
-	switch req := Of(e); {
+	switch req := e.Request(); {
 	case e.Op == trace.OpOOM:
 		x.stats.OOMEvents++
 		x.stats.SkippedOther++
@@ -362,7 +362,7 @@ func (x *Extractor) checkReplayable() error {
 }
 
 // LayerChoice chooses the layer whose events are a trace's requests: the framework's when the trace
-// has an allocation request (Of) of the framework layer, whatever its outcome and size (a failed
+// has an allocation request (trace.Event.Request) of the framework layer, whatever its outcome and size (a failed
 // one, or one above MaxSize, counts too), else the device's. The extraction and analyze's statistics
 // both choose through it: give it every event of the trace, in any order.
 type LayerChoice struct {
@@ -371,7 +371,7 @@ type LayerChoice struct {
 
 // Add counts e toward the choice.
 func (c *LayerChoice) Add(e *trace.Event) {
-	if e.Layer == trace.LayerFramework && Of(e) == trace.RequestAlloc {
+	if e.Layer == trace.LayerFramework && e.Request() == trace.RequestAlloc {
 		c.frameworkAllocs++
 	}
 }

@@ -5,7 +5,8 @@
 //
 // The rule: the requests are the framework's own block allocations and frees (PyTorch snapshots,
 // RMM logs) when the trace has any, otherwise the device allocations and frees of the CUDA runtime
-// and driver, cuMemCreate/cuMemRelease included. Host and managed memory, address reservations and
+// and driver, cuMemCreate/cuMemRelease included: the events trace.Event.Request classifies as
+// requests, of one layer (LayerChoice). Host and managed memory, address reservations and
 // mappings are not requests; nor are failed calls, allocations of 0 bytes, at address 0 or above
 // MaxSize, frees of address 0 or of blocks that are not live. A native device call without "Async"
 // in its name synchronizes with the device (cudaMalloc, cudaFree, cuMemFree_v2, ...).
@@ -43,16 +44,6 @@ func LayerOf(e *trace.Event) Layer {
 		return Framework
 	}
 	return Device
-}
-
-// Of returns which request e asks for, whatever its outcome: an allocation or a free of device
-// memory (physical memory by handle included: cuMemCreate, cuMemRelease) or of a framework's
-// blocks; trace.RequestNone for host and managed memory, address ranges, maps and everything else.
-func Of(e *trace.Event) trace.Request {
-	if e.Memory == trace.MemoryManaged {
-		return trace.RequestNone
-	}
-	return e.Request()
 }
 
 // Synchronizes reports whether e is a native call that synchronizes with the device: a

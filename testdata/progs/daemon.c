@@ -1,8 +1,10 @@
 /* Leaves a daemon behind: forks and exits with 0 at once, without CUDA calls. The grandchild calls
  * setsid(), points stdin, stdout and stderr at /dev/null (so nothing waits on its output), sleeps
  * 300 ms plus the optional extra milliseconds, makes 700 cudaMalloc/cudaFree pairs (1,400 events;
- * 4096 bytes each), then creates the marker file and exits with 0 (2 when a call failed).
- * Usage: daemon MARKER [extra_sleep_ms]. Exits with 0 (1 without a marker path, 3 when fork fails). */
+ * 4096 bytes each), then creates the marker file and exits with 0 (2 when a call failed). With GO, it
+ * waits after the sleep until the file GO exists (looking every 10 ms), so that a test decides when
+ * the calls come. Usage: daemon MARKER [extra_sleep_ms [GO]]. Exits with 0 (1 without a marker path,
+ * 3 when fork fails). */
 #define _GNU_SOURCE
 #include "fakecuda.h"
 
@@ -29,6 +31,9 @@ int main(int argc, char **argv) {
 	long ms = 300 + extra_ms;
 	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 	nanosleep(&ts, NULL);
+	struct timespec look = {0, 10 * 1000000L};
+	while (argc > 3 && access(argv[3], F_OK) != 0)
+		nanosleep(&look, NULL);
 	int failed = 0;
 	for (int i = 0; i < 700; i++) {
 		void *p = NULL;

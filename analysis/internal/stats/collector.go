@@ -64,7 +64,7 @@ func (c *Collector) Add(batch []trace.Event) {
 		e := &batch[i]
 		c.events++
 		c.layer.Add(e)
-		if requests.Of(e) == trace.RequestAlloc && e.Size > MaxSize && e.OK() {
+		if e.Request() == trace.RequestAlloc && e.Size > MaxSize && e.OK() {
 			c.absurd++
 			continue
 		}
@@ -84,7 +84,7 @@ func (c *Collector) nativeCall(e *trace.Event, fn int32) {
 		c.segBytes += e.Size
 		return
 	}
-	req := requests.Of(e)
+	req := e.Request()
 	if req == trace.RequestNone {
 		return
 	}

@@ -3,7 +3,6 @@ package stats
 import (
 	"cmp"
 	"fmt"
-	"github.com/allocscope/allocscope/internal/requests"
 	"slices"
 
 	"github.com/allocscope/allocscope/analysis/internal/model"
@@ -138,7 +137,7 @@ func (t *tracker) add(e *trace.Event) int32 {
 	t.events++
 	g := t.tallyOf(t.group(e)) // before overall.see: group may clone it
 	t.overall.see(e)
-	switch requests.Of(e) {
+	switch e.Request() {
 	case trace.RequestAlloc:
 		return t.alloc(e, g)
 	case trace.RequestFree:
@@ -162,7 +161,9 @@ func (t *tracker) alloc(e *trace.Event, g *tally) int32 {
 	if e.Size == 0 {
 		t.zeroSize.add(t.ref(e), 0)
 	}
-	if e.Address == 0 {
+	if e.Address == 0 || e.Size == 0 && t.isLive(KeyOf(e)) {
+		// A 0-byte allocation at the address of a live block holds nothing and frees nothing: the
+		// block stays live, as in the request stream (requests.PeakLive), which skips 0-byte requests.
 		return -1
 	}
 	si := t.sizes.lookup(e.Size)
@@ -238,6 +239,12 @@ func (t *tracker) free(e *trace.Event) {
 	if t.detail != nil {
 		t.detail.free(e, &b, t.overall.live)
 	}
+}
+
+// isLive reports whether a block is live at k.
+func (t *tracker) isLive(k Key) bool {
+	_, ok := t.live.Get(k)
+	return ok
 }
 
 // keep marks the live block of an allocation the detail timeline keeps, so that its free tells it.

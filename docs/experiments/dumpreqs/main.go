@@ -1,18 +1,25 @@
-// Command dumpreqs prints the native allocation requests of a trace as text, one per line:
-// "a ADDRESS SIZE" for an allocation, "f ADDRESS" for a free. It feeds the experiments in
-// docs/experiments (see docs/experiments/README.md), which are kept out of the product.
+//go:build ignore
+
+// Command dumpreqs prints the allocation requests of a trace as text, one per line: "a BLOCK SIZE"
+// for an allocation, "f BLOCK" for a free. The requests are the request stream that analyze
+// simulates and replay replays (package internal/requests); BLOCK is the block's slot there, a
+// number no other live block has (a freed block's number is given to a later one). It feeds the
+// experiments in docs/experiments (see docs/experiments/README.md), which are kept out of the
+// product: the build tag keeps it out of the module's builds, and it runs by file name:
+//
+//	go run ./docs/experiments/dumpreqs/main.go TRACE
 package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 
-	"github.com/allocscope/allocscope/trace"
+	"github.com/allocscope/allocscope/internal/requests"
 )
 
+// main prints the requests of the trace named by the one argument.
 func main() {
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: dumpreqs TRACE")
@@ -26,33 +33,18 @@ func main() {
 
 // dump writes the requests of the trace at path to w.
 func dump(path string, w io.Writer) error {
-	r, err := trace.Open(path)
+	t, err := requests.ExtractFile(path)
 	if err != nil {
 		return err
 	}
-	defer r.Close()
 	out := bufio.NewWriter(w)
-	for {
-		batch, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out.Flush()
-		}
-		if err != nil {
-			return err
-		}
-		for i := range batch {
-			e := &batch[i]
-			if e.Layer == trace.LayerFramework || !e.OK() || e.Address == 0 {
-				continue
-			}
-			switch e.Request() {
-			case trace.RequestAlloc:
-				if e.Size > 0 {
-					fmt.Fprintf(out, "a %d %d\n", e.Address, e.Size)
-				}
-			case trace.RequestFree:
-				fmt.Fprintf(out, "f %d\n", e.Address)
-			}
+	for _, op := range t.Ops {
+		switch {
+		case op.IsAlloc():
+			fmt.Fprintf(out, "a %d %d\n", op.Slot, op.Size)
+		case op.IsFree():
+			fmt.Fprintf(out, "f %d\n", op.Slot)
 		}
 	}
+	return out.Flush()
 }

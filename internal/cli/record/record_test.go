@@ -39,7 +39,7 @@ func TestRecordPrograms(t *testing.T) {
 		{"cupy_style", 13, testcuda.CupyStyleEvents,
 			"allocscope: 8 events from 1 process(es), device(s) 0, peak live 5.9 KiB"},
 		{"forkexec", 19, testcuda.ForkExecEvents,
-			"allocscope: 19 events from 3 process(es), device(s) 0, peak live 40.5 KiB"},
+			"allocscope: 19 events from 3 process(es), device(s) 0, peak live 40.6 KiB"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.prog, func(t *testing.T) {

@@ -24,34 +24,50 @@ const maxCommandLen = 40
 // stops waiting for processes still running, it writes one line to warn, since their later events
 // are not in the trace. It returns the raw logs still live then (nil when none is).
 func waitForLogs(dir string, timeout time.Duration, stop <-chan struct{}, notice, warn io.Writer) []intercept.LiveLog {
-	live, err := intercept.LiveLogs(dir)
-	if err != nil || len(live) == 0 {
-		warnLiveLogs(warn, err)
-		return nil
-	}
-	fmt.Fprintf(notice, "allocscope: waiting up to %s for %d process(es) still holding a log: %s\n",
-		timeout, len(live), describeLogs(live, true))
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	w := logWait{dir: dir, timeout: timeout, poll: tick.C, deadline: deadline.C, stop: stop, notice: notice, warn: warn}
+	return w.run()
+}
+
+// logWait is one wait of waitForLogs, with the channels that end it or make it look again given:
+// tests drive it step by step.
+type logWait struct {
+	dir            string
+	timeout        time.Duration    // the limit, as the lines name it
+	poll, deadline <-chan time.Time // look again; give up
+	stop           <-chan struct{}  // closed: give up (an interrupt)
+	notice, warn   io.Writer
+}
+
+// run waits as waitForLogs does: it returns the raw logs still live when it gave up, else nil.
+func (w *logWait) run() []intercept.LiveLog {
+	live, err := intercept.LiveLogs(w.dir)
+	if err != nil || len(live) == 0 {
+		warnLiveLogs(w.warn, err)
+		return nil
+	}
+	fmt.Fprintf(w.notice, "allocscope: waiting up to %s for %d process(es) still holding a log: %s\n",
+		w.timeout, len(live), describeLogs(live, true))
 	for {
 		select {
-		case <-stop:
-			fmt.Fprintf(warn, "allocscope: stopped waiting for %s (interrupted); the trace holds their events up to now\n",
+		case <-w.stop:
+			fmt.Fprintf(w.warn, "allocscope: stopped waiting for %s (interrupted); the trace holds their events up to now\n",
 				describeLogs(live, false))
 			return live
-		case <-deadline.C:
-			if live, err = intercept.LiveLogs(dir); err != nil || len(live) == 0 {
-				warnLiveLogs(warn, err)
+		case <-w.deadline:
+			if live, err = intercept.LiveLogs(w.dir); err != nil || len(live) == 0 {
+				warnLiveLogs(w.warn, err)
 				return nil
 			}
-			fmt.Fprintf(warn, "allocscope: stopped waiting for %s after %s (still running); the trace holds their events up to now\n",
-				describeLogs(live, false), timeout)
+			fmt.Fprintf(w.warn, "allocscope: stopped waiting for %s after %s (still running); the trace holds their events up to now\n",
+				describeLogs(live, false), w.timeout)
 			return live
-		case <-tick.C:
-			if live, err = intercept.LiveLogs(dir); err != nil || len(live) == 0 {
-				warnLiveLogs(warn, err)
+		case <-w.poll:
+			if live, err = intercept.LiveLogs(w.dir); err != nil || len(live) == 0 {
+				warnLiveLogs(w.warn, err)
 				return nil
 			}
 		}

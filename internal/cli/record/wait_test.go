@@ -24,7 +24,8 @@ import (
 // nor any tool:
 //
 //   - with envHoldLog=DIR it is a "holder": it creates DIR/<its pid>-1.alog, holds a shared flock on
-//     it as the shim does, prints "locked", sleeps envHoldFor, removes the log and exits 0;
+//     it as the shim does, prints "locked", waits envHoldFor (a duration, or holdUntilEOF: until its
+//     stdin is closed), creates the file envHoldDone names when set, removes the log and exits 0;
 //   - with envSpawnHolder=N it is a program that starts a holder in $ALLOCSCOPE_LOG_DIR, prints
 //     "holder <pid>" once the holder holds its log, and exits with N at once, leaving it running.
 //
@@ -32,8 +33,12 @@ import (
 const (
 	envHoldLog     = "ALLOCSCOPE_TEST_HOLD_LOG"
 	envHoldFor     = "ALLOCSCOPE_TEST_HOLD_FOR"
+	envHoldDone    = "ALLOCSCOPE_TEST_HOLD_DONE"
 	envSpawnHolder = "ALLOCSCOPE_TEST_SPAWN_HOLDER"
 )
+
+// holdUntilEOF as envHoldFor makes a holder hold its log until its stdin is closed.
+const holdUntilEOF = "eof"
 
 var holderArgs = []string{"allocscope-test-holder", "worker.py", "--a-long-option-to-cut"}
 
@@ -42,8 +47,9 @@ const holderCommand = "allocscope-test-holder worker.py --a-..."
 
 // holdLog is the holder's main; it returns the exit code.
 func holdLog() int {
-	d, err := time.ParseDuration(os.Getenv(envHoldFor))
-	if err != nil {
+	hold := os.Getenv(envHoldFor)
+	d, err := time.ParseDuration(hold)
+	if err != nil && hold != holdUntilEOF {
 		return 2
 	}
 	path := filepath.Join(os.Getenv(envHoldLog), strconv.Itoa(os.Getpid())+"-1.alog")
@@ -55,7 +61,16 @@ func holdLog() int {
 		return 2
 	}
 	os.Stdout.WriteString("locked\n")
-	time.Sleep(d)
+	if hold == holdUntilEOF {
+		io.Copy(io.Discard, os.Stdin)
+	} else {
+		time.Sleep(d)
+	}
+	if done := os.Getenv(envHoldDone); done != "" {
+		if err := os.WriteFile(done, nil, 0o644); err != nil {
+			return 2
+		}
+	}
 	os.Remove(path)
 	return 0
 }
@@ -66,7 +81,7 @@ func spawnHolder() int {
 	if err != nil {
 		return 2
 	}
-	cmd, err := startHolderProcess(os.Getenv(intercept.EnvLogDir), os.Getenv(envHoldFor))
+	cmd, _, err := startHolderProcess(os.Getenv(intercept.EnvLogDir), os.Getenv(envHoldFor))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -75,34 +90,40 @@ func spawnHolder() int {
 	return code
 }
 
-// startHolderProcess starts a holder in dir that holds its log for d, and returns once it does.
-func startHolderProcess(dir, d string) (*exec.Cmd, error) {
+// startHolderProcess starts a holder in dir that holds its log for hold (envHoldFor), and returns
+// once it does, with the holder's stdin (closing it ends a hold of holdUntilEOF).
+func startHolderProcess(dir, hold string) (*exec.Cmd, io.WriteCloser, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd := exec.Command(self)
 	cmd.Args = holderArgs
-	cmd.Env = append(os.Environ(), envHoldLog+"="+dir, envHoldFor+"="+d)
+	cmd.Env = append(os.Environ(), envHoldLog+"="+dir, envHoldFor+"="+hold)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if line, err := bufio.NewReader(out).ReadString('\n'); line != "locked\n" {
 		cmd.Process.Kill()
 		cmd.Wait()
-		return nil, fmt.Errorf("holder said %q (%v), want locked", line, err)
+		return nil, nil, fmt.Errorf("holder said %q (%v), want locked", line, err)
 	}
-	return cmd, nil
+	return cmd, in, nil
 }
 
-// startHolder starts a holder in dir for d; it is killed at the end of the test.
-func startHolder(t *testing.T, dir string, d time.Duration) *exec.Cmd {
+// startHolder starts a holder in dir for hold; it is killed at the end of the test. Closing the
+// writer it returns ends a hold of holdUntilEOF.
+func startHolder(t *testing.T, dir, hold string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
-	cmd, err := startHolderProcess(dir, d.String())
+	cmd, in, err := startHolderProcess(dir, hold)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +131,24 @@ func startHolder(t *testing.T, dir string, d time.Duration) *exec.Cmd {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	return cmd
+	return cmd, in
 }
+
+// release ends the hold of a holder started with holdUntilEOF and waits until it has exited (its
+// log removed).
+func release(t *testing.T, cmd *exec.Cmd, in io.WriteCloser) {
+	t.Helper()
+	in.Close()
+	if err := cmd.Wait(); err != nil || cmd.ProcessState.ExitCode() != 0 {
+		t.Fatalf("holder %d: %v, exit code %d; want 0", cmd.Process.Pid, err, cmd.ProcessState.ExitCode())
+	}
+}
+
+// backstop bounds a wait in these tests that only a hang (a bug) makes long.
+const backstop = time.Minute
+
+// holderLog is the raw log a holder of pid holds in dir.
+func holderLog(dir string, pid int) string { return filepath.Join(dir, strconv.Itoa(pid)+"-1.alog") }
 
 // waitingLine is the line waitForLogs prints first, for one holder.
 func waitingLine(timeout string, pid int) string {
@@ -121,63 +158,90 @@ func waitingLine(timeout string, pid int) string {
 
 // waitForLogs returns once the process holding a log exits (it holds it 300 ms), having printed
 // one line naming it with its command line, and nothing else; a log nobody holds is not waited for.
+// The holder's log is gone by then: waitForLogs waited for the hold to end.
 func TestWaitForLogsUntilExit(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "123-456.alog"), nil)
-	start := time.Now()
-	holder := startHolder(t, dir, 300*time.Millisecond)
+	holder, _ := startHolder(t, dir, "300ms")
 	var notice, warn bytes.Buffer
-	left := waitForLogs(dir, 10*time.Second, nil, &notice, &warn)
-	elapsed := time.Since(start)
-	if left != nil || elapsed < 300*time.Millisecond || elapsed > 2*time.Second {
-		t.Errorf("waitForLogs returned %v after %v; want none left, after 0.3 s to 2 s", left, elapsed)
+	left := waitForLogs(dir, backstop, nil, &notice, &warn)
+	if left != nil {
+		t.Errorf("waitForLogs returned %v, want none left", left)
 	}
-	if want := waitingLine("10s", holder.Process.Pid); notice.String() != want || warn.Len() != 0 {
+	if _, err := os.Stat(holderLog(dir, holder.Process.Pid)); !os.IsNotExist(err) {
+		t.Errorf("waitForLogs returned while the holder's log was still there (stat: %v)", err)
+	}
+	if want := waitingLine("1m0s", holder.Process.Pid); notice.String() != want || warn.Len() != 0 {
 		t.Errorf("printed %q and warned %q; want %q and nothing", notice.String(), warn.String(), want)
 	}
 }
 
-// Processes started while waitForLogs waits are waited for too: a second holder, started 100 ms
-// into the wait and holding its log 600 ms, keeps it waiting after the first (500 ms) is gone.
+// poll makes the wait look again once; it fails the test when the wait has already returned. A
+// poll that goes through shows that the look of the poll before it ended without returning.
+func poll(t *testing.T, polls chan<- time.Time, what string) {
+	t.Helper()
+	select {
+	case polls <- time.Time{}:
+	case <-time.After(backstop):
+		t.Fatalf("%s: the wait no longer looks again (it returned, or hangs)", what)
+	}
+}
+
+// awaitEnd makes the wait look again until it returns, and returns what it returned.
+func awaitEnd(t *testing.T, polls chan<- time.Time, done <-chan []intercept.LiveLog) []intercept.LiveLog {
+	t.Helper()
+	limit := time.After(backstop)
+	for {
+		select {
+		case left := <-done:
+			return left
+		case polls <- time.Time{}:
+		case <-limit:
+			t.Fatal("the wait did not return")
+		}
+	}
+}
+
+// Processes started while waitForLogs waits are waited for too: a second holder, started during
+// the wait, keeps it waiting after the first is gone, and the wait ends once the second is gone.
+// The test makes the wait look again itself, step by step.
 func TestWaitForLogsSeesNewProcesses(t *testing.T) {
 	dir := t.TempDir()
-	start := time.Now()
-	first := startHolder(t, dir, 500*time.Millisecond)
-	second := make(chan *exec.Cmd, 1)
-	time.AfterFunc(100*time.Millisecond, func() {
-		cmd, err := startHolderProcess(dir, "600ms")
-		if err != nil {
-			t.Error(err)
-		}
-		second <- cmd
-	})
+	first, firstIn := startHolder(t, dir, holdUntilEOF)
+	polls := make(chan time.Time)
 	var notice, warn bytes.Buffer
-	left := waitForLogs(dir, 10*time.Second, nil, &notice, &warn)
-	elapsed := time.Since(start)
-	if cmd := <-second; cmd != nil {
-		cmd.Wait()
-	}
-	if left != nil || elapsed < 700*time.Millisecond || elapsed > 3*time.Second {
-		t.Errorf("waitForLogs returned %v after %v; want none left, after 0.7 s to 3 s", left, elapsed)
+	w := logWait{dir: dir, timeout: 10 * time.Second, poll: polls, notice: &notice, warn: &warn}
+	done := make(chan []intercept.LiveLog, 1)
+	go func() { done <- w.run() }()
+	poll(t, polls, "first holder live")
+	second, secondIn := startHolder(t, dir, holdUntilEOF)
+	poll(t, polls, "both holders live")
+	release(t, first, firstIn)
+	poll(t, polls, "the first holder gone")        // its look sees the second holder alone
+	poll(t, polls, "the second holder still live") // that look did not end the wait
+	release(t, second, secondIn)
+	if left := awaitEnd(t, polls, done); left != nil {
+		t.Errorf("the wait returned %v, want none left", left)
 	}
 	if want := waitingLine("10s", first.Process.Pid); notice.String() != want || warn.Len() != 0 {
 		t.Errorf("printed %q and warned %q; want %q and nothing", notice.String(), warn.String(), want)
 	}
 }
 
-// With a 200 ms timeout waitForLogs gives up on a process that holds its log longer, after about
-// 200 ms, names it in a warning and returns its log.
+// At its deadline (here the test's own, of a 200 ms wait) waitForLogs gives up on a process that
+// still holds its log, names it in a warning and returns its log.
 func TestWaitForLogsTimeout(t *testing.T) {
 	dir := t.TempDir()
-	holder := startHolder(t, dir, time.Minute)
+	holder, _ := startHolder(t, dir, holdUntilEOF)
 	pid := holder.Process.Pid
+	deadline := make(chan time.Time, 1)
+	deadline <- time.Time{}
 	var notice, warn bytes.Buffer
-	start := time.Now()
-	left := waitForLogs(dir, 200*time.Millisecond, nil, &notice, &warn)
-	elapsed := time.Since(start)
-	want := []intercept.LiveLog{{Path: filepath.Join(dir, strconv.Itoa(pid)+"-1.alog"), PID: pid}}
-	if !slices.Equal(left, want) || elapsed < 200*time.Millisecond || elapsed > time.Second {
-		t.Errorf("waitForLogs returned %v after %v; want %v after 0.2 s to 1 s", left, elapsed, want)
+	w := logWait{dir: dir, timeout: 200 * time.Millisecond, deadline: deadline, notice: &notice, warn: &warn}
+	left := w.run()
+	want := []intercept.LiveLog{{Path: holderLog(dir, pid), PID: pid}}
+	if !slices.Equal(left, want) {
+		t.Errorf("waitForLogs returned %v; want %v", left, want)
 	}
 	if got, want := notice.String(), waitingLine("200ms", pid); got != want {
 		t.Errorf("printed %q, want %q", got, want)
@@ -189,34 +253,47 @@ func TestWaitForLogsTimeout(t *testing.T) {
 	}
 }
 
-// Closing stop ends the wait at once, with a warning naming the process still running.
+// A real timer ends the wait too: waitForLogs with a 200 ms timeout gives up on a holder that holds
+// its log until the test ends.
+func TestWaitForLogsTimer(t *testing.T) {
+	dir := t.TempDir()
+	holder, _ := startHolder(t, dir, holdUntilEOF)
+	var notice, warn bytes.Buffer
+	left := waitForLogs(dir, 200*time.Millisecond, nil, &notice, &warn)
+	pid := holder.Process.Pid
+	wantWarn := "allocscope: stopped waiting for pid " + strconv.Itoa(pid) +
+		" after 200ms (still running); the trace holds their events up to now\n"
+	if len(left) != 1 || left[0].PID != pid || warn.String() != wantWarn {
+		t.Errorf("waitForLogs returned %v and warned %q; want pid %d's log and %q", left, warn.String(), pid, wantWarn)
+	}
+}
+
+// A closed stop ends the wait, with a warning naming the process still running.
 func TestWaitForLogsStop(t *testing.T) {
 	dir := t.TempDir()
-	holder := startHolder(t, dir, time.Minute)
+	holder, _ := startHolder(t, dir, holdUntilEOF)
 	stop := make(chan struct{})
+	close(stop)
 	var notice, warn bytes.Buffer
-	start := time.Now() // before the timer is armed, so that the stop comes at least 0.1 s after it
-	time.AfterFunc(100*time.Millisecond, func() { close(stop) })
-	left := waitForLogs(dir, 10*time.Second, stop, &notice, &warn)
-	elapsed := time.Since(start)
-	if len(left) != 1 || elapsed < 100*time.Millisecond || elapsed > time.Second {
-		t.Errorf("waitForLogs returned %v after %v; want one log, after 0.1 s to 1 s", left, elapsed)
+	left := waitForLogs(dir, backstop, stop, &notice, &warn)
+	if len(left) != 1 || left[0].PID != holder.Process.Pid {
+		t.Errorf("waitForLogs returned %v; want the holder's log", left)
 	}
 	wantWarn := "allocscope: stopped waiting for pid " + strconv.Itoa(holder.Process.Pid) +
 		" (interrupted); the trace holds their events up to now\n"
-	if notice.String() != waitingLine("10s", holder.Process.Pid) || warn.String() != wantWarn {
+	if notice.String() != waitingLine("1m0s", holder.Process.Pid) || warn.String() != wantWarn {
 		t.Errorf("printed %q and warned %q; want the waiting line and %q", notice.String(), warn.String(), wantWarn)
 	}
 }
 
-// Without live logs waitForLogs returns at once and prints nothing; a missing directory is a warning.
+// Without live logs waitForLogs returns without waiting and prints nothing (a wait would print the
+// waiting line); a missing directory is a warning.
 func TestWaitForLogsNone(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "123-456.alog"), nil)
 	var notice, warn bytes.Buffer
-	start := time.Now()
-	if left := waitForLogs(dir, 10*time.Second, nil, &notice, &warn); left != nil || time.Since(start) > time.Second {
-		t.Errorf("waitForLogs returned %v after %v; want none at once", left, time.Since(start))
+	if left := waitForLogs(dir, 10*time.Second, nil, &notice, &warn); left != nil {
+		t.Errorf("waitForLogs returned %v; want none", left)
 	}
 	if notice.Len() != 0 || warn.Len() != 0 {
 		t.Errorf("printed %q and warned %q; want nothing", notice.String(), warn.String())
@@ -267,8 +344,9 @@ func dummyShim(t *testing.T) string {
 	return lib
 }
 
-// record waits for a process the program started that still holds a log (300 ms), says so in one
-// line, then converts and exits with the program's exit code; -q hides the line.
+// record waits for a process the program started that still holds a log (300 ms: the holder has
+// ended its hold when record returns), says so in one line, then converts and exits with the
+// program's exit code; -q hides the line.
 func TestRecordWaitsForProcesses(t *testing.T) {
 	shim := dummyShim(t)
 	self, err := os.Executable()
@@ -278,20 +356,19 @@ func TestRecordWaitsForProcesses(t *testing.T) {
 	t.Setenv(envSpawnHolder, "5")
 	t.Setenv(envHoldFor, "300ms")
 	for _, quiet := range []bool{false, true} {
-		out := tempPath(t, "out.arrow")
+		out, held := tempPath(t, "out.arrow"), tempPath(t, "held")
+		t.Setenv(envHoldDone, held)
 		args := []string{"-o", out, "--shim", shim, "--", self}
 		if quiet {
 			args = append([]string{"-q"}, args...)
 		}
-		start := time.Now()
 		code, stdout, stderr := runMain(t, args...)
-		elapsed := time.Since(start)
 		var pid int
 		if _, err := fmt.Sscanf(stdout, "holder %d\n", &pid); err != nil || code != 5 {
 			t.Fatalf("quiet %v: exit code %d, stdout %q, stderr %q; want 5 and the holder's pid", quiet, code, stdout, stderr)
 		}
-		if elapsed < 300*time.Millisecond || elapsed > 5*time.Second {
-			t.Errorf("quiet %v: record took %v, want 0.3 s to 5 s", quiet, elapsed)
+		if _, err := os.Stat(held); err != nil {
+			t.Errorf("quiet %v: record returned before the holder ended its hold (%v)", quiet, err)
 		}
 		noLogs := "allocscope: warning: " + out + ".raw: no process loaded the shim (a static binary, or LD_PRELOAD removed?)\n"
 		lines := strings.SplitAfter(stderr, "\n")
@@ -304,7 +381,7 @@ func TestRecordWaitsForProcesses(t *testing.T) {
 	}
 }
 
-// A SIGINT to record while it waits ends the wait: record says so, converts what is there (here an
+// A SIGINT to record while it waits ends the wait: record says so (not that the 10 s ran out), converts what is there (here an
 // empty log, which fails: the raw logs are kept) and exits with the program's exit code.
 func TestRecordWaitInterrupted(t *testing.T) {
 	shim := dummyShim(t)
@@ -332,15 +409,11 @@ func TestRecordWaitInterrupted(t *testing.T) {
 	if err != nil || !strings.HasPrefix(first, "allocscope: waiting up to 10s for 1 process(es)") {
 		t.Fatalf("record's first line %q (%v), want the waiting line", first, err)
 	}
-	start := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	rest, _ := io.ReadAll(stderr)
+	rest, _ := io.ReadAll(stderr) // a wait not ended by the signal would end after 10 s, and say so
 	cmd.Wait()
-	if time.Since(start) > 5*time.Second {
-		t.Errorf("record took %v after SIGINT", time.Since(start))
-	}
 	var pid int
 	if _, err := fmt.Sscanf(stdout.String(), "holder %d\n", &pid); err != nil {
 		t.Fatalf("stdout %q, want the holder's pid", stdout.String())
