@@ -213,6 +213,9 @@ func CheckFits(r *Report, capacity uint64) error {
 			return nil
 		}
 		for _, row := range rk.Rows {
+			if row.SharedError != "" {
+				return fmt.Errorf("the pool for every rank cannot be made for %s: %s", row.Name, row.SharedError)
+			}
 			if row.SharedFallbacks > 0 || row.SharedFailures > 0 {
 				return fmt.Errorf("the pool for every rank still grows or fails on %s: %d fallbacks, %d failed requests",
 					row.Name, row.SharedFallbacks, row.SharedFailures)

@@ -99,3 +99,20 @@ func TestTorchSearchPerProcess(t *testing.T) {
 		}
 	}
 }
+
+// Within a capacity smaller than the pool sized per process (small.arrow's 26.5 TiB arena in
+// 64 MiB), the analysis completes: the per-process pool does not fit, and CheckFits says so.
+func TestPoolPerProcessBeyondTheCapacity(t *testing.T) {
+	in := Input{Name: "small", Open: func() (Source, error) { return trace.Open("../testdata/trace/small.arrow") }}
+	r, err := Analyze([]Input{in}, Options{Capacity: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp := r.Combined.PerProcess
+	if pp == nil || pp.Fits || pp.Processes != 2 {
+		t.Fatalf("per process: %+v, want 2 processes, not fitting", pp)
+	}
+	if err := CheckFits(r, 64<<20); err == nil || err.Error() != "the pool sized per process still grows or fails on some process" {
+		t.Errorf("CheckFits = %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -123,6 +124,10 @@ func verifyShared(inputs []Input, logs []*requests.Log, cfg *pool.Config, rk *mo
 		}
 		o, row := outs[0], &rk.Rows[i]
 		row.SharedReserved, row.SharedFallbacks, row.SharedFailures = o.Stats.PeakReservedBytes, o.Stats.Fallbacks, o.Stats.Failures
+		if errors.Is(o.Err, pool.ErrOutOfMemory) { // its plan is larger than the capacity: it fits nowhere
+			row.SharedError = o.Err.Error()
+			return nil
+		}
 		if o.Err != nil {
 			return fmt.Errorf("%s: the pool for every rank: %w", inputs[i].Name, o.Err)
 		}
@@ -136,7 +141,7 @@ func verifyShared(inputs []Input, logs []*requests.Log, cfg *pool.Config, rk *mo
 
 func allServed(rows []model.RankRow) bool {
 	for _, r := range rows {
-		if r.SharedFallbacks > 0 || r.SharedFailures > 0 {
+		if r.SharedFallbacks > 0 || r.SharedFailures > 0 || r.SharedError != "" {
 			return false
 		}
 	}

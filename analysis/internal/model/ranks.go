@@ -27,7 +27,10 @@ type RankRow struct {
 	SharedReserved   uint64 `json:"shared_reserved_bytes"` // the pool for every rank, on this rank
 	SharedFallbacks  uint64 `json:"shared_fallbacks"`
 	SharedFailures   uint64 `json:"shared_failures"`
-	MeasuredCallNs   int64  `json:"measured_call_ns"` // time inside its allocation calls, as recorded
+	// SharedError is why the pool for every rank could not even be made for this rank (its plan
+	// exceeds the capacity); "" when it was.
+	SharedError    string `json:"shared_error,omitempty"`
+	MeasuredCallNs int64  `json:"measured_call_ns"` // time inside its allocation calls, as recorded
 }
 
 // CallsiteTally is what the code at one callsite allocated.

@@ -203,6 +203,7 @@ type policyRow struct {
 	Width              float64 // the bar's width, % of the largest peak reserved
 	Req, Int, Ext      float64 // the bar's parts, % of the bar
 	Recommended, Torch bool
+	Saved              string // the "time saved" cell as the text report writes it (timeSaved)
 }
 
 func policies(tr *model.TraceReport) []policyRow {
@@ -213,7 +214,7 @@ func policies(tr *model.TraceReport) []policyRow {
 	var rows []policyRow
 	for i, s := range tr.Simulations {
 		r := policyRow{Simulation: s, Calls: s.UpstreamReserves + s.UpstreamReleases, Recommended: i == 0,
-			Torch: s.Policy == "pytorch" && s.Settings == "(defaults)"}
+			Torch: s.Policy == "pytorch" && s.Settings == "(defaults)", Saved: timeSaved(s, tr.RequestLayer)}
 		frag := s.InternalFragBytes + s.ExternalFragBytes
 		if s.PeakReservedBytes > 0 && top > 0 && frag <= s.PeakReservedBytes {
 			r.Requested = s.PeakReservedBytes - frag
@@ -279,7 +280,7 @@ func fragmented(o *model.OOMReport) []segmentRow {
 }
 
 var pageTemplate = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"bytes": Bytes, "count": Count, "signed": func(ns int64) string { return Duration(float64(ns)) },
+	"bytes": Bytes, "count": Count,
 	"pct":   func(f float64) template.CSS { return template.CSS(fmt.Sprintf("%.3f%%", f)) }, // #nosec G203
 	"ratio": func(f float64) string { return fmt.Sprintf("%.3f", f) },
 }).ParseFS(assets, "assets/page.html"))

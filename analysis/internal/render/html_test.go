@@ -215,3 +215,25 @@ func TestHTMLFragmentedSegments(t *testing.T) {
 		t.Errorf("page lacks the segment's row %s", want)
 	}
 }
+
+// TestHTMLSavedColumn: the what-if table's "time saved" column says what the text report says: n/a
+// for every policy of a snapshot (no call durations), never a 0.
+func TestHTMLSavedColumn(t *testing.T) {
+	path := filepath.Join("..", "..", "..", "testdata", "trace", "snapshot_small.pickle")
+	in := analysis.Input{Name: "snap", Open: func() (analysis.Source, error) { return trace.Open(path) }}
+	r, err := analysis.Analyze([]analysis.Input{in}, analysis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := render.HTML(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	start := strings.Index(page, `<table class="sortable whatif">`)
+	table := page[start : start+strings.Index(page[start:], "</table>")]
+	sims := len(r.Combined.Simulations)
+	if n := strings.Count(table, `<td data-v="">n/a</td>`); sims == 0 || n != sims || strings.Contains(table, " ns<") {
+		t.Errorf("%d n/a cells for %d policies in\n%s", n, sims, table)
+	}
+}
