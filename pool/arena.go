@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/allocscope/allocscope/pool/addrindex"
+	"github.com/allocscope/allocscope/internal/addrindex"
 	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 

@@ -251,7 +251,7 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// MaxPassThroughSizes bounds Config.PassThroughSizes (EXPORT_SIZES of the shim's intercept/shim/log.h).
+// MaxPassThroughSizes bounds Config.PassThroughSizes (EXPORT_SIZES of the shim's internal/intercept/shim/log.h).
 const MaxPassThroughSizes = 16
 
 // validPassThrough checks Config.PassThroughSizes.
@@ -276,7 +276,7 @@ const MinAlignment = 256
 // MaxSlots bounds the slots of all classes together (and SizeClassConfig.GrowSlots), so that the
 // host bookkeeping of record --pool's C pool stays under MaxBookkeepingBytes: its tables take up to
 // 56 bytes per slot, doubled by their power-of-two capacities and by a quarter of slack
-// (cp_book_bytes in intercept/cpool/pool.c), about 140 bytes per slot. 2^27 slots once passed and
+// (cp_book_bytes in internal/intercept/cpool/pool.c), about 140 bytes per slot. 2^27 slots once passed and
 // touched 14 GB of host memory. The shim's spec parser is to refuse more slots than this too.
 const MaxSlots = 1 << 22
 

@@ -9,7 +9,7 @@ import (
 
 // deviceMemory stands in for the GPU: a Go CUDA program gives the pool an Upstream whose Reserve
 // is cuMemAlloc and whose Release is cuMemFree (gorgonia.org/cu: cu.MemAlloc, cu.MemFree; or the
-// CUDA backend of package replay/backend/cuda, which also maps pages for the paged arena). Here it hands out
+// CUDA backend of package internal/replay/backend/cuda, which also maps pages for the paged arena). Here it hands out
 // addresses from a counter, so the example runs anywhere.
 type deviceMemory struct {
 	next     uint64

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/allocscope/allocscope/pool/addrindex"
+	"github.com/allocscope/allocscope/internal/addrindex"
 	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 

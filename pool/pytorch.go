@@ -8,7 +8,7 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/allocscope/allocscope/pool/addrindex"
+	"github.com/allocscope/allocscope/internal/addrindex"
 	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/allocscope/allocscope/pool/addrindex"
+	"github.com/allocscope/allocscope/internal/addrindex"
 )
 
 // rawPool is PolicyRaw: every block is its own Upstream region.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/allocscope/allocscope/pool/addrindex"
+	"github.com/allocscope/allocscope/internal/addrindex"
 	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 

@@ -262,7 +262,7 @@ func TestPoolColumn(t *testing.T) {
 	if len(got) != 2 || !got[0].Pool || got[1].Pool {
 		t.Errorf("read back %+v", got)
 	}
-	old, _, _ := readAll(t, filepath.Join("..", "testdata", "pytorch-train.arrow"))
+	old, _, _ := readAll(t, filepath.Join("..", "internal", "cli", "analyze", "bundled", "pytorch-train.arrow"))
 	for i := range old {
 		if old[i].Pool {
 			t.Fatalf("event %d of a trace without the column has Pool set", i)

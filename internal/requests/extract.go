@@ -6,7 +6,7 @@ import (
 	"io"
 	"math"
 
-	"github.com/allocscope/allocscope/pool/slots"
+	"github.com/allocscope/allocscope/internal/slots"
 	"github.com/allocscope/allocscope/trace"
 )
 

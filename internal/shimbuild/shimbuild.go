@@ -1,4 +1,4 @@
-// Package shimbuild reads the build recipe of allocscope's LD_PRELOAD shim (intercept/shim/BUILD):
+// Package shimbuild reads the build recipe of allocscope's LD_PRELOAD shim (internal/intercept/shim/BUILD):
 // its compilation units, include directories, compiler flags and libraries. intercept.BuildShim
 // compiles the embedded source with it, and internal/testcuda the checkout's, so both build the
 // same library the same way.

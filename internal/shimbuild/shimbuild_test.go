@@ -10,7 +10,7 @@ import (
 // The checked-in recipe names every unit of the shim, the C pool, hidden visibility and the
 // libraries, and turns into these exact compiler arguments.
 func TestParseTheRecipe(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "intercept", "shim", "BUILD"))
+	b, err := os.ReadFile(filepath.Join("..", "intercept", "shim", "BUILD"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,9 +24,9 @@ func TestParseTheRecipe(t *testing.T) {
 	if got := r.Args("/i", "/o/lib.so"); !slices.Equal(got, want) {
 		t.Errorf("args\n%q\nwant\n%q", got, want)
 	}
-	units, _ := filepath.Glob(filepath.Join("..", "..", "intercept", "shim", "*.c"))
+	units, _ := filepath.Glob(filepath.Join("..", "intercept", "shim", "*.c"))
 	if len(units) != len(r.Sources)-1 {
-		t.Errorf("%d units in intercept/shim, the recipe names %d of them and the C pool", len(units), len(r.Sources)-1)
+		t.Errorf("%d units in internal/intercept/shim, the recipe names %d of them and the C pool", len(units), len(r.Sources)-1)
 	}
 }
 

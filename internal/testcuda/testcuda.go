@@ -2,7 +2,7 @@
 // shim without a GPU: the fake CUDA runtime and driver of testdata/fakecuda (libcudart.so,
 // libcuda.so.1, and a variant of the driver in exported/libcuda.so.1), the C test programs of
 // testdata/progs, the preloadable libraries of testdata/preload and the shim itself (from
-// the units intercept/shim/BUILD lists, with its flags, as intercept.BuildShim does), all with the system C compiler
+// the units internal/intercept/shim/BUILD lists, with its flags, as intercept.BuildShim does), all with the system C compiler
 // ($CC, else cc). It also runs those programs and compares the events they produce with expected
 // listings. For the tests that run on a real GPU (build tag cuda) it opens the device
 // (OpenDevice0). It imports no allocscope package but trace and internal/shimbuild, so intercept's
@@ -40,7 +40,7 @@ type Env struct {
 	// LibDir holds libcuda.so.1 (and the link libcuda.so), libcudart.so and the programs. The
 	// programs find the libraries through their run path ($ORIGIN), so no LD_LIBRARY_PATH is needed.
 	LibDir string
-	// Shim is the shim library compiled as intercept/shim/BUILD says.
+	// Shim is the shim library compiled as internal/intercept/shim/BUILD says.
 	Shim string
 	// ExportedDriver is a variant of the fake driver (driver.c built with -DFAKE_PROC_EXPORTED, so
 	// without -Bsymbolic and with a cuGetProcAddress that hands out the library's own exported
@@ -180,7 +180,7 @@ func (e *Env) compileAll(testdata string) error {
 		})
 	}
 	run(func() error {
-		root := filepath.Join(testdata, "..", "intercept")
+		root := filepath.Join(testdata, "..", "internal", "intercept")
 		b, err := os.ReadFile(filepath.Join(root, "shim", "BUILD"))
 		if err != nil {
 			return err

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/intercept"
 )
 
 func TestMain(m *testing.M) {

@@ -17,10 +17,10 @@ bin/record shim -o bin/liballocscope.so
 if [ "${NOCUDA:-0}" != 1 ]; then
   make replay-cuda
   CGO_CFLAGS="-I$PWD/.cuda/compat -I$PWD/.cuda/include" CGO_LDFLAGS="-L$PWD/.cuda/lib" \
-    go test -c -tags cuda -o bin/replay-cuda.test ./replay
+    go test -c -tags cuda -o bin/replay-cuda.test ./internal/replay
 fi
 go build -o bin/analyze ./cmd/analyze
-for tr in testdata/pytorch-train.arrow testdata/h200/{a_static,e_cupy,g_torch_nocache_cnn,h_torch_nocache_kvcache,f_jax}.arrow; do
+for tr in internal/cli/analyze/bundled/pytorch-train.arrow testdata/h200/{a_static,e_cupy,g_torch_nocache_cnn,h_torch_nocache_kvcache,f_jax}.arrow; do
   bin/analyze --quiet --emit-config "bin/pool/$(basename "$tr" .arrow).pool.json" "$tr"
 done
 for t in g_torch_nocache_cnn h_torch_nocache_kvcache; do

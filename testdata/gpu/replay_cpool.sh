@@ -6,7 +6,7 @@
 : "${OUT:?set OUT to an output folder}"
 O=$OUT/replay_cpool; mkdir -p "$O"
 for t in ${TRACES:-pytorch-train a_static e_cupy g_torch_nocache_cnn h_torch_nocache_kvcache}; do
-  tr=testdata/h200/$t.arrow; [ $t = pytorch-train ] && tr=testdata/pytorch-train.arrow
+  tr=testdata/h200/$t.arrow; [ $t = pytorch-train ] && tr=internal/cli/analyze/bundled/pytorch-train.arrow
   cfg=bin/pool/$t.pool.json; [ -f bin/pool/$t.fixed.pool.json ] && cfg=bin/pool/$t.fixed.pool.json
   timeout 120 bin/replay-cuda "$tr" --config "$cfg" --modes raw,pool,cpool,async --repeat 10 \
     > "$O/$t.txt" 2>&1; echo "$t rc=$?"

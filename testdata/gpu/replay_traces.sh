@@ -18,9 +18,9 @@ run() { # name trace config
   grep -E "speedup|recorded|result|FAIL" $O/$1.verify.txt
 }
 for t in pytorch-train a_static e_cupy g_torch_nocache_cnn h_torch_nocache_kvcache f_jax; do
-  tr=testdata/h200/$t.arrow; [ $t = pytorch-train ] && tr=testdata/pytorch-train.arrow
+  tr=testdata/h200/$t.arrow; [ $t = pytorch-train ] && tr=internal/cli/analyze/bundled/pytorch-train.arrow
   run $t $tr $C/$t.pool.json
 done
-[ "${EXPANDABLE:-0}" = 1 ] && run expandable-pytorch-train testdata/pytorch-train.arrow $C/expandable.pool.json
+[ "${EXPANDABLE:-0}" = 1 ] && run expandable-pytorch-train internal/cli/analyze/bundled/pytorch-train.arrow $C/expandable.pool.json
 [ "${EXPANDABLE:-0}" = 1 ] && run expandable-kvcache testdata/h200/h_torch_nocache_kvcache.arrow $C/expandable.pool.json
 cd $OUT && tar czf replay_traces.tgz replay_traces && rm -rf replay_traces

@@ -2,7 +2,7 @@
 # Where the shim's time goes on the real driver: the async bench (alloc_loop bench) under variants of
 # the shim, each with one part removed by sed: the cuCtxGetDevice call, the clock reads, the record
 # writes. 7 rounds, interleaved; prints the median and every run per variant. Needs cc and nvcc.
-T=/tmp/x; mkdir -p $T; S=intercept/shim
+T=/tmp/x; mkdir -p $T; S=internal/intercept/shim
 grep -o -w 'constant_tsc\|nonstop_tsc' /proc/cpuinfo | sort | uniq -c
 nvcc -O2 -o $T/al testdata/gpu/alloc_loop.cu || exit 1
 for v in full nodev noclock nolog; do mkdir -p $T/$v; cp $S/* $T/$v/; done

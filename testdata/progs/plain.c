@@ -1,6 +1,6 @@
 /* Reaches the fake CUDA by plain symbol binding (linked with -lcudart -lcuda): every hooked runtime and
  * driver function once or more, failures included, and cudaGetDriverEntryPoint(ByVersion).
- * Expected output and events: intercept/shim_test.go (TestPlainSymbols). Exits with 7. */
+ * Expected output and events: internal/intercept/shim_test.go (TestPlainSymbols). Exits with 7. */
 #include "fakecuda.h"
 
 #include <errno.h>

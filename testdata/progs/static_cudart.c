@@ -1,6 +1,6 @@
 /* Reaches the fake driver the way an nvcc default build (static cudart) does: dlopen libcuda.so.1,
  * dlsym cuGetProcAddress_v2, ask it for "cuGetProcAddress" itself, resolve everything through that.
- * Not linked with the fake libraries. Expected events: intercept/shim_test.go. Exits with 11. */
+ * Not linked with the fake libraries. Expected events: internal/intercept/shim_test.go. Exits with 11. */
 #define _GNU_SOURCE
 #include "fakecuda.h"
 

@@ -9,8 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/allocscope/allocscope"
-	"github.com/allocscope/allocscope/analysis"
+	"github.com/allocscope/allocscope/internal/analysis"
 	"github.com/allocscope/allocscope/internal/cli/command"
 	"github.com/allocscope/allocscope/internal/outfile"
 	"github.com/allocscope/allocscope/pool"
@@ -18,10 +17,10 @@ import (
 )
 
 // bundledInput is what analyze reads when it is given no file: the real PyTorch training trace
-// embedded in the binary (allocscope.BundledTrace), so it works from any directory.
+// embedded in the binary (BundledTrace), so it works from any directory.
 func bundledInput() analysis.Input {
-	return analysis.Input{Name: allocscope.BundledTraceName, Open: func() (analysis.Source, error) {
-		return trace.OpenBytes(allocscope.BundledTraceName, allocscope.BundledTrace)
+	return analysis.Input{Name: BundledTraceName, Open: func() (analysis.Source, error) {
+		return trace.OpenBytes(BundledTraceName, BundledTrace)
 	}}
 }
 

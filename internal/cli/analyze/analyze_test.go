@@ -113,7 +113,7 @@ func TestAnalyzeTextAndQuiet(t *testing.T) {
 func TestAnalyzeBundledTraceFromAnyDirectory(t *testing.T) {
 	t.Chdir(t.TempDir())
 	code, stdout, stderr := runMain()
-	if code != 0 || !strings.Contains(stdout, "trace testdata/pytorch-train.arrow: 1,787 events") ||
+	if code != 0 || !strings.Contains(stdout, "trace internal/cli/analyze/bundled/pytorch-train.arrow: 1,787 events") ||
 		!strings.Contains(stdout, "peak live 224 MiB in 42 blocks at seq 71") {
 		t.Errorf("exit %d, stderr %q, stdout:\n%.600s", code, stderr, stdout)
 	}

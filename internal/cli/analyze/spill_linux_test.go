@@ -12,7 +12,7 @@ import (
 )
 
 // bundledTrace is the bundled PyTorch training trace of the repository.
-var bundledTrace = filepath.Join("..", "..", "..", "testdata", "pytorch-train.arrow")
+var bundledTrace = filepath.Join("bundled", "pytorch-train.arrow")
 
 // With --memory 0 the requests spill whole to $TMPDIR, and the report is the one made in memory;
 // the spill file is gone at the end.

@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/allocscope/allocscope/intercept"
 	"github.com/allocscope/allocscope/internal/cli/command"
+	"github.com/allocscope/allocscope/internal/intercept"
 	"github.com/allocscope/allocscope/internal/outfile"
 	"github.com/allocscope/allocscope/internal/progress"
 	"github.com/allocscope/allocscope/internal/version"

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/allocscope/allocscope/intercept/cpool"
 	"github.com/allocscope/allocscope/internal/cli/analyze"
+	"github.com/allocscope/allocscope/internal/intercept/cpool"
 	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -50,7 +50,7 @@ func TestDefaultPoolJSONRunsEverywhere(t *testing.T) {
 		trace      string
 		recordPool bool
 	}{
-		{filepath.Join(root, "testdata", "pytorch-train.arrow"), true},
+		{filepath.Join(root, "internal", "cli", "analyze", "bundled", "pytorch-train.arrow"), true},
 		{filepath.Join(root, "testdata", "torch", "kvcache.caching.snapshot.pickle.gz"), false},
 	} {
 		t.Run(filepath.Base(c.trace), func(t *testing.T) {

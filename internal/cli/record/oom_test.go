@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allocscope/allocscope/analysis"
+	"github.com/allocscope/allocscope/internal/analysis"
 	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/trace"
 )

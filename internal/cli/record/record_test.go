@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allocscope/allocscope/analysis"
+	"github.com/allocscope/allocscope/internal/analysis"
 	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/internal/tracetest"
 	"github.com/allocscope/allocscope/internal/version"

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/allocscope/allocscope/intercept"
 	"github.com/allocscope/allocscope/internal/cli/command"
+	"github.com/allocscope/allocscope/internal/intercept"
 	"github.com/allocscope/allocscope/pool"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/intercept"
 	"github.com/allocscope/allocscope/internal/units"
 	"github.com/allocscope/allocscope/trace"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/intercept"
 	"github.com/allocscope/allocscope/trace"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/intercept"
 )
 
 // pollInterval is how often waitForLogs looks again for processes that still hold a raw log.

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/allocscope/allocscope/intercept"
+	"github.com/allocscope/allocscope/internal/intercept"
 )
 
 // The test binary plays two more parts (see TestMain), so that these tests need neither the shim

@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/allocscope/allocscope/internal/cli/command"
+	"github.com/allocscope/allocscope/internal/replay"
+	_ "github.com/allocscope/allocscope/internal/replay/backend/host" // registers the "host" backend
 	"github.com/allocscope/allocscope/pool"
-	"github.com/allocscope/allocscope/replay"
-	_ "github.com/allocscope/allocscope/replay/backend/host" // registers the "host" backend
 	"github.com/allocscope/allocscope/trace"
 )
 

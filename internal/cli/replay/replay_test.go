@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allocscope/allocscope/intercept/cpool"
+	"github.com/allocscope/allocscope/internal/intercept/cpool"
+	"github.com/allocscope/allocscope/internal/replay"
 	"github.com/allocscope/allocscope/internal/version"
 	"github.com/allocscope/allocscope/pool"
-	"github.com/allocscope/allocscope/replay"
 	"github.com/allocscope/allocscope/trace"
 )
 

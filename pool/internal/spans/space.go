@@ -1,6 +1,6 @@
 package spans
 
-import "github.com/allocscope/allocscope/pool/slots"
+import "github.com/allocscope/allocscope/internal/slots"
 
 // NodeState says what a node of a Space is.
 type NodeState uint8

@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/allocscope/allocscope/pool/slots"
+	"github.com/allocscope/allocscope/internal/slots"
 )
 
 // Tree is an ordered set of spans: O(log n) insert, delete, lower bound and neighbour walks

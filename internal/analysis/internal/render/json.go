@@ -1,0 +1,15 @@
+package render
+
+import (
+	"encoding/json"
+	"io"
+
+	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+)
+
+// JSON writes the report as indented JSON.
+func JSON(w io.Writer, r *model.Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

@@ -1,0 +1,78 @@
+package analysis
+
+import (
+	"errors"
+
+	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
+	"github.com/allocscope/allocscope/internal/requests"
+)
+
+// searchPerProcess simulates the PYTORCH_CUDA_ALLOC_CONF candidates on each process of a trace of
+// several on its own, as each process of a PyTorch program has its own caching allocator: the
+// merged requests of two processes in one simulated allocator would share segments no real process
+// shares. Each outcome it returns is one candidate summed over the processes (peak reserved: the
+// sum of each process's peak, what their torch.cuda.max_memory_reserved() add up to; segments,
+// releases, failures and retries: sums), with each process's peak in procs[i] and each process's
+// own outcomes in byPID. ok is false for a
+// trace of one process, or whose processes cannot be told apart, and then the merged outcomes stand.
+func searchPerProcess(log *requests.Log, cands []whatif.Policy, opts Options) (outs []whatif.Outcome,
+	procs [][]model.ProcessReserved, byPID map[uint32][]whatif.Outcome, ok bool, err error) {
+	pids, logs, err := splitByProcess(log, opts)
+	defer func() {
+		for _, l := range logs {
+			err = errors.Join(err, l.Close())
+		}
+	}()
+	if err != nil || len(pids) < 2 {
+		return nil, nil, nil, false, err
+	}
+	byPID = make(map[uint32][]whatif.Outcome, len(pids))
+	outs = make([]whatif.Outcome, len(cands))
+	procs = make([][]model.ProcessReserved, len(cands))
+	for i, c := range cands {
+		outs[i].Policy = c
+	}
+	for p, pl := range logs {
+		res, err := whatif.Run(pl, cands, opts.Capacity, nil, nil)
+		if err != nil {
+			return nil, nil, nil, false, err
+		}
+		byPID[pids[p]] = res
+		for i, o := range res {
+			addOutcome(&outs[i], o)
+			procs[i] = append(procs[i], model.ProcessReserved{PID: pids[p], PeakReservedBytes: o.Stats.PeakReservedBytes})
+		}
+	}
+	return outs, procs, byPID, true, nil
+}
+
+// addOutcome adds what one process did under a candidate to the sum: the statistics the search
+// ranks by, and the first error.
+func addOutcome(sum *whatif.Outcome, o whatif.Outcome) {
+	s, t := &sum.Stats, o.Stats
+	s.PeakReservedBytes += t.PeakReservedBytes
+	s.UpstreamReserves += t.UpstreamReserves
+	s.UpstreamReleases += t.UpstreamReleases
+	s.Failures += t.Failures
+	s.UpstreamFailures += t.UpstreamFailures
+	if sum.Err == nil {
+		sum.Err = o.Err
+	}
+}
+
+// attachProcesses gives the defaults and the best settings of ts each process's peak reserved
+// bytes, from procs (searchPerProcess's, in the order of outs); nothing for a trace of one process.
+func attachProcesses(ts *model.TorchSearch, outs []whatif.Outcome, procs [][]model.ProcessReserved) {
+	if ts == nil || len(procs) != len(outs) {
+		return
+	}
+	byConf := make(map[string][]model.ProcessReserved, len(outs))
+	for i, o := range outs {
+		byConf[o.Policy.Settings] = procs[i]
+	}
+	ts.Defaults.Processes = byConf[ts.Defaults.Conf]
+	for i := range ts.Best {
+		ts.Best[i].Processes = byConf[ts.Best[i].Conf]
+	}
+}
