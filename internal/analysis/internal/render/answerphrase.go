@@ -61,6 +61,28 @@ func unknownSaving(a *model.Answer) string {
 	return ""
 }
 
+// saving is one saving of the answer: what it measures, its JSON paths, how its numbers read.
+type saving struct {
+	amount, percent, of string  // JSON paths: the saving, its share, what it is a share of
+	n                   int64   // the saving (negative: a cost)
+	pct                 float64 // its share, %
+	total               uint64  // what it is a share of
+	format              func(uint64) string
+	same, ofWhat        string // the sentence for no change; how the share's whole reads ("today's %s")
+}
+
+// phrase says a saving: "saves X (P of W)", "costs X more (P of W)", or that nothing changes.
+func (p phraser) phrase(s saving) string {
+	verb, n := "saves %s", s.n
+	if n < 0 {
+		verb, n = "costs %s more", -n
+	} else if n == 0 {
+		return p.esc(s.same)
+	}
+	return p.line(verb+" (%s of "+s.ofWhat+")", p.fig(s.amount, s.n, s.format(uint64(n))),
+		p.fig(s.percent, s.pct, Percent(max(s.pct, -s.pct))), p.fig(s.of, s.total, s.format(s.total)))
+}
+
 // memorySaving says what the recommendation saves or costs in peak reserved bytes.
 func (p phraser) memorySaving(a *model.Answer) string {
 	s := a.Savings
@@ -70,15 +92,9 @@ func (p phraser) memorySaving(a *model.Answer) string {
 	if !s.MemoryKnown {
 		return p.esc("n/a")
 	}
-	verb, n := "saves %s", s.MemoryBytes
-	if n < 0 {
-		verb, n = "costs %s more", -n
-	} else if n == 0 {
-		return p.esc("the same peak reserved as today")
-	}
-	return p.line(verb+" (%s of today's %s)", p.fig("answer.savings.memory_bytes", s.MemoryBytes, Bytes(uint64(n))),
-		p.fig("answer.savings.memory_percent", s.MemoryPercent, Percent(max(s.MemoryPercent, -s.MemoryPercent))),
-		p.fig("answer.today.peak_reserved_bytes", a.Today.PeakReservedBytes, Bytes(a.Today.PeakReservedBytes)))
+	return p.phrase(saving{amount: "answer.savings.memory_bytes", percent: "answer.savings.memory_percent",
+		of: "answer.today.peak_reserved_bytes", n: s.MemoryBytes, pct: s.MemoryPercent, total: a.Today.PeakReservedBytes,
+		format: Bytes, same: "the same peak reserved as today", ofWhat: "today's %s"})
 }
 
 // timeSaving says what the recommendation saves or costs in time inside allocation calls.
@@ -92,13 +108,8 @@ func (p phraser) timeSaving(a *model.Answer) string {
 	case !s.TimeKnown:
 		return p.esc("n/a (the model times only allocscope's pool)")
 	}
-	verb, n := "saves %s", s.TimeNs
-	if n < 0 {
-		verb, n = "costs %s more", -n
-	} else if n == 0 {
-		return p.esc("the same time as today")
-	}
-	return p.line(verb+" (%s of the %s in allocation calls)", p.fig("answer.savings.time_ns", s.TimeNs, Duration(float64(n))),
-		p.fig("answer.savings.time_percent", s.TimePercent, Percent(max(s.TimePercent, -s.TimePercent))),
-		p.fig("answer.call_ns", a.CallNs, Duration(float64(a.CallNs))))
+	return p.phrase(saving{amount: "answer.savings.time_ns", percent: "answer.savings.time_percent",
+		of: "answer.call_ns", n: s.TimeNs, pct: s.TimePercent, total: uint64(max(a.CallNs, 0)),
+		format: func(ns uint64) string { return Duration(float64(ns)) }, same: "the same time as today",
+		ofWhat: "the %s in allocation calls"})
 }
