@@ -240,7 +240,7 @@ func TestRawExactSequence(t *testing.T) {
 	closeEmpty(t, a, up)
 }
 
-// TestStreamOrderedMatchesTheH200 runs the sequences of testdata/gpu/mempool_layout.cu: every
+// TestStreamOrderedMatchesTheH200 runs the sequences of bench/mempool_layout.cu: every
 // address (as an offset from the first block) and the reserved bytes after each case are what a
 // CUDA memory pool did on the H200 (CUDA 13.0, driver 580.159.04, 2026-12-03).
 func TestStreamOrderedMatchesTheH200(t *testing.T) {

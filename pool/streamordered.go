@@ -10,7 +10,7 @@ import (
 	"github.com/allocscope/allocscope/pool/internal/spans"
 )
 
-// The stream-ordered model's layout, as testdata/gpu/mempool_layout.cu measured a CUDA memory pool
+// The stream-ordered model's layout, as bench/mempool_layout.cu measured a CUDA memory pool
 // on an H200 (CUDA 13.0, driver 580): blocks are cut from one line of address space, each at the
 // start of the smallest free range that holds it, so a block may span the steps in which memory is
 // mapped; freed ranges merge with their neighbours.

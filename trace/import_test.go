@@ -121,7 +121,7 @@ func TestPyTorchSnapshotOldProtocol2(t *testing.T) {
 }
 
 // torchStats are PyTorch's own figures for a run (testdata/torch/WORKLOAD.SETTING.stats.json,
-// written by testdata/gpu/torch_work.py).
+// written by bench/torch_work.py).
 type torchStats struct {
 	AllocConf         string         `json:"alloc_conf"`
 	MaxMemoryReserved uint64         `json:"max_memory_reserved"`

@@ -1,6 +1,6 @@
 """A check on a GPU machine of record's framework capture with the real PyTorch and CuPy
 (docs/compatibility.md, "Framework allocators"): run it as
-    bin/record -o fw.arrow --shim bin/liballocscope.so -- python3 testdata/gpu/framework_capture.py
+    bin/record -o fw.arrow --shim bin/liballocscope.so -- python3 bench/framework_capture.py
 It allocates and frees tensors in this process and in a spawned child, and CuPy arrays here; the
 trace then holds torch.alloc/torch.free and cupy.malloc/cupy.free events of both pids beside the
 driver's calls."""

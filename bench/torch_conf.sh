@@ -7,13 +7,13 @@
 : "${OUT:?set OUT to an output folder}"
 O=$OUT/torch_conf; mkdir -p "$O"
 for w in ${WORKLOADS:-cnn kvcache seqs}; do
-  env -u PYTORCH_CUDA_ALLOC_CONF python3 testdata/gpu/torch_work.py "$w" "$O/defaults" --snapshot > /dev/null || exit 1
+  env -u PYTORCH_CUDA_ALLOC_CONF python3 bench/torch_work.py "$w" "$O/defaults" --snapshot > /dev/null || exit 1
   t0=$(date +%s%N)
   bin/analyze --json "$O/defaults/$w.snapshot.pickle" > "$O/$w.report.json" || exit 1
   echo "$w analyze_ms $(( ($(date +%s%N) - t0) / 1000000 ))"
   conf=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["combined"]["pytorch_search"]["best"][0]["conf"])' "$O/$w.report.json")
   hist=(); [[ "$conf" == *cudaMallocAsync* ]] && hist=(--no-history)
-  PYTORCH_CUDA_ALLOC_CONF="$conf" python3 testdata/gpu/torch_work.py "$w" "$O/best" "${hist[@]}" > /dev/null || exit 1
+  PYTORCH_CUDA_ALLOC_CONF="$conf" python3 bench/torch_work.py "$w" "$O/best" "${hist[@]}" > /dev/null || exit 1
   python3 - "$O/$w.report.json" "$O/defaults/$w.stats.json" "$O/best/$w.stats.json" "$w" <<'PY'
 import json, sys
 rep = json.load(open(sys.argv[1]))["combined"]

@@ -20,9 +20,9 @@ PY
 }
 for m in spawn loader; do
   for k in 1 2; do
-    t0=$(date +%s%N); python3 testdata/gpu/torch_procs.py "$m" "$D/$m.plain$k" > "$D/$m.plain$k.out" 2>&1
+    t0=$(date +%s%N); python3 bench/torch_procs.py "$m" "$D/$m.plain$k" > "$D/$m.plain$k.out" 2>&1
     t1=$(date +%s%N); "$B/record" -q -o "$D/$m.$k.arrow" --shim "$B/liballocscope.so" -- \
-      python3 testdata/gpu/torch_procs.py "$m" "$D/$m.rec$k" > "$D/$m.rec$k.out" 2>"$D/$m.rec$k.err"
+      python3 bench/torch_procs.py "$m" "$D/$m.rec$k" > "$D/$m.rec$k.out" 2>"$D/$m.rec$k.err"
     t2=$(date +%s%N)
     echo "$m $k wall_ms plain $(( (t1 - t0) / 1000000 )) record $(( (t2 - t1) / 1000000 ))"
     echo "$m $k plain stats $(cat "$D/$m.plain$k"/*.stats.json | tr '\n' ' ')"
@@ -32,9 +32,9 @@ for m in spawn loader; do
   conf=$("$B/analyze" --pytorch-conf "$D/$m.1.arrow" 2>"$D/$m.conf.err"); echo "$m pytorch-conf rc $? '$conf' $(cat "$D/$m.conf.err")"
   "$B/analyze" "$D/$m.1.arrow" > "$D/$m.analyze.txt" 2>&1
   "$B/analyze" --json "$D/$m.1.arrow" > "$D/$m.analyze.json" 2>&1
-  PYTORCH_CUDA_ALLOC_CONF=$conf python3 testdata/gpu/torch_procs.py "$m" "$D/$m.conf" > "$D/$m.conf.out" 2>&1
+  PYTORCH_CUDA_ALLOC_CONF=$conf python3 bench/torch_procs.py "$m" "$D/$m.conf" > "$D/$m.conf.out" 2>&1
   echo "$m with the setting: $(cat "$D/$m.conf"/*.stats.json | tr '\n' ' ')"
 done
-"$B/record" -q -o "$D/oom.arrow" --shim "$B/liballocscope.so" -- python3 testdata/gpu/torch_oom.py > "$D/oom.out" 2>"$D/oom.err"
+"$B/record" -q -o "$D/oom.arrow" --shim "$B/liballocscope.so" -- python3 bench/torch_oom.py > "$D/oom.out" 2>"$D/oom.err"
 echo "oom rc $? $(cat "$D/oom.out" | tr '\n' ' ') trace counts $(count "$D/oom.arrow")"
 "$B/analyze" "$D/oom.arrow" > "$D/oom.analyze.txt" 2>&1; echo "oom analyze rc $?"

@@ -1,6 +1,6 @@
 """Where a recording's time inside its allocation calls went, call by call (docs/record-pool.md).
 
-python3 testdata/gpu/served_calls.py TRACE.arrow...
+python3 bench/served_calls.py TRACE.arrow...
 
 For each trace: per kind (alloc, free) and server (the pool: pool=1, CUDA: pool=0) the number of
 calls, their total duration and its percentiles, and the calls over 2 us; the first calls; each

@@ -4,14 +4,14 @@
 # relies on (legacy_barrier.cu), what they cost,
 # and the time per request of a served cudaMalloc/cudaFree with warm and cold caches (served_cost.cu,
 # recorded without and with the pool). Needs bin/record, bin/liballocscope.so, bin/analyze
-# (testdata/gpu/build_bin.sh). Writes everything under OUT (default /tmp/barrier_check).
+# (bench/build_bin.sh). Writes everything under OUT (default /tmp/barrier_check).
 set -u
 OUT=${OUT:-/tmp/barrier_check}; mkdir -p "$OUT"; B=$PWD/bin
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(nproc) cores, clock source" \
   "$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource), flags:" \
   $(grep -m1 -o -w -E 'constant_tsc|nonstop_tsc|tsc_known_freq|hypervisor' /proc/cpuinfo)
-nvcc -O2 -o "$OUT/legacy_barrier" testdata/gpu/legacy_barrier.cu -lcuda && "$OUT/legacy_barrier"
-nvcc -O2 -o "$OUT/served_cost" testdata/gpu/served_cost.cu -lcuda || exit 1
+nvcc -O2 -o "$OUT/legacy_barrier" bench/legacy_barrier.cu -lcuda && "$OUT/legacy_barrier"
+nvcc -O2 -o "$OUT/served_cost" bench/served_cost.cu -lcuda || exit 1
 SERVED_COST_PROBE=1 "$OUT/served_cost" 2000 8000000 >/dev/null
 for thrash in 0 8000000; do
   n=cost$thrash

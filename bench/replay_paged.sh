@@ -5,7 +5,7 @@
 # page calls (BenchmarkCUDAPageCalls: single pages and runs of 16), then each trace with its paged
 # and its one-region (fixed) pool.json: 20 timed repetitions (JSON) and one with --verify --touch.
 # Run from the repository root with OUT set to an output folder; needs bin/replay-cuda,
-# bin/replay-cuda.test and bin/pool/*.{paged,fixed}.pool.json (testdata/gpu/build_bin.sh; CONF
+# bin/replay-cuda.test and bin/pool/*.{paged,fixed}.pool.json (bench/build_bin.sh; CONF
 # names another folder). Writes $OUT/replay_paged.tgz.
 set -x
 : "${OUT:?set OUT to an output folder}"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # record --pool's safety on the GPU machine: builds the six programs that try to catch a pool that
 # hands out memory the GPU still uses or changes what CUDA answers (sync_race, graph_capture,
-# reset_midrun, double_free, oom_retry, ipc_export in testdata/gpu/), runs each under bin/record
+# reset_midrun, double_free, oom_retry, ipc_export in bench/), runs each under bin/record
 # without the pool and with --pool of the pool.json analyze writes from the program's first recording
 # (`analyze --arena fixed --emit-config`, as users make it; testdata/h200/a_static.pool.json when
 # analyze cannot), 3 runs each for the racy ones, 1 for the others, `timeout 60` around every run,
@@ -11,16 +11,16 @@
 # that fails to build is reported and skipped. Exits 0 only when every row is identical with both
 # exit codes 0.
 #
-#   bash testdata/gpu/safety.sh LOGDIR     (from the repository root; needs bin/record and
-#                                           bin/analyze from testdata/gpu/build_bin.sh, nvcc and a GPU)
+#   bash bench/safety.sh LOGDIR     (from the repository root; needs bin/record and
+#                                           bin/analyze from bench/build_bin.sh, nvcc and a GPU)
 # Binaries go to $OUT/safety_bin (or /tmp/safety_bin); every run's stdout and stderr to LOGDIR.
 set -u
-if [ $# -ne 1 ]; then echo "usage: bash testdata/gpu/safety.sh LOGDIR" >&2; exit 2; fi
+if [ $# -ne 1 ]; then echo "usage: bash bench/safety.sh LOGDIR" >&2; exit 2; fi
 L=$1; mkdir -p "$L" || exit 2
 L=$(cd "$L" && pwd)
 D=${OUT:-/tmp}/safety_bin; mkdir -p "$D" || exit 2
 R=$PWD/bin/record; A=$PWD/bin/analyze; P=$PWD/testdata/h200/a_static.pool.json
-[ -x "$R" ] && [ -x "$A" ] || { echo "safety.sh: $R or $A missing: run testdata/gpu/build_bin.sh first" >&2; exit 2; }
+[ -x "$R" ] && [ -x "$A" ] || { echo "safety.sh: $R or $A missing: run bench/build_bin.sh first" >&2; exit 2; }
 [ -f "$P" ] || { echo "safety.sh: $P missing: run it from the repository root" >&2; exit 2; }
 "$R" shim -o "$D/shim.so" >"$L/shim.log" 2>&1 || { echo "safety.sh: record shim failed (see $L/shim.log)" >&2; exit 1; }
 
@@ -29,7 +29,7 @@ runs_of() { case $1 in sync_race|graph_capture|double_free) echo 3 ;; *) echo 1 
 
 declare -A BUILT
 for p in $PROGS; do
-  if nvcc -O2 -o "$D/$p" "testdata/gpu/$p.cu" -lcuda >"$L/$p.build.log" 2>&1; then BUILT[$p]=1
+  if nvcc -O2 -o "$D/$p" "bench/$p.cu" -lcuda >"$L/$p.build.log" 2>&1; then BUILT[$p]=1
   else echo "safety.sh: $p did not build (see $L/$p.build.log)" >&2; fi
 done
 

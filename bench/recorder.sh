@@ -5,8 +5,8 @@
 # Needs bin/record (go build -o bin/record ./cmd/record) carried; cc and nvcc on the machine.
 set -x
 O=$OUT; B=$PWD/bin; T=/tmp/rec; mkdir -p $T
-nvcc -O2 -o $T/al testdata/gpu/alloc_loop.cu || exit 1
-nvcc -O2 -cudart shared -o $T/al_shared testdata/gpu/alloc_loop.cu || exit 1
+nvcc -O2 -o $T/al bench/alloc_loop.cu || exit 1
+nvcc -O2 -cudart shared -o $T/al_shared bench/alloc_loop.cu || exit 1
 $B/record shim -o $T/shim.so || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for i in 1 2 3 4 5; do

@@ -4,7 +4,7 @@
 # writes. 7 rounds, interleaved; prints the median and every run per variant. Needs cc and nvcc.
 T=/tmp/x; mkdir -p $T; S=internal/intercept/shim
 grep -o -w 'constant_tsc\|nonstop_tsc' /proc/cpuinfo | sort | uniq -c
-nvcc -O2 -o $T/al testdata/gpu/alloc_loop.cu || exit 1
+nvcc -O2 -o $T/al bench/alloc_loop.cu || exit 1
 for v in full nodev noclock nolog; do mkdir -p $T/$v; cp $S/* $T/$v/; done
 sed -i 's/(r_ == 0 \&\& (IS_DEVICE)) ? current_device() : -1/-1/' $T/nodev/hooks.h
 sed -i 's/^static inline uint64_t clock_read(int tsc) {.*/static inline uint64_t clock_read(int tsc) { (void)tsc; return 0; }/' $T/noclock/clock.h

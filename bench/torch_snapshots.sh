@@ -8,7 +8,7 @@
 set -x
 : "${OUT:?set OUT to an output folder}"
 r=$OUT/torch_snapshots; mkdir -p $r
-cd testdata/gpu
+cd bench
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 torch_work.py train $r/nocache
 python3 torch_work.py train $r/caching --snapshot
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 torch_work.py train $r/expandable --snapshot

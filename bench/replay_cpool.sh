@@ -2,7 +2,7 @@
 # The C pool of record --pool in replay on the GPU (docs/replay.md, docs/benchmarks.md): each trace
 # against its pool.json (analyze --arena fixed), 10 interleaved repetitions of raw cuMemAlloc/cuMemFree,
 # the Go pool, the C pool and the stream-ordered pool. Needs bin/replay-cuda and bin/pool/*.pool.json
-# (testdata/gpu/build_bin.sh); TRACES names fewer traces. Writes $OUT/replay_cpool/*.txt and *.json.
+# (bench/build_bin.sh); TRACES names fewer traces. Writes $OUT/replay_cpool/*.txt and *.json.
 : "${OUT:?set OUT to an output folder}"
 O=$OUT/replay_cpool; mkdir -p "$O"
 for t in ${TRACES:-pytorch-train a_static e_cupy g_torch_nocache_cnn h_torch_nocache_kvcache}; do

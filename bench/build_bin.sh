@@ -1,5 +1,5 @@
 #!/bin/bash
-# Builds, on the development machine, what the GPU scripts in testdata/gpu/ need under bin/
+# Builds, on the development machine, what the GPU scripts in bench/ need under bin/
 # (docs/benchmarks.md, "Machines and how to reproduce"):
 #   bin/record, bin/liballocscope.so     record and its shim (record_programs.sh, recorder.sh)
 #   bin/replay-cuda, bin/replay-cuda.test replay and its tests with the CUDA backend (docs/replay.md);
@@ -10,7 +10,7 @@
 #                                         CNN and KV-cache traces, and PyTorch's expandable segments
 # NOCUDA=1 skips the two CUDA binaries. Run from anywhere; it works in the repository root.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 mkdir -p bin/pool
 go build -o bin/record ./cmd/record
 bin/record shim -o bin/liballocscope.so

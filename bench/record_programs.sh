@@ -6,13 +6,13 @@
 # with pyarrow and pandas (testdata/trace/check_pyarrow.py), and times cudaMalloc/cudaFree and
 # cudaMallocAsync/cudaFreeAsync pairs by size (alloc_loop costs, docs/benchmarks.md).
 # Run from the repository root with OUT set to an output folder; needs bin/record and
-# bin/liballocscope.so (testdata/gpu/build_bin.sh), nvcc, and python3 with torch, cupy, jax,
+# bin/liballocscope.so (bench/build_bin.sh), nvcc, and python3 with torch, cupy, jax,
 # pyarrow and pandas. Writes $OUT/record_programs.tgz: the traces (testdata/h200/*.arrow),
 # counts.jsonl, PyTorch's own figures per run (*.stats.json) and costs.txt.
 set -x
 : "${OUT:?set OUT to an output folder}"
 B=$PWD/bin; O=$OUT/record_programs; mkdir -p $O
-cd testdata/gpu
+cd bench
 nvcc -O2 -o alloc_loop_static alloc_loop.cu && nvcc -O2 -cudart shared -o alloc_loop_shared alloc_loop.cu
 REC="$B/record --shim $B/liballocscope.so"
 $REC -o $O/a_static.arrow -- ./alloc_loop_static 300 50

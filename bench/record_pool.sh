@@ -3,8 +3,8 @@
 # 3 alternating runs each, and 32 threads of cudaMalloc/cudaFree on the pool. Needs bin/record.
 set -x
 T=/tmp/rp; mkdir -p $T; B=$PWD/bin
-nvcc -O2 -o $T/al testdata/gpu/alloc_loop.cu || exit 1
-nvcc -O2 -cudart shared -o $T/als testdata/gpu/alloc_loop.cu || exit 1
+nvcc -O2 -o $T/al bench/alloc_loop.cu || exit 1
+nvcc -O2 -cudart shared -o $T/als bench/alloc_loop.cu || exit 1
 $B/record shim -o $T/shim.so || exit 1
 P=testdata/h200/a_static.pool.json
 for al in al als; do

@@ -5,7 +5,7 @@
 # (JSON report), and one repetition with --verify --touch. EXPANDABLE=1 also replays PyTorch's
 # expandable segments on the bundled and KV-cache traces.
 # Run from the repository root with OUT set to an output folder; needs bin/replay-cuda,
-# bin/replay-cuda.test and bin/pool/*.pool.json (testdata/gpu/build_bin.sh; CONF names another
+# bin/replay-cuda.test and bin/pool/*.pool.json (bench/build_bin.sh; CONF names another
 # folder of pool.json files). Writes $OUT/replay_traces.tgz.
 set -x
 : "${OUT:?set OUT to an output folder}"
