@@ -12,7 +12,7 @@
 // wrappers of it); internal/replay/backend/host is the host backend (mmap, runs everywhere, measures host
 // memory); internal/replay/backend/cuda is the CUDA backend, built only with the build tag `cuda`. A program
 // imports the ones it offers, e.g. `import _ "github.com/allocscope/allocscope/internal/replay/backend/host"`.
-// internal/replay/internal/spans is the ordered set of address ranges that --verify and both backends use.
+// internal/replay/internal/addrset is the ordered set of address ranges that --verify and both backends use.
 package replay
 
 import (

@@ -6,7 +6,7 @@ import (
 	"runtime"
 
 	"github.com/allocscope/allocscope/internal/intercept/cpool"
-	"github.com/allocscope/allocscope/internal/replay/internal/spans"
+	"github.com/allocscope/allocscope/internal/replay/internal/addrset"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -52,7 +52,7 @@ type passState struct {
 	played     *playback       // cpool: the run's outcomes, while the engine's loops go over them
 	touch      bool            // --touch in this pass: a checked pass of a mode other than cpool
 	streams    []Stream        // async
-	live       *spans.Set      // --verify: live blocks
+	live       *addrset.Set    // --verify: live blocks
 	liveBytes  uint64
 	peakLive   uint64
 	memStart   uint64 // backend free memory at the start
@@ -80,7 +80,7 @@ func (r *runner) pass(acc *modeAcc, rep int, timed bool) error {
 		runtime.GC()
 	}
 	if r.opt.Verify && !timed {
-		ps.live = spans.New()
+		ps.live = addrset.New()
 	}
 	if err := r.begin(ps); err != nil {
 		return err
@@ -344,7 +344,7 @@ func (r *runner) verifyAlloc(ps *passState, i int, addr, size uint64) {
 		acc.problem("repetition %d, request %d: block [%#x, %#x) overlaps live block [%#x, %#x)",
 			ps.rep+1, i, addr, addr+size, other.Addr, other.End())
 	} else {
-		ps.live.Insert(spans.Span{Addr: addr, Size: size})
+		ps.live.Insert(addrset.Span{Addr: addr, Size: size})
 	}
 	if ps.up != nil {
 		if _, ok := ps.up.check.regions.Containing(addr, size); !ok {

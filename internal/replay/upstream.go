@@ -3,7 +3,7 @@ package replay
 import (
 	"fmt"
 
-	"github.com/allocscope/allocscope/internal/replay/internal/spans"
+	"github.com/allocscope/allocscope/internal/replay/internal/addrset"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -43,13 +43,13 @@ func newEngineUpstream(b Backend, verify bool) (*engineUpstream, pool.Upstream) 
 // live blocks must lie inside them, and every release must give back a region held so.
 type regionCheck struct {
 	up           pool.Upstream
-	regions      *spans.Set
-	addrs        *spans.Set // address reservations (a pool.Mapper)
-	releaseError error      // first Release (or Unmap) of memory that was not reserved (or mapped) so
+	regions      *addrset.Set
+	addrs        *addrset.Set // address reservations (a pool.Mapper)
+	releaseError error        // first Release (or Unmap) of memory that was not reserved (or mapped) so
 }
 
 func newRegionCheck(b Backend) (*regionCheck, pool.Upstream) {
-	c := &regionCheck{up: b, regions: spans.New(), addrs: spans.New()}
+	c := &regionCheck{up: b, regions: addrset.New(), addrs: addrset.New()}
 	m, ok := b.(pool.Mapper)
 	if !ok {
 		return c, checkedUpstream{c}
@@ -73,7 +73,7 @@ type checkedUpstream struct{ c *regionCheck }
 func (u checkedUpstream) Reserve(size uint64) (uint64, error) {
 	addr, err := u.c.up.Reserve(size)
 	if err == nil {
-		u.c.regions.Insert(spans.Span{Addr: addr, Size: size})
+		u.c.regions.Insert(addrset.Span{Addr: addr, Size: size})
 	}
 	return addr, err
 }
@@ -93,7 +93,7 @@ type checkedMapper struct {
 func (u checkedMapper) ReserveAddress(size uint64) (uint64, error) {
 	addr, err := u.m.ReserveAddress(size)
 	if err == nil {
-		u.c.addrs.Insert(spans.Span{Addr: addr, Size: size})
+		u.c.addrs.Insert(addrset.Span{Addr: addr, Size: size})
 	}
 	return addr, err
 }
@@ -119,7 +119,7 @@ func (u checkedMapper) Map(addr, size uint64) error {
 // mapped adds [addr, addr+size) to the regions, merged within its address reservation.
 func (c *regionCheck) mapped(addr, size uint64, what string) {
 	if r, ok := c.addrs.Containing(addr, size); ok {
-		c.regions.InsertMerged(spans.Span{Addr: addr, Size: size}, r.Addr, r.End())
+		c.regions.InsertMerged(addrset.Span{Addr: addr, Size: size}, r.Addr, r.End())
 	} else {
 		c.badRelease("%s of [%#x, +%d) outside the address space reserved", what, addr, size)
 	}

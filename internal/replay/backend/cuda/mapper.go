@@ -31,7 +31,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/allocscope/allocscope/internal/replay/internal/spans"
+	"github.com/allocscope/allocscope/internal/replay/internal/addrset"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -52,8 +52,8 @@ var _ pool.Remapper = (*Backend)(nil)
 // vmState is the CUDA backend's state for the Mapper.
 type vmState struct {
 	granularity uint64                                    // 0 until first asked
-	vas         *spans.Set                                // address reservations
-	pages       *spans.Set                                // mapped ranges, merged within one reservation
+	vas         *addrset.Set                              // address reservations
+	pages       *addrset.Set                              // mapped ranges, merged within one reservation
 	handles     map[uint64]C.CUmemGenericAllocationHandle // page address → its physical allocation
 	// rangeUnmap says whether one cuMemUnmap may cover several pages mapped one by one: 0 not
 	// tried yet, 1 yes, -1 no (the driver refused; pages are then unmapped one by one).
@@ -61,7 +61,7 @@ type vmState struct {
 }
 
 func newVMState() vmState {
-	return vmState{vas: spans.New(), pages: spans.New(), handles: make(map[uint64]C.CUmemGenericAllocationHandle)}
+	return vmState{vas: addrset.New(), pages: addrset.New(), handles: make(map[uint64]C.CUmemGenericAllocationHandle)}
 }
 
 // pageSize returns the device's minimum allocation granularity for pinned memory.
@@ -95,7 +95,7 @@ func (b *Backend) ReserveAddress(size uint64) (uint64, error) {
 	if err := check("cuMemAddressReserve", C.cuMemAddressReserve(&p, C.size_t(length), 0, 0, 0)); err != nil {
 		return 0, fmt.Errorf("backend cuda: reserve %d bytes of address space: %w", length, err)
 	}
-	b.vm.vas.Insert(spans.Span{Addr: uint64(p), Size: length})
+	b.vm.vas.Insert(addrset.Span{Addr: uint64(p), Size: length})
 	return uint64(p), nil
 }
 
@@ -143,7 +143,7 @@ func (b *Backend) Map(addr, size uint64) error {
 	if err := check("cuMemSetAccess", C.cuMemSetAccess(C.CUdeviceptr(addr), C.size_t(size), &access, 1)); err != nil {
 		return errors.Join(fmt.Errorf("backend cuda: map %d bytes at %#x: %w", size, addr, err), b.unmapPages(addr, addr+size, g))
 	}
-	b.vm.pages.InsertMerged(spans.Span{Addr: addr, Size: size}, r.Addr, r.End())
+	b.vm.pages.InsertMerged(addrset.Span{Addr: addr, Size: size}, r.Addr, r.End())
 	return nil
 }
 
@@ -202,7 +202,7 @@ func (b *Backend) Remap(from, to, size uint64) error {
 				return fmt.Errorf("backend cuda: remap %d bytes from %#x to %#x: %w", size, from, to, err)
 			}
 			b.vm.pages.Cut(from+off, g)
-			b.vm.pages.InsertMerged(spans.Span{Addr: to + off, Size: g}, rt.Addr, rt.End())
+			b.vm.pages.InsertMerged(addrset.Span{Addr: to + off, Size: g}, rt.Addr, rt.End())
 		}
 	} else {
 		for off := uint64(0); off < size; off += g {
@@ -210,7 +210,7 @@ func (b *Backend) Remap(from, to, size uint64) error {
 				return fmt.Errorf("backend cuda: remap %d bytes from %#x to %#x: %w", size, from, to, err)
 			}
 			b.vm.pages.Cut(from+off, g)
-			b.vm.pages.InsertMerged(spans.Span{Addr: to + off, Size: g}, rt.Addr, rt.End())
+			b.vm.pages.InsertMerged(addrset.Span{Addr: to + off, Size: g}, rt.Addr, rt.End())
 		}
 	}
 	var access C.CUmemAccessDesc
@@ -293,17 +293,17 @@ func (b *Backend) allMapped(from, to, g uint64) bool {
 
 // mapRange checks that [addr, addr+size) is a non-empty, granularity-aligned range inside one
 // address reservation, and returns the reservation and the granularity.
-func (b *Backend) mapRange(call string, addr, size uint64) (spans.Span, uint64, error) {
+func (b *Backend) mapRange(call string, addr, size uint64) (addrset.Span, uint64, error) {
 	g, err := b.pageSize()
 	if err != nil {
-		return spans.Span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: %w", call, size, addr, err)
+		return addrset.Span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: %w", call, size, addr, err)
 	}
 	if size == 0 || addr%g != 0 || size%g != 0 {
-		return spans.Span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: not a non-empty multiple of the %d-byte granularity", call, size, addr, g)
+		return addrset.Span{}, 0, fmt.Errorf("backend cuda: %s %d bytes at %#x: not a non-empty multiple of the %d-byte granularity", call, size, addr, g)
 	}
 	r, ok := b.vm.vas.Containing(addr, size)
 	if !ok || addr+size < addr {
-		return spans.Span{}, 0, fmt.Errorf("backend cuda: %s [%#x, %#x): not inside reserved address space: %w", call, addr, addr+size, pool.ErrUnknownAddress)
+		return addrset.Span{}, 0, fmt.Errorf("backend cuda: %s [%#x, %#x): not inside reserved address space: %w", call, addr, addr+size, pool.ErrUnknownAddress)
 	}
 	return r, g, nil
 }
@@ -315,7 +315,7 @@ func (b *Backend) closeAddressSpace() error {
 		errs = append(errs, check("cuMemUnmap", C.cuMemUnmap(C.CUdeviceptr(page), C.size_t(b.vm.granularity))),
 			check("cuMemRelease", C.cuMemRelease(h)))
 	}
-	b.vm.vas.Each(func(r spans.Span) bool {
+	b.vm.vas.Each(func(r addrset.Span) bool {
 		errs = append(errs, check("cuMemAddressFree", C.cuMemAddressFree(C.CUdeviceptr(r.Addr), C.size_t(r.Size))))
 		return true
 	})

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/allocscope/allocscope/internal/replay/backend"
-	"github.com/allocscope/allocscope/internal/replay/internal/spans"
+	"github.com/allocscope/allocscope/internal/replay/internal/addrset"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -54,10 +54,10 @@ func hostRAM() uint64 {
 type Backend struct {
 	capacity    uint64
 	pageSize    uint64
-	mapped      uint64     // bytes mapped now, all uses
-	maps        *spans.Set // every live mapping of Reserve and AllocAsync, by address
-	vas         *spans.Set // address reservations (ReserveAddress), with their host bytes
-	pages       *spans.Set // mapped ranges inside them (Map), merged within one reservation
+	mapped      uint64       // bytes mapped now, all uses
+	maps        *addrset.Set // every live mapping of Reserve and AllocAsync, by address
+	vas         *addrset.Set // address reservations (ReserveAddress), with their host bytes
+	pages       *addrset.Set // mapped ranges inside them (Map), merged within one reservation
 	asyncFree   map[backend.Stream]map[uint64][]uint64
 	asyncSize   map[uint64]uint64 // AllocAsync mapping → its mapped size
 	asyncHeld   uint64            // bytes the async pool holds (in use and free)
@@ -74,9 +74,9 @@ func New(capacity uint64) *Backend {
 	return &Backend{
 		capacity:    capacity,
 		pageSize:    uint64(unix.Getpagesize()),
-		maps:        spans.New(),
-		vas:         spans.New(),
-		pages:       spans.New(),
+		maps:        addrset.New(),
+		vas:         addrset.New(),
+		pages:       addrset.New(),
 		asyncFree:   make(map[backend.Stream]map[uint64][]uint64),
 		asyncSize:   make(map[uint64]uint64),
 		liveStreams: make(map[backend.Stream]bool),
@@ -109,7 +109,7 @@ func (h *Backend) mmap(size uint64) (uint64, uint64, error) {
 		return 0, 0, fmt.Errorf("host backend: mmap %d bytes: %w (%w)", length, err, pool.ErrOutOfMemory)
 	}
 	addr := addrOf(data)
-	h.maps.Insert(spans.Span{Addr: addr, Size: length, Data: data})
+	h.maps.Insert(addrset.Span{Addr: addr, Size: length, Data: data})
 	h.mapped += length
 	return addr, length, nil
 }
@@ -312,7 +312,7 @@ func (h *Backend) Check(addr, size uint64, pattern byte) error {
 // Close unmaps everything still mapped, address reservations included.
 func (h *Backend) Close() error {
 	var addrs []uint64
-	h.maps.Each(func(m spans.Span) bool { addrs = append(addrs, m.Addr); return true })
+	h.maps.Each(func(m addrset.Span) bool { addrs = append(addrs, m.Addr); return true })
 	for _, a := range addrs {
 		if err := h.munmap(a); err != nil {
 			return err

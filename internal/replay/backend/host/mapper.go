@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/allocscope/allocscope/internal/replay/internal/spans"
+	"github.com/allocscope/allocscope/internal/replay/internal/addrset"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -30,7 +30,7 @@ func (h *Backend) ReserveAddress(size uint64) (uint64, error) {
 		return 0, fmt.Errorf("host backend: reserve %d bytes of address space: mmap: %w (%w)", length, err, pool.ErrOutOfMemory)
 	}
 	addr := addrOf(data)
-	h.vas.Insert(spans.Span{Addr: addr, Size: length, Data: data})
+	h.vas.Insert(addrset.Span{Addr: addr, Size: length, Data: data})
 	return addr, nil
 }
 
@@ -75,7 +75,7 @@ func (h *Backend) Map(addr, size uint64) error {
 	if err := unix.Mprotect(r.Bytes(addr, size), unix.PROT_READ|unix.PROT_WRITE); err != nil {
 		return fmt.Errorf("host backend: map [%#x, %#x): mprotect: %w", addr, addr+size, err)
 	}
-	h.pages.InsertMerged(spans.Span{Addr: addr, Size: size}, r.Addr, r.End())
+	h.pages.InsertMerged(addrset.Span{Addr: addr, Size: size}, r.Addr, r.End())
 	h.mapped += size
 	return nil
 }
@@ -119,13 +119,13 @@ func (h *Backend) Remap(from, to, size uint64) error {
 
 // reservation checks that [addr, addr+size) is a non-empty, page-aligned range inside one address
 // reservation, and returns that reservation.
-func (h *Backend) reservation(call string, addr, size uint64) (spans.Span, error) {
+func (h *Backend) reservation(call string, addr, size uint64) (addrset.Span, error) {
 	if size == 0 || addr%h.pageSize != 0 || size%h.pageSize != 0 {
-		return spans.Span{}, fmt.Errorf("host backend: %s %d bytes at %#x: not a non-empty multiple of the %d-byte page", call, size, addr, h.pageSize)
+		return addrset.Span{}, fmt.Errorf("host backend: %s %d bytes at %#x: not a non-empty multiple of the %d-byte page", call, size, addr, h.pageSize)
 	}
 	r, ok := h.vas.Containing(addr, size)
 	if !ok || addr+size < addr {
-		return spans.Span{}, fmt.Errorf("host backend: %s [%#x, %#x): not inside reserved address space: %w", call, addr, addr+size, pool.ErrUnknownAddress)
+		return addrset.Span{}, fmt.Errorf("host backend: %s [%#x, %#x): not inside reserved address space: %w", call, addr, addr+size, pool.ErrUnknownAddress)
 	}
 	return r, nil
 }
@@ -149,11 +149,11 @@ func (h *Backend) Reservations() int { return h.vas.Len() }
 // closeAddressSpace unmaps every address reservation, mapped pages included.
 func (h *Backend) closeAddressSpace() error {
 	var errs []error
-	h.vas.Each(func(r spans.Span) bool {
+	h.vas.Each(func(r addrset.Span) bool {
 		errs = append(errs, unix.Munmap(r.Data))
 		return true
 	})
-	h.pages.Each(func(m spans.Span) bool { h.mapped -= m.Size; return true })
+	h.pages.Each(func(m addrset.Span) bool { h.mapped -= m.Size; return true })
 	h.vas.Clear()
 	h.pages.Clear()
 	if err := errors.Join(errs...); err != nil {

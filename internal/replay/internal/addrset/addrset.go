@@ -1,7 +1,7 @@
-// Package spans is the ordered set of address ranges that replay's --verify checks and both
+// Package addrset is the ordered set of address ranges that replay's --verify checks and both
 // backends (internal/replay/backend/host, internal/replay/backend/cuda) keep their mappings and address reservations
 // in.
-package spans
+package addrset
 
 import "github.com/google/btree"
 
