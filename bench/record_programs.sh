@@ -26,6 +26,6 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 $REC -o $O/g_torch_nocache_cnn.arrow -- python3
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 $REC -o $O/h_torch_nocache_kvcache.arrow -- python3 torch_work.py kvcache $O/h
 $REC -o $O/i_torch_caching_cnn.arrow -- python3 torch_work.py cnn $O/i
 python3 count_events.py $O/*.arrow > $O/counts.jsonl
-python3 ../trace/check_pyarrow.py $O/c_torch_nocache_train.arrow
+python3 ../testdata/trace/check_pyarrow.py $O/c_torch_nocache_train.arrow
 ./alloc_loop_static costs | tee $O/costs.txt
 ls -la $O; cd $OUT && tar czf record_programs.tgz record_programs && rm -rf record_programs
