@@ -14,13 +14,19 @@
 // indexes), public because allocscope's statistics pass and request stream use them too.
 package pool
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/allocscope/allocscope/internal/upstreams"
+)
 
 // ErrOutOfMemory is returned (wrapped) when neither the pool nor its Upstream can satisfy a request.
-var ErrOutOfMemory = errors.New("out of memory")
+// An Upstream wraps it when it has no memory left.
+var ErrOutOfMemory = upstreams.OutOfMemory
 
-// ErrUnknownAddress is returned (wrapped) by Free for an address the allocator did not hand out.
-var ErrUnknownAddress = errors.New("unknown address")
+// ErrUnknownAddress is returned (wrapped) by Free for an address the allocator did not hand out,
+// and by an Upstream for a region or range it did not hand out.
+var ErrUnknownAddress = upstreams.UnknownAddress
 
 // ErrClosed is returned (wrapped) by an allocator's methods after Close.
 var ErrClosed = errors.New("allocator closed")

@@ -9,7 +9,7 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/internal/addrindex"
-	"github.com/allocscope/allocscope/pool/internal/spans"
+	"github.com/allocscope/allocscope/internal/spans"
 )
 
 // Constants of PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp).

@@ -12,6 +12,7 @@ import (
 	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/render"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
@@ -208,7 +209,7 @@ type liveSite struct {
 }
 
 func newOOMProbe(t pool.PyTorchConfig, layer requests.Layer, name func(uint32, uint64) string) (*oomProbe, error) {
-	up := pool.NewSimUpstream(t.CapacityBytes, pool.DefaultAlignment, pool.SingleGoroutine())
+	up := poolsim.NewUpstream(t.CapacityBytes, pool.DefaultAlignment, poolsim.SingleGoroutine())
 	a, err := pool.New(pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyPyTorch, PyTorch: &t}, up,
 		pool.SingleGoroutine())
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/replay/backend/host"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
@@ -134,7 +135,7 @@ func reportSplit(b *testing.B, runs []opRun, durs [][]int64) {
 }
 
 func newBenchPool(b *testing.B, cfg pool.Config) pool.Allocator {
-	a, err := pool.New(cfg, pool.NewSimUpstream(0, 0))
+	a, err := pool.New(cfg, poolsim.NewUpstream(0, 0))
 	if err != nil {
 		b.Fatal(err)
 	}
