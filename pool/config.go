@@ -28,8 +28,8 @@ const (
 	PolicyRaw           Policy = "raw"            // every request goes straight to the Upstream (cudaMalloc/cudaFree)
 )
 
-// Policies lists every policy, in the order reports show them.
-var Policies = []Policy{PolicySizeClass, PolicyBestFit, PolicyPyTorch, PolicyStreamOrdered, PolicyRaw}
+// policies lists every policy, for Validate.
+var policies = []Policy{PolicySizeClass, PolicyBestFit, PolicyPyTorch, PolicyStreamOrdered, PolicyRaw}
 
 // ConfigVersion is the pool.json version this package reads and writes.
 const ConfigVersion = 1
@@ -218,8 +218,8 @@ func (c Config) Validate() error {
 	if c.Version != ConfigVersion {
 		return fmt.Errorf("version: %d is not supported (this build reads version %d)", c.Version, ConfigVersion)
 	}
-	if !slices.Contains(Policies, c.Policy) {
-		return fmt.Errorf("policy: %q is not one of %q", c.Policy, Policies)
+	if !slices.Contains(policies, c.Policy) {
+		return fmt.Errorf("policy: %q is not one of %q", c.Policy, policies)
 	}
 	if c.Alignment != 0 && bits.OnesCount64(c.Alignment) != 1 {
 		return fmt.Errorf("alignment_bytes: %d is not a power of two", c.Alignment)

@@ -226,34 +226,31 @@ func TestPyTorchRoundupRanges(t *testing.T) {
 	closeEmpty(t, a, up)
 }
 
-// PyTorchSegments lists the segments and their blocks as a snapshot would; an expandable segment
-// is listed by its mapped runs.
-func TestPyTorchSegmentsListing(t *testing.T) {
+// A PolicyPyTorch layout lists the segments and their blocks as a snapshot would (the small pool
+// as RegionSmall, a segment's stream); an expandable segment is listed by its mapped runs.
+func TestPyTorchLayoutListing(t *testing.T) {
 	const b = poolsim.Base
 	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{}), up, []step{
 		alloc(1000, 0, b), alloc(5*mib, 7, b+2*mib), alloc(3*mib, 7, b+7*mib), free(b+2*mib, 7),
 	})
-	segs, ok := PyTorchSegments(a)
-	want := []TorchSegment{
-		{Address: b, Size: 2 * mib, Small: true, Blocks: []TorchBlock{{Address: b, Size: 1024, Live: true, Requested: 1000},
-			{Address: b + 1024, Size: 2*mib - 1024}}},
-		{Address: b + 2*mib, Size: 20 * mib, Stream: 7, Blocks: []TorchBlock{{Address: b + 2*mib, Size: 5 * mib},
-			{Address: b + 7*mib, Size: 3 * mib, Live: true, Requested: 3 * mib}, {Address: b + 10*mib, Size: 12 * mib}}},
+	regions := a.(Layouter).Layout()
+	want := []Region{
+		{Base: b, Size: 2 * mib, Kind: RegionSmall, Blocks: []Block{{Offset: 0, Size: 1024, Live: true, Requested: 1000},
+			{Offset: 1024, Size: 2*mib - 1024}}},
+		{Base: b + 2*mib, Size: 20 * mib, Kind: RegionLarge, Stream: 7, Blocks: []Block{{Offset: 0, Size: 5 * mib},
+			{Offset: 5 * mib, Size: 3 * mib, Live: true, Requested: 3 * mib}, {Offset: 8 * mib, Size: 12 * mib}}},
 	}
-	if !ok || !reflect.DeepEqual(segs, want) {
-		t.Errorf("segments %+v, want %+v", segs, want)
-	}
-	if _, ok := PyTorchSegments(newRaw(Config{}, up, options{})); ok {
-		t.Error("a raw allocator lists PyTorch segments")
+	if !reflect.DeepEqual(regions, want) {
+		t.Errorf("layout %+v, want %+v", regions, want)
 	}
 	closeEmpty(t, a, up)
 
 	up = poolsim.NewUpstream(0, 2*mib)
 	a = runSteps(t, torchConfig(PyTorchConfig{ExpandableSegments: true}), up, []step{alloc(5*mib, 0, b)})
-	segs, _ = PyTorchSegments(a)
-	if len(segs) != 1 || segs[0].Size != 20*mib || !segs[0].Expandable || len(segs[0].Blocks) != 2 {
-		t.Errorf("expandable: %+v", segs)
+	regions = a.(Layouter).Layout()
+	if len(regions) != 1 || regions[0].Size != 20*mib || !regions[0].Expandable || len(regions[0].Blocks) != 2 {
+		t.Errorf("expandable: %+v", regions)
 	}
 	closeEmpty(t, a, up)
 }
