@@ -126,7 +126,7 @@ func TestUpstreamMapper(t *testing.T) {
 	}
 }
 
-// TestSimUpstreamAddressSpaceExhausted: the top never passes the end of the 2^63-byte space.
+// TestUpstreamAddressSpaceExhausted: the top never passes the end of the 2^63-byte space.
 func TestUpstreamAddressSpaceExhausted(t *testing.T) {
 	u := NewUpstream(0, 2*mib)
 	mustReserve(t, u, 1<<62, Base)
@@ -140,7 +140,7 @@ func TestUpstreamAddressSpaceExhausted(t *testing.T) {
 	mustReserve(t, u, 2*mib, Base+1<<62)
 }
 
-// TestSimUpstreamReuseBound: at most maxReusable freed ranges wait for reuse; one freed beyond
+// TestUpstreamReuseBound: at most maxReusable freed ranges wait for reuse; one freed beyond
 // that is not handed out again.
 func TestUpstreamReuseBound(t *testing.T) {
 	u := NewUpstream(0, 1)

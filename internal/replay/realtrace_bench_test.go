@@ -56,7 +56,7 @@ func threadCPUTime() time.Duration {
 }
 
 // BenchmarkRealTracePool replays each real trace through pool.New(its pool.json) over a
-// SimUpstream, a fresh allocator per pass as replay builds one per repetition (New and Close
+// poolsim.Upstream, a fresh allocator per pass as replay builds one per repetition (New and Close
 // untimed). ns/op is per request (alloc or free) of wall time with no clock reading inside the
 // loop, cpu-ns/op the same in thread CPU time (the figure to trust on a busy machine).
 // alloc-ns/op and free-ns/op split the time by kind, from separate passes that read the clock
