@@ -46,8 +46,8 @@ func (c *counters) notePeak() {
 }
 
 // tracked wraps an Upstream for a policy: it passes the calls on with their context added to
-// errors, counts the failed ones, and counts the successful ones by upstreams.Counts, as internal/poolmeter's Meter does,
-// keeping the allocator's Stats equal to those counts. A non-zero limit makes reservations that
+// errors, counts the failed ones, and counts the successful ones by upstreams.Counts (the rule
+// internal/poolmeter's Meter counts by), keeping the allocator's Stats equal to those counts. A non-zero limit makes reservations that
 // would take ReservedBytes above it fail like an out-of-memory Upstream (a device of that
 // capacity), counted as failed upstream calls.
 type tracked struct {
