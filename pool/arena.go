@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/internal/addrindex"
-	"github.com/allocscope/allocscope/pool/internal/spans"
+	"github.com/allocscope/allocscope/internal/spans"
 )
 
 // base holds what every policy shares: the lock, the counters, the counted Upstream.

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 // benchConfigs are the configs the benchmarks compare, one per policy.
@@ -28,7 +30,7 @@ func benchConfigs() []struct {
 
 // BenchmarkSizeClassHit measures one Alloc+Free pair served by a size class (ns/op).
 func BenchmarkSizeClassHit(b *testing.B) {
-	a, err := New(benchConfigs()[0].cfg, NewSimUpstream(0, 0))
+	a, err := New(benchConfigs()[0].cfg, poolsim.NewUpstream(0, 0))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func BenchmarkAllocFreePair(b *testing.B) {
 	for _, bc := range benchConfigs() {
 		for _, size := range []uint64{4096, 6 << 20} {
 			b.Run(bc.name+"/"+sizeName(size), func(b *testing.B) {
-				a, err := New(bc.cfg, NewSimUpstream(0, 0))
+				a, err := New(bc.cfg, poolsim.NewUpstream(0, 0))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -139,7 +141,7 @@ func syntheticTrace(events int) []traceEvent {
 	return out
 }
 
-// BenchmarkTraceThroughput replays a synthetic 1M-event trace per policy on a SimUpstream, as
+// BenchmarkTraceThroughput replays a synthetic 1M-event trace per policy on a poolsim.Upstream, as
 // analyze's what-if simulation does, and reports events/s of wall time and cpu-events/s of the
 // replaying thread's CPU time (the figure that holds on a busy machine).
 func BenchmarkTraceThroughput(b *testing.B) {
@@ -170,7 +172,7 @@ func BenchmarkTraceThroughput(b *testing.B) {
 }
 
 func replayTrace(b testing.TB, cfg Config, trace []traceEvent, addrs []uint64) {
-	up := NewSimUpstream(0, 2<<20)
+	up := poolsim.NewUpstream(0, 2<<20)
 	a, err := New(cfg, up)
 	if err != nil {
 		b.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 // TestConcurrentUse runs goroutines that allocate, write down and free blocks on their own
@@ -13,7 +15,7 @@ func TestConcurrentUse(t *testing.T) {
 	const workers, rounds = 4, 400
 	for name, cfg := range propertyConfigs() {
 		t.Run(name, func(t *testing.T) {
-			up := NewSimUpstream(0, 256)
+			up := poolsim.NewUpstream(0, 256)
 			a, err := New(cfg, up)
 			if err != nil {
 				t.Fatal(err)

@@ -3,7 +3,7 @@ package pool
 import (
 	"errors"
 
-	"github.com/allocscope/allocscope/pool/internal/spans"
+	"github.com/allocscope/allocscope/internal/spans"
 )
 
 // This file models PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).

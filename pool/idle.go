@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/allocscope/allocscope/pool/internal/spans"
+	"github.com/allocscope/allocscope/internal/spans"
 )
 
 // IdleReleaser is implemented by allocators that can give back to their Upstream the regions they

@@ -3,6 +3,8 @@ package pool
 import (
 	"errors"
 	"testing"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 // checkStats compares the counters the tests of give-back read with the expected ones.
@@ -21,7 +23,7 @@ func TestReleaseIdleServesTheLargeRequestAfterSmallFrees(t *testing.T) {
 	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
 		Classes: []Class{{mib, 16}}, LargeThreshold: mib, ArenaBytes: 64 * mib, GrowSlots: 8},
 		BestFit: &BestFitConfig{GrowBytes: 64 * mib}}
-	up := NewSimUpstream(1<<30, 512)
+	up := poolsim.NewUpstream(1<<30, 512)
 	a, err := New(cfg, up)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +34,7 @@ func TestReleaseIdleServesTheLargeRequestAfterSmallFrees(t *testing.T) {
 			t.Fatalf("alloc %d: %v", i, err)
 		}
 	}
-	if want := uint64(SimBase + 80*mib + 583*mib); addrs[599] != want {
+	if want := uint64(poolsim.Base + 80*mib + 583*mib); addrs[599] != want {
 		t.Fatalf("the last 1 MiB block at %#x, want %#x", addrs[599], want)
 	}
 	for _, addr := range addrs {
@@ -44,7 +46,7 @@ func TestReleaseIdleServesTheLargeRequestAfterSmallFrees(t *testing.T) {
 	if err != nil {
 		t.Fatalf("alloc 700 MiB: %v", err)
 	}
-	if want := uint64(SimBase + 656*mib); big != want { // the top, lowered by the last slab given back
+	if want := uint64(poolsim.Base + 656*mib); big != want { // the top, lowered by the last slab given back
 		t.Errorf("700 MiB at %#x, want %#x", big, want)
 	}
 	checkStats(t, a.Stats(), Stats{Allocs: 601, Frees: 600, LiveBytes: 700 * mib, ReservedBytes: 780 * mib,
@@ -64,8 +66,8 @@ func TestReleaseIdleServesTheLargeRequestAfterSmallFrees(t *testing.T) {
 func TestReleaseIdleLetsAClassGrow(t *testing.T) {
 	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
 		Classes: []Class{{mib, 1}, {2 * mib, 1}}, LargeThreshold: 2 * mib, GrowSlots: 4}}
-	const b = SimBase
-	up := NewSimUpstream(14*mib, 512)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(14*mib, 512)
 	a, err := New(cfg, up)
 	if err != nil {
 		t.Fatal(err)
@@ -120,8 +122,8 @@ func TestReleaseIdleLetsAClassGrow(t *testing.T) {
 func TestReleaseIdleGivesBackAnArenaSegment(t *testing.T) {
 	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
 		Classes: []Class{{4096, 1}}, LargeThreshold: 4096}}
-	const b = SimBase
-	up := NewSimUpstream(10*mib, 512)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(10*mib, 512)
 	a := runSteps(t, cfg, up, []step{
 		alloc(2*mib, 0, b+4096),
 		alloc(6*mib, 0, b+4096+2*mib),
@@ -150,8 +152,8 @@ func TestReleaseIdleKeepsThePlan(t *testing.T) {
 	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
 		Classes: []Class{{4096, 1}}, LargeThreshold: 4096, ArenaBytes: 8192, GrowSlots: 2},
 		BestFit: &BestFitConfig{GrowBytes: mib}}
-	const b = SimBase
-	a := runSteps(t, cfg, NewSimUpstream(0, 512), []step{
+	const b = poolsim.Base
+	a := runSteps(t, cfg, poolsim.NewUpstream(0, 512), []step{
 		alloc(4096, 0, b), alloc(4096, 0, b+12288), // the plan's slot, then a slab of 2
 		alloc(10000, 0, b+12288+8192), // the arena grows by 1 MiB
 		free(b+12288, 0), free(b+12288+8192, 0),

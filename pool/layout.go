@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/internal/addrindex"
-	"github.com/allocscope/allocscope/pool/internal/spans"
+	"github.com/allocscope/allocscope/internal/spans"
 )
 
 // Layouter is implemented by allocators that can say where their memory is: every policy of this

@@ -3,6 +3,8 @@ package pool
 import (
 	"reflect"
 	"testing"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 // checkLayout checks a's Layout against its Stats: regions by address, not overlapping, each tiled
@@ -47,10 +49,10 @@ func checkLayout(t *testing.T, a Allocator) []Region {
 // slabs (adjacent free slots as one block) and the arena's first space, then the slab a class
 // grew by and the region the arena grew by.
 func TestSizeClassLayout(t *testing.T) {
-	const b = SimBase
+	const b = poolsim.Base
 	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
 		Classes: []Class{{512, 4}, {4096, 2}}, LargeThreshold: 4096, ArenaBytes: 16384, GrowSlots: 2}}
-	up := NewSimUpstream(0, 512)
+	up := poolsim.NewUpstream(0, 512)
 	a := runSteps(t, cfg, up, []step{
 		alloc(100, 0, b), alloc(500, 0, b+512), // class 512, slots 0 and 1
 		alloc(3000, 0, b+2048),        // class 4096, slot 0
@@ -93,8 +95,8 @@ func TestSizeClassLayout(t *testing.T) {
 // PyTorch's layout after a hand-made sequence: a small segment, a large segment of stream 7 with a
 // cached block on each side of a live one, and a 12 MiB segment of stream 0 holding one block.
 func TestPyTorchLayout(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{}), up, []step{
 		alloc(1000, 0, b), alloc(5*mib, 7, b+2*mib), alloc(3*mib, 7, b+7*mib), free(b+2*mib, 7),
 		alloc(12*mib, 0, b+22*mib),
@@ -117,8 +119,8 @@ func TestPyTorchLayout(t *testing.T) {
 // capacity, the whole 20 MiB page inside the segment's free block is unmapped, and the segment
 // becomes two runs around the hole.
 func TestPyTorchExpandableLayout(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	cfg := torchConfig(PyTorchConfig{ExpandableSegments: true, CapacityBytes: 130 * mib})
 	a := runSteps(t, cfg, up, []step{
 		alloc(5*mib, 0, b), alloc(50*mib, 0, b+5*mib), alloc(25*mib, 0, b+55*mib), free(b+5*mib, 0),

@@ -2,14 +2,14 @@ package pool
 
 import "sync"
 
-// Option changes how New builds an allocator, or NewSimUpstream a simulated address space.
+// Option changes how New builds an allocator.
 type Option func(*options)
 
 type options struct {
 	singleGoroutine bool
 }
 
-// SingleGoroutine declares that the allocator (or simulated address space) will be used by one
+// SingleGoroutine declares that the allocator will be used by one
 // goroutine at a time, each use ordered after the previous one (by a channel, a WaitGroup...), so
 // it takes no lock. analyze's simulation, which replays each policy on a goroutine of its own,
 // uses it; a program serving requests from several threads must not.

@@ -3,17 +3,19 @@ package pool
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 // TestSingleGoroutineSameResults: without locking, every policy gives the same addresses and the
 // same Stats for the same calls, on a simulated address space without locking either.
 func TestSingleGoroutineSameResults(t *testing.T) {
 	for _, c := range benchConfigs() {
-		locked, err := New(c.cfg, NewSimUpstream(0, 0))
+		locked, err := New(c.cfg, poolsim.NewUpstream(0, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
-		single, err := New(c.cfg, NewSimUpstream(0, 0, SingleGoroutine()), SingleGoroutine())
+		single, err := New(c.cfg, poolsim.NewUpstream(0, 0, poolsim.SingleGoroutine()), SingleGoroutine())
 		if err != nil {
 			t.Fatal(err)
 		}

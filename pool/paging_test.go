@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 func pagedConfig(arena, budget uint64) Config {
@@ -15,8 +17,8 @@ func pagedConfig(arena, budget uint64) Config {
 // needs them; the end of a span needing fewer new pages is used, and idle pages are unmapped
 // (highest first) only when mapping more would pass the budget.
 func TestPagedArenaExactSequence(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 512)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 512)
 	a := runSteps(t, pagedConfig(8*mib, 6*mib), up, []step{ // pages 0-2 mapped at New
 		alloc(3*mib, 0, b),       // the low end needs no new page, the high end page 3
 		alloc(mib, 0, b+3*mib),   // low end, on page 1
@@ -29,7 +31,7 @@ func TestPagedArenaExactSequence(t *testing.T) {
 	want := Stats{Allocs: 4, Frees: 3, LiveBytes: 2 * mib, PeakLiveBytes: 5 * mib, BlockBytes: 2 * mib,
 		PeakBlockBytes: 5 * mib, ReservedBytes: 6 * mib, PeakReservedBytes: 6 * mib, UpstreamReserves: 2, UpstreamReleases: 1}
 	wantStats(t, "Stats", a.Stats(), want)
-	// SimUpstream is a Remapper: idle page 0 is moved to page 3 rather than unmapped and a page mapped.
+	// poolsim.Upstream is a Remapper: idle page 0 is moved to page 3 rather than unmapped and a page mapped.
 	if u := up.Stats(); u.Maps != 1 || u.Unmaps != 0 || u.Remaps != 1 || u.ReservedBytes != 6*mib || u.AddressBytes != 8*mib {
 		t.Fatalf("upstream %+v", u)
 	}
@@ -39,9 +41,9 @@ func TestPagedArenaExactSequence(t *testing.T) {
 // TestPagedArenaOverBudget: when no idle page is left the budget is exceeded, not the request
 // refused; with budget 0 pages are never unmapped.
 func TestPagedArenaOverBudget(t *testing.T) {
-	const b = SimBase
+	const b = poolsim.Base
 	for _, budget := range []uint64{2 * mib, 0} {
-		up := NewSimUpstream(0, 512)
+		up := poolsim.NewUpstream(0, 512)
 		a := runSteps(t, pagedConfig(8*mib, budget), up, []step{
 			alloc(2*mib, 0, b),
 			alloc(2*mib, 0, b+2*mib), // over a 2 MiB budget with nothing idle: mapped anyway
@@ -60,8 +62,8 @@ func TestPagedArenaOverBudget(t *testing.T) {
 // TestPagedArenaMapFails: when the upstream refuses a map, idle pages are unmapped and the map
 // tried once more; when that fails too the request fails and the arena is as it was.
 func TestPagedArenaMapFails(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(4*mib, 512)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(4*mib, 512)
 	a := runSteps(t, pagedConfig(16*mib, 0), up, []step{
 		alloc(2*mib, 0, b),
 		alloc(mib, 0, b+2*mib),   // 4 MiB mapped: the capacity
@@ -79,7 +81,7 @@ func TestPagedArenaMapFails(t *testing.T) {
 }
 
 func TestPagedArenaNeedsMapper(t *testing.T) {
-	_, err := New(pagedConfig(8*mib, 0), plainUpstream{NewSimUpstream(0, 512)})
+	_, err := New(pagedConfig(8*mib, 0), plainUpstream{poolsim.NewUpstream(0, 512)})
 	if err == nil || !strings.Contains(err.Error(), "arena_paging needs an upstream that maps pages") {
 		t.Fatalf("New over a plain Upstream = %v", err)
 	}
@@ -88,15 +90,15 @@ func TestPagedArenaNeedsMapper(t *testing.T) {
 	}
 }
 
-// plainUpstream hides a SimUpstream's Mapper methods.
-type plainUpstream struct{ u *SimUpstream }
+// plainUpstream hides a poolsim.Upstream's Mapper methods.
+type plainUpstream struct{ u *poolsim.Upstream }
 
 func (p plainUpstream) Reserve(size uint64) (uint64, error) { return p.u.Reserve(size) }
 func (p plainUpstream) Release(addr, size uint64) error     { return p.u.Release(addr, size) }
 
 // TestPagedArenaPremapFails: New fails when the budget cannot be mapped, holding nothing.
 func TestPagedArenaPremapFails(t *testing.T) {
-	up := NewSimUpstream(4*mib, 512)
+	up := poolsim.NewUpstream(4*mib, 512)
 	if _, err := New(pagedConfig(8*mib, 6*mib), up); !errors.Is(err, ErrOutOfMemory) {
 		t.Fatalf("New with a 6 MiB budget on 4 MiB = %v, want ErrOutOfMemory", err)
 	}
@@ -105,16 +107,16 @@ func TestPagedArenaPremapFails(t *testing.T) {
 	}
 }
 
-// mapperOnly hides a SimUpstream's Remap: the paged arena then unmaps idle pages and maps others.
-type mapperOnly struct{ *SimUpstream }
+// mapperOnly hides a poolsim.Upstream's Remap: the paged arena then unmaps idle pages and maps others.
+type mapperOnly struct{ *poolsim.Upstream }
 
-func (m mapperOnly) Remap() {} // shadows SimUpstream.Remap with another signature: not a Remapper
+func (m mapperOnly) Remap() {} // shadows poolsim.Upstream.Remap with another signature: not a Remapper
 
 // TestPagedArenaWithoutRemap: TestPagedArenaExactSequence over a Mapper that cannot remap: page 0
 // is unmapped and page 3 mapped, with the same counts at the pool.
 func TestPagedArenaWithoutRemap(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 512)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 512)
 	var m Mapper = mapperOnly{up}
 	if _, ok := m.(Remapper); ok {
 		t.Fatal("mapperOnly is a Remapper")

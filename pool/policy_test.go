@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 // step is one call of a hand-made sequence and its exact expected outcome.
@@ -14,6 +16,9 @@ type step struct {
 	addr   uint64 // alloc: expected address; free: address to free
 	err    error  // expected error (errors.Is), nil for success
 }
+
+// mib is a mebibyte.
+const mib = 1 << 20
 
 func alloc(size, stream, want uint64) step {
 	return step{op: 'a', size: size, stream: stream, addr: want}
@@ -52,7 +57,7 @@ func runSteps(t *testing.T, cfg Config, up Upstream, steps []step) Allocator {
 			t.Fatalf("step %d (%c %d): %v", i, s.op, s.size, err)
 		}
 		if s.op == 'a' && addr != s.addr {
-			t.Fatalf("step %d: Alloc(%d, %d) = %#x, want %#x (offset %d, want %d)", i, s.size, s.stream, addr, s.addr, addr-SimBase, s.addr-SimBase)
+			t.Fatalf("step %d: Alloc(%d, %d) = %#x, want %#x (offset %d, want %d)", i, s.size, s.stream, addr, s.addr, addr-poolsim.Base, s.addr-poolsim.Base)
 		}
 	}
 	return a
@@ -65,7 +70,7 @@ func wantStats(t *testing.T, what string, got, want Stats) {
 	}
 }
 
-func closeEmpty(t *testing.T, a Allocator, up *SimUpstream) {
+func closeEmpty(t *testing.T, a Allocator, up *poolsim.Upstream) {
 	t.Helper()
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -76,14 +81,14 @@ func closeEmpty(t *testing.T, a Allocator, up *SimUpstream) {
 }
 
 func TestSizeClassExactSequence(t *testing.T) {
-	const b = SimBase
+	const b = poolsim.Base
 	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
 		Classes: []Class{{512, 4}, {4096, 2}}, LargeThreshold: 4096, ArenaBytes: 1 * mib}}
 	// One planned region: 4×512 B slab at b, 2×4096 B slab at b+2048, arena at b+10240.
 	const plan = 4*512 + 2*4096 + mib
 	grown := uint64(b + plan) // the class's further slab: 2 MiB / 4096 B = 512 slots
 	arena2 := grown + 2*mib   // the arena's growth region
-	up := NewSimUpstream(0, 512)
+	up := poolsim.NewUpstream(0, 512)
 	a := runSteps(t, cfg, up, []step{
 		alloc(100, 0, b),             // class 512, lowest slot first
 		alloc(512, 0, b+512),         // class 512
@@ -119,10 +124,10 @@ func TestSizeClassExactSequence(t *testing.T) {
 }
 
 func TestSizeClassPerStream(t *testing.T) {
-	const b = SimBase
+	const b = poolsim.Base
 	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{
 		Classes: []Class{{512, 2}}, PerStream: true, ArenaBytes: 4096}}
-	up := NewSimUpstream(0, 512)
+	up := poolsim.NewUpstream(0, 512)
 	grown := uint64(b + 1024 + 4096)
 	a := runSteps(t, cfg, up, []step{
 		alloc(512, 1, b),
@@ -144,10 +149,10 @@ func TestSizeClassPerStream(t *testing.T) {
 }
 
 func TestBestFitExactSequence(t *testing.T) {
-	const b = SimBase
+	const b = poolsim.Base
 	cfg := Config{Version: 1, Policy: PolicyBestFit, BestFit: &BestFitConfig{
 		InitialBytes: 1 * mib, GrowBytes: 4 * mib, MaximumBytes: 8 * mib}}
-	up := NewSimUpstream(0, 512)
+	up := poolsim.NewUpstream(0, 512)
 	a := runSteps(t, cfg, up, []step{
 		alloc(1000, 0, b),      // 1024 B block
 		alloc(3000, 0, b+1024), // 3072 B block
@@ -178,11 +183,11 @@ func TestBestFitExactSequence(t *testing.T) {
 // block's space merges with the rest of the span and the 3584 B step still fits; FitBest leaves a
 // 2560 B hole at each end of a live 3072 B block and fails it.
 func TestBestAgedGrowingBlock(t *testing.T) {
-	const b = SimBase
+	const b = poolsim.Base
 	cfg := func(f Fit) Config {
 		return Config{Version: 1, Policy: PolicyBestFit, BestFit: &BestFitConfig{InitialBytes: 8192, MaximumBytes: 8192, Fit: f}}
 	}
-	up := NewSimUpstream(0, 512)
+	up := poolsim.NewUpstream(0, 512)
 	a := runSteps(t, cfg(FitBestAged), up, []step{
 		alloc(1024, 0, b),      // both neighbours of the whole region are ends: the low end
 		alloc(1536, 0, b+6656), // the span's low neighbour is younger than its high end: the high end
@@ -199,7 +204,7 @@ func TestBestAgedGrowingBlock(t *testing.T) {
 		t.Fatalf("best-aged Stats = %+v", s)
 	}
 	closeEmpty(t, a, up)
-	up = NewSimUpstream(0, 512)
+	up = poolsim.NewUpstream(0, 512)
 	a = runSteps(t, cfg(FitBest), up, []step{
 		alloc(1024, 0, b),
 		alloc(1536, 0, b+1024),
@@ -222,8 +227,8 @@ func TestBestAgedGrowingBlock(t *testing.T) {
 }
 
 func TestRawExactSequence(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, Config{Version: 1, Policy: PolicyRaw}, up, []step{
 		alloc(1000, 0, b),       // 1024 B reserved; the upstream rounds to 2 MiB
 		alloc(3000, 0, b+2*mib), // 3072 B
@@ -244,7 +249,7 @@ func TestRawExactSequence(t *testing.T) {
 // address (as an offset from the first block) and the reserved bytes after each case are what a
 // CUDA memory pool did on the H200 (CUDA 13.0, driver 580.159.04, 2026-12-03).
 func TestStreamOrderedMatchesTheH200(t *testing.T) {
-	const b, k = SimBase, uint64(1024)
+	const b, k = poolsim.Base, uint64(1024)
 	type layoutCase struct {
 		name           string
 		steps          []step
@@ -282,7 +287,7 @@ func TestStreamOrderedMatchesTheH200(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			up := NewSimUpstream(0, 512)
+			up := poolsim.NewUpstream(0, 512)
 			a := runSteps(t, Config{Version: 1, Policy: PolicyStreamOrdered}, up, c.steps)
 			if s := a.Stats(); s.ReservedBytes != c.reserved || s.PeakReservedBytes != c.peak {
 				t.Errorf("reserved %d, peak %d; the H200's pool %d, %d", s.ReservedBytes, s.PeakReservedBytes, c.reserved, c.peak)
@@ -315,9 +320,9 @@ func freeAll(t *testing.T, a Allocator, steps []step) {
 // TestStreamOrderedThreshold: a sync unmaps idle steps, highest first, only while more than the
 // release threshold is mapped; out of memory, every idle step is unmapped before the retry.
 func TestStreamOrderedThreshold(t *testing.T) {
-	const b = SimBase
+	const b = poolsim.Base
 	cfg := Config{Version: 1, Policy: PolicyStreamOrdered, StreamOrdered: &StreamOrderedConfig{ReleaseThresholdBytes: 64 * mib}}
-	up := NewSimUpstream(160*mib, 512)
+	up := poolsim.NewUpstream(160*mib, 512)
 	a := runSteps(t, cfg, up, []step{
 		alloc(32*mib, 1, b), alloc(32*mib, 1, b+32*mib), alloc(32*mib, 1, b+64*mib), alloc(32*mib, 1, b+96*mib),
 		free(b, 1), free(b+64*mib, 1), free(b+96*mib, 1),
@@ -334,9 +339,9 @@ func TestStreamOrderedThreshold(t *testing.T) {
 	closeEmpty(t, a, up)
 }
 
-// failingUnmap is a SimUpstream whose Unmap of one address fails once.
+// failingUnmap is a poolsim.Upstream whose Unmap of one address fails once.
 type failingUnmap struct {
-	*SimUpstream
+	*poolsim.Upstream
 	addr uint64
 }
 
@@ -347,14 +352,14 @@ func (u *failingUnmap) Unmap(addr, size uint64) error {
 		u.addr = 0
 		return errUnmapRefused
 	}
-	return u.SimUpstream.Unmap(addr, size)
+	return u.Upstream.Unmap(addr, size)
 }
 
 // TestStreamOrderedUnmapFails: when a trim's unmap fails, Sync returns the error, the step stays
 // mapped and usable, and the next sync unmaps it.
 func TestStreamOrderedUnmapFails(t *testing.T) {
-	const b = SimBase
-	sim := NewSimUpstream(0, 512)
+	const b = poolsim.Base
+	sim := poolsim.NewUpstream(0, 512)
 	up := &failingUnmap{sim, b + 32*mib}
 	a := runSteps(t, Config{Version: 1, Policy: PolicyStreamOrdered}, up, []step{
 		alloc(32*mib, 0, b), alloc(32*mib, 0, b+32*mib), free(b+32*mib, 0),

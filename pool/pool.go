@@ -1,32 +1,53 @@
-// Package pool implements device-memory allocator policies over an abstract address space.
+// Package pool is allocscope's allocator library: device-memory allocator policies over an
+// abstract address space, configured by pool.json.
 //
-// Every policy takes its memory in big regions from an Upstream (simulated addresses in analyze's
-// what-if simulation, mmap'd host memory or CUDA device memory in replay) and hands out blocks from
-// them. The same code therefore predicts an allocator's behaviour offline and runs it live.
+// Every policy takes its memory in big regions from an Upstream (CUDA device memory, mmap'd host
+// memory, or a simulated address space) and hands out blocks from them. The same code therefore
+// predicts an allocator's behaviour offline (analyze's what-if simulation) and runs it live
+// (replay, and record --pool's C pool, which follows it rule for rule).
 //
-// The policies (see Policy) are built by New from a Config, the content of pool.json. All of them
-// are deterministic: the same sequence of calls on the same Upstream gives the same addresses and
-// the same Stats. All of them are safe for concurrent use.
+// What the package promises a user:
+//   - Config, its sections and LoadConfig/Save: the pool.json format (ConfigVersion), validated
+//     with errors that name the field by its JSON path;
+//   - New, which builds the Allocator a Config describes on an Upstream the user provides (a
+//     Mapper for paged arenas and expandable segments, a Remapper to move pages, a Synchronizer
+//     for deferred frees);
+//   - the allocators' capabilities, found by type assertion: Deferrer, Syncer, IdleReleaser,
+//     Layouter;
+//   - Stats, and the errors ErrOutOfMemory, ErrUnknownAddress, ErrClosed and ErrFreedTwice,
+//     returned wrapped (test them with errors.Is).
 //
-// Package pool imports no allocscope package outside its own tree: the data structures its
-// policies share are its internal package spans (address space as spans, best fit) and the public
-// packages addrindex (live blocks and regions by address) and slots (values under small reused
-// indexes), public because allocscope's statistics pass and request stream use them too.
+// All policies are deterministic: the same sequence of calls on the same Upstream gives the same
+// addresses and the same Stats. All of them are safe for concurrent use unless built with
+// SingleGoroutine.
+//
+// Package pool imports no allocscope package above it: the data structures its policies share
+// are the module's internal packages spans (address space as spans, best fit), addrindex (live
+// blocks and regions by address) and slots (values under small reused indexes), and upstreams
+// (the errors an Upstream wraps and the rule Stats counts its calls by). The simulated address
+// space (internal/poolsim) and the counting Upstream decorator (internal/poolmeter) that
+// allocscope's analyze and replay put under an allocator are internal: a user brings an Upstream.
 package pool
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/allocscope/allocscope/internal/upstreams"
+)
 
 // ErrOutOfMemory is returned (wrapped) when neither the pool nor its Upstream can satisfy a request.
-var ErrOutOfMemory = errors.New("out of memory")
+// An Upstream wraps it when it has no memory left.
+var ErrOutOfMemory = upstreams.OutOfMemory
 
-// ErrUnknownAddress is returned (wrapped) by Free for an address the allocator did not hand out.
-var ErrUnknownAddress = errors.New("unknown address")
+// ErrUnknownAddress is returned (wrapped) by Free for an address the allocator did not hand out,
+// and by an Upstream for a region or range it did not hand out.
+var ErrUnknownAddress = upstreams.UnknownAddress
 
 // ErrClosed is returned (wrapped) by an allocator's methods after Close.
 var ErrClosed = errors.New("allocator closed")
 
 // Upstream is where an allocator gets and returns big regions of memory: cudaMalloc/cudaFree on a
-// GPU, mmap on the host, or a simulated address space.
+// GPU, mmap on the host, or a simulated address space. A user of the library implements it.
 type Upstream interface {
 	// Reserve returns the base address of a new region of size bytes. It wraps ErrOutOfMemory
 	// when the memory is not available.

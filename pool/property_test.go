@@ -6,7 +6,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/allocscope/allocscope/pool/internal/spans"
+	"github.com/allocscope/allocscope/internal/spans"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 // propertyConfigs are the configs the property tests drive with random traces: every policy,
@@ -51,7 +53,7 @@ func propertyConfigs() map[string]Config {
 type checker struct {
 	t      *testing.T
 	a      Allocator
-	up     *SimUpstream
+	up     *poolsim.Upstream
 	byAddr *spans.Tree    // live blocks as the user sees them, by address
 	addrs  []uint64       // live addresses, for picking one at random
 	index  map[uint64]int // address → position in addrs
@@ -61,7 +63,7 @@ type checker struct {
 
 func newChecker(t *testing.T, cfg Config, capacity uint64) *checker {
 	t.Helper()
-	up := NewSimUpstream(capacity, 256)
+	up := poolsim.NewUpstream(capacity, 256)
 	a, err := New(cfg, up)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -119,7 +121,7 @@ func (c *checker) free(i int, stream uint64) {
 	c.live -= before.LiveBytes - after.LiveBytes
 }
 
-// check compares the allocator's Stats with what the checker saw and with the SimUpstream.
+// check compares the allocator's Stats with what the checker saw and with the poolsim.Upstream.
 func (c *checker) check() {
 	c.t.Helper()
 	s, u := c.a.Stats(), c.up.Stats()
@@ -147,7 +149,7 @@ func (c *checker) check() {
 	}
 }
 
-// closeAndCheck closes the allocator and checks that the SimUpstream is back to empty.
+// closeAndCheck closes the allocator and checks that the poolsim.Upstream is back to empty.
 func (c *checker) closeAndCheck() {
 	c.t.Helper()
 	if err := c.a.Close(); err != nil {

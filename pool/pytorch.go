@@ -9,7 +9,7 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/internal/addrindex"
-	"github.com/allocscope/allocscope/pool/internal/spans"
+	"github.com/allocscope/allocscope/internal/spans"
 )
 
 // Constants of PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp).
@@ -458,38 +458,4 @@ func (p *torchPool) Close() error {
 		}
 		return errors.Join(errs...)
 	})
-}
-
-// TorchSegment is a segment of a PolicyPyTorch allocator as torch.cuda.memory_snapshot() lists
-// it: one cudaMalloc, or one mapped run of an expandable segment.
-type TorchSegment struct {
-	Address, Size, Stream uint64
-	Small, Expandable     bool
-	Blocks                []TorchBlock // in address order
-}
-
-// TorchBlock is a block of a TorchSegment.
-type TorchBlock struct {
-	Address, Size uint64
-	Live          bool   // in use
-	Requested     uint64 // the bytes a live block's request asked for
-}
-
-// PyTorchSegments returns the segments of a PolicyPyTorch allocator, by address (its Layout as
-// torch.cuda.memory_snapshot() lists it); ok is false for an allocator of another policy.
-func PyTorchSegments(a Allocator) (segs []TorchSegment, ok bool) {
-	p, ok := a.(*torchPool)
-	if !ok {
-		return nil, false
-	}
-	for _, r := range p.Layout() {
-		s := TorchSegment{Address: r.Base, Size: r.Size, Stream: r.Stream, Small: r.Kind == RegionSmall,
-			Expandable: r.Expandable}
-		for _, b := range r.Blocks {
-			s.Blocks = append(s.Blocks, TorchBlock{Address: r.Base + b.Offset, Size: b.Size, Live: b.Live,
-				Requested: b.Requested})
-		}
-		segs = append(segs, s)
-	}
-	return segs, true
 }

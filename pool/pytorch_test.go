@@ -3,6 +3,8 @@ package pool
 import (
 	"reflect"
 	"testing"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 func torchConfig(pc PyTorchConfig) Config {
@@ -10,8 +12,8 @@ func torchConfig(pc PyTorchConfig) Config {
 }
 
 func TestPyTorchSegmentsAndSplitting(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{}), up, []step{
 		alloc(1000, 0, b),           // 1024 B block in a new 2 MiB small segment
 		alloc(15*mib, 0, b+2*mib),   // ≥ 10 MiB: a 16 MiB segment, rest 1 MiB is not > 1 MiB: unsplit 16 MiB block
@@ -33,8 +35,8 @@ func TestPyTorchSegmentsAndSplitting(t *testing.T) {
 }
 
 func TestPyTorchMaxSplitSize(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{MaxSplitSizeMB: 32}), up, []step{
 		alloc(40*mib, 0, b),
 		free(b, 0),                 // a cached oversize (≥ 32 MiB) block
@@ -54,8 +56,8 @@ func TestPyTorchMaxSplitSize(t *testing.T) {
 }
 
 func TestPyTorchFreeCachedAndRetry(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{CapacityBytes: 64 * mib}), up, []step{
 		alloc(30*mib, 0, b),
 		free(b, 0),
@@ -70,8 +72,8 @@ func TestPyTorchFreeCachedAndRetry(t *testing.T) {
 }
 
 func TestPyTorchReleaseAvailableOversize(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{MaxSplitSizeMB: 32, CapacityBytes: 100 * mib}), up, []step{
 		alloc(40*mib, 0, b),
 		alloc(50*mib, 0, b+40*mib),
@@ -94,8 +96,8 @@ func TestPyTorchRoundupPower2Divisions(t *testing.T) {
 			t.Errorf("roundupPower2Division(%d, %d) = %d, want %d", c[0], c[1], got, c[2])
 		}
 	}
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{RoundupPower2Divisions: 4}), up, []step{
 		alloc(4097, 0, b),          // 5120 B (512-rounding alone would give 4608)
 		alloc(1000, 0, b+5120),     // not above 512×4: plain 512-rounding, 1024 B
@@ -110,8 +112,8 @@ func TestPyTorchRoundupPower2Divisions(t *testing.T) {
 
 func TestPyTorchExpandableSegments(t *testing.T) {
 	va := AlignUp(torchAddressSpace, torchLargeBuffer)
-	v1, v2 := uint64(SimBase), SimBase+va // the small pool's segment, the large pool's
-	up := NewSimUpstream(0, 2*mib)
+	v1, v2 := uint64(poolsim.Base), poolsim.Base+va // the small pool's segment, the large pool's
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{ExpandableSegments: true}), up, []step{
 		alloc(1000, 0, v1),          // one 2 MiB page mapped
 		alloc(5*mib, 0, v2),         // one 20 MiB page mapped
@@ -133,9 +135,9 @@ func TestPyTorchExpandableSegments(t *testing.T) {
 }
 
 func TestPyTorchExpandableUnmapsOnRetry(t *testing.T) {
-	const b = SimBase
+	const b = poolsim.Base
 	va := uint64(80 * mib) // 64 MiB + 1/8, rounded up to 20 MiB
-	up := NewSimUpstream(0, 2*mib)
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{ExpandableSegments: true, CapacityBytes: 64 * mib}), up, []step{
 		alloc(1000, 0, b),
 		alloc(5*mib, 0, b+va),
@@ -158,7 +160,7 @@ func TestPyTorchExpandableUnmapsOnRetry(t *testing.T) {
 }
 
 func TestPyTorchExpandableNeedsMapper(t *testing.T) {
-	_, err := New(torchConfig(PyTorchConfig{ExpandableSegments: true}), struct{ Upstream }{NewSimUpstream(0, 0)})
+	_, err := New(torchConfig(PyTorchConfig{ExpandableSegments: true}), struct{ Upstream }{poolsim.NewUpstream(0, 0)})
 	want := "new pytorch pool: expandable_segments needs an upstream that maps pages (a pool.Mapper); struct { pool.Upstream } is not one"
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want %q", err, want)
@@ -170,10 +172,10 @@ func TestPyTorchExpandableNeedsMapper(t *testing.T) {
 // large-pool searches since they became free) are released, round after round, until what is
 // reserved above 50 MiB is released; a round does not stop at the target.
 func TestPyTorchGarbageCollection(t *testing.T) {
-	const b = SimBase
+	const b = poolsim.Base
 	run := func(gc float64, capacity, d uint64, steps ...step) Stats {
 		t.Helper()
-		up := NewSimUpstream(0, 2*mib)
+		up := poolsim.NewUpstream(0, 2*mib)
 		cfg := torchConfig(PyTorchConfig{GarbageCollectionThreshold: gc, CapacityBytes: capacity})
 		a := runSteps(t, cfg, up, append([]step{
 			alloc(12*mib, 0, b),        // A; large-pool searches: 1
@@ -209,8 +211,8 @@ func TestPyTorchGarbageCollection(t *testing.T) {
 
 // The range form of roundup_power2_divisions rounds each request with its size bucket's divisions.
 func TestPyTorchRoundupRanges(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	// below 4 MiB: 4 divisions; from 4 MiB on: 16
 	cfg := torchConfig(PyTorchConfig{RoundupPower2Ranges: []RoundupRange{{2, 4}, {0, 16}}})
 	a := runSteps(t, cfg, up, []step{
@@ -224,34 +226,31 @@ func TestPyTorchRoundupRanges(t *testing.T) {
 	closeEmpty(t, a, up)
 }
 
-// PyTorchSegments lists the segments and their blocks as a snapshot would; an expandable segment
-// is listed by its mapped runs.
-func TestPyTorchSegmentsListing(t *testing.T) {
-	const b = SimBase
-	up := NewSimUpstream(0, 2*mib)
+// A PolicyPyTorch layout lists the segments and their blocks as a snapshot would (the small pool
+// as RegionSmall, a segment's stream); an expandable segment is listed by its mapped runs.
+func TestPyTorchLayoutListing(t *testing.T) {
+	const b = poolsim.Base
+	up := poolsim.NewUpstream(0, 2*mib)
 	a := runSteps(t, torchConfig(PyTorchConfig{}), up, []step{
 		alloc(1000, 0, b), alloc(5*mib, 7, b+2*mib), alloc(3*mib, 7, b+7*mib), free(b+2*mib, 7),
 	})
-	segs, ok := PyTorchSegments(a)
-	want := []TorchSegment{
-		{Address: b, Size: 2 * mib, Small: true, Blocks: []TorchBlock{{Address: b, Size: 1024, Live: true, Requested: 1000},
-			{Address: b + 1024, Size: 2*mib - 1024}}},
-		{Address: b + 2*mib, Size: 20 * mib, Stream: 7, Blocks: []TorchBlock{{Address: b + 2*mib, Size: 5 * mib},
-			{Address: b + 7*mib, Size: 3 * mib, Live: true, Requested: 3 * mib}, {Address: b + 10*mib, Size: 12 * mib}}},
+	regions := a.(Layouter).Layout()
+	want := []Region{
+		{Base: b, Size: 2 * mib, Kind: RegionSmall, Blocks: []Block{{Offset: 0, Size: 1024, Live: true, Requested: 1000},
+			{Offset: 1024, Size: 2*mib - 1024}}},
+		{Base: b + 2*mib, Size: 20 * mib, Kind: RegionLarge, Stream: 7, Blocks: []Block{{Offset: 0, Size: 5 * mib},
+			{Offset: 5 * mib, Size: 3 * mib, Live: true, Requested: 3 * mib}, {Offset: 8 * mib, Size: 12 * mib}}},
 	}
-	if !ok || !reflect.DeepEqual(segs, want) {
-		t.Errorf("segments %+v, want %+v", segs, want)
-	}
-	if _, ok := PyTorchSegments(newRaw(Config{}, up, options{})); ok {
-		t.Error("a raw allocator lists PyTorch segments")
+	if !reflect.DeepEqual(regions, want) {
+		t.Errorf("layout %+v, want %+v", regions, want)
 	}
 	closeEmpty(t, a, up)
 
-	up = NewSimUpstream(0, 2*mib)
+	up = poolsim.NewUpstream(0, 2*mib)
 	a = runSteps(t, torchConfig(PyTorchConfig{ExpandableSegments: true}), up, []step{alloc(5*mib, 0, b)})
-	segs, _ = PyTorchSegments(a)
-	if len(segs) != 1 || segs[0].Size != 20*mib || !segs[0].Expandable || len(segs[0].Blocks) != 2 {
-		t.Errorf("expandable: %+v", segs)
+	regions = a.(Layouter).Layout()
+	if len(regions) != 1 || regions[0].Size != 20*mib || !regions[0].Expandable || len(regions[0].Blocks) != 2 {
+		t.Errorf("expandable: %+v", regions)
 	}
 	closeEmpty(t, a, up)
 }

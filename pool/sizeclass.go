@@ -150,25 +150,17 @@ func (p *sizeClassPool) classFor(size uint64) int {
 	if size > p.threshold {
 		return -1
 	}
-	return ClassOf(p.sizes, size)
+	return classOf(p.sizes, size)
 }
 
-// ClassOf returns the index of the smallest of the ascending class sizes that holds size bytes, or
+// classOf returns the index of the smallest of the ascending class sizes that holds size bytes, or
 // -1 when none does: the size-class policy's class of a request (below its threshold).
-func ClassOf(sizes []uint64, size uint64) int {
-	lo, hi := 0, len(sizes)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if sizes[mid] < size {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	if lo == len(sizes) {
+func classOf(sizes []uint64, size uint64) int {
+	i, _ := slices.BinarySearch(sizes, size)
+	if i == len(sizes) {
 		return -1
 	}
-	return lo
+	return i
 }
 
 // Alloc serves size bytes from the smallest class that holds them, or from the arena.

@@ -3,6 +3,8 @@ package pool
 import (
 	"errors"
 	"fmt"
+
+	"github.com/allocscope/allocscope/internal/upstreams"
 )
 
 // counters keeps an allocator's Stats and the snapshot taken at peak reserved memory.
@@ -44,15 +46,15 @@ func (c *counters) notePeak() {
 }
 
 // tracked wraps an Upstream for a policy: it passes the calls on with their context added to
-// errors, counts the failed ones, and counts the successful ones as a Meter does (UpstreamCounts),
-// keeping the allocator's Stats equal to those counts. A non-zero limit makes reservations that
+// errors, counts the failed ones, and counts the successful ones by upstreams.Counts (the rule
+// internal/poolmeter's Meter counts by), keeping the allocator's Stats equal to those counts. A non-zero limit makes reservations that
 // would take ReservedBytes above it fail like an out-of-memory Upstream (a device of that
 // capacity), counted as failed upstream calls.
 type tracked struct {
 	up     Upstream
 	c      *counters
 	limit  uint64
-	counts UpstreamCounts
+	counts upstreams.Counts
 }
 
 // errLimit is wrapped by reservations refused because of tracked.limit.
@@ -87,12 +89,12 @@ func (t *tracked) release(addr, size uint64) error {
 }
 
 func (t *tracked) gained(size uint64) {
-	t.counts.gained(size)
+	t.counts.Gained(size)
 	t.toStats()
 }
 
 func (t *tracked) lost(size uint64) {
-	t.counts.lost(size)
+	t.counts.Lost(size)
 	t.toStats()
 }
 
@@ -132,7 +134,7 @@ func (t *tracked) remapPages(r Remapper, from, to, size uint64) error {
 	if err := r.Remap(from, to, size); err != nil {
 		return fmt.Errorf("remap %d bytes from %#x to %#x: %w", size, from, to, err)
 	}
-	t.counts.remapped()
+	t.counts.Remapped()
 	t.toStats()
 	return nil
 }

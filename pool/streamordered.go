@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/allocscope/allocscope/internal/addrindex"
-	"github.com/allocscope/allocscope/pool/internal/spans"
+	"github.com/allocscope/allocscope/internal/spans"
 )
 
 // The stream-ordered model's layout, as bench/mempool_layout.cu measured a CUDA memory pool

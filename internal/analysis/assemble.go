@@ -60,7 +60,7 @@ func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 		if s.Size == 0 || s.Size > sc.LargeThreshold || len(p.Classes) == 0 {
 			continue
 		}
-		c := &p.Classes[pool.ClassOf(rec.plan.Classes, s.Size)]
+		c := &p.Classes[sizeclass.ClassOf(rec.plan.Classes, s.Size)]
 		c.Requests += s.Count
 		c.PeakLive += s.AtPeak
 		c.WasteAtPk += s.AtPeak * (c.Size - s.Size)

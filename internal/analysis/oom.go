@@ -12,6 +12,7 @@ import (
 	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/render"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
@@ -208,7 +209,7 @@ type liveSite struct {
 }
 
 func newOOMProbe(t pool.PyTorchConfig, layer requests.Layer, name func(uint32, uint64) string) (*oomProbe, error) {
-	up := pool.NewSimUpstream(t.CapacityBytes, pool.DefaultAlignment, pool.SingleGoroutine())
+	up := poolsim.NewUpstream(t.CapacityBytes, pool.DefaultAlignment, poolsim.SingleGoroutine())
 	a, err := pool.New(pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyPyTorch, PyTorch: &t}, up,
 		pool.SingleGoroutine())
 	if err != nil {
@@ -255,20 +256,25 @@ func (p *oomProbe) serve(e *trace.Event, ops []requests.Op) {
 	}
 }
 
-// explain describes the model's segments as the request of e for size bytes fails.
+// explain describes the model's segments as the request of e for size bytes fails: its layout as
+// torch.cuda.memory_snapshot() lists it, a segment per region.
 func (p *oomProbe) explain(e *trace.Event, size uint64) *model.OOMReport {
-	segs, _ := pool.PyTorchSegments(p.alloc)
-	snap := make([]trace.SnapshotSegment, len(segs))
-	for i, s := range segs {
-		snap[i] = trace.SnapshotSegment{Device: e.Device, Address: s.Address, TotalSize: s.Size, Stream: s.Stream,
-			Large: !s.Small, Expandable: s.Expandable, Blocks: len(s.Blocks)}
-		for _, b := range s.Blocks {
-			sb := trace.SnapshotBlock{Address: b.Address, Size: b.Size, RequestedSize: b.Requested, State: "inactive"}
+	var regions []pool.Region
+	if l, ok := p.alloc.(pool.Layouter); ok {
+		regions = l.Layout()
+	}
+	snap := make([]trace.SnapshotSegment, len(regions))
+	for i, r := range regions {
+		snap[i] = trace.SnapshotSegment{Device: e.Device, Address: r.Base, TotalSize: r.Size, Stream: r.Stream,
+			Large: r.Kind != pool.RegionSmall, Expandable: r.Expandable, Blocks: len(r.Blocks)}
+		for _, b := range r.Blocks {
+			addr := r.Base + b.Offset
+			sb := trace.SnapshotBlock{Address: addr, Size: b.Size, RequestedSize: b.Requested, State: "inactive"}
 			if b.Live {
 				sb.State = "active_allocated"
 				snap[i].AllocatedSize += b.Size
-				if p.sites[b.Address].id != 0 {
-					sb.Callsite = b.Address // named through the live block's site, below
+				if p.sites[addr].id != 0 {
+					sb.Callsite = addr // named through the live block's site, below
 				}
 			}
 			snap[i].BlockList = append(snap[i].BlockList, sb)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
@@ -98,7 +99,7 @@ func TestModelOOMOfTheClosest(t *testing.T) {
 	// unmapped and one more does not fit.
 	r, err := explainModelOOM(open, requests.Framework, closest("expandable_segments:True"), defaultsServed, 36<<20, name)
 	want := oomAt(36<<20, "site 100/0xa2")
-	want.Fragmented[0].Address = fmt.Sprintf("%#x", pool.SimBase) // the segment's address space comes first
+	want.Fragmented[0].Address = fmt.Sprintf("%#x", poolsim.Base) // the segment's address space comes first
 	want.Simulated = &model.SimulatedOOM{Conf: "expandable_segments:True", Failures: 1}
 	if err != nil || !reflect.DeepEqual(r, want) {
 		t.Errorf("closest = %+v, %v\nwant %+v", r, err, want)

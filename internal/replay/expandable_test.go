@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/replay/backend/host"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -37,7 +38,7 @@ func expandableTrace() *traceBuilder {
 // its Stats and PeakStats: what the replay must reproduce exactly.
 func predict(t *testing.T, tr *Trace, cfg pool.Config) (pool.Stats, pool.Stats) {
 	t.Helper()
-	a, err := pool.New(cfg, pool.NewSimUpstream(0, 0))
+	a, err := pool.New(cfg, poolsim.NewUpstream(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

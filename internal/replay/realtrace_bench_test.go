@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/replay/backend/host"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
@@ -55,7 +56,7 @@ func threadCPUTime() time.Duration {
 }
 
 // BenchmarkRealTracePool replays each real trace through pool.New(its pool.json) over a
-// SimUpstream, a fresh allocator per pass as replay builds one per repetition (New and Close
+// poolsim.Upstream, a fresh allocator per pass as replay builds one per repetition (New and Close
 // untimed). ns/op is per request (alloc or free) of wall time with no clock reading inside the
 // loop, cpu-ns/op the same in thread CPU time (the figure to trust on a busy machine).
 // alloc-ns/op and free-ns/op split the time by kind, from separate passes that read the clock
@@ -134,7 +135,7 @@ func reportSplit(b *testing.B, runs []opRun, durs [][]int64) {
 }
 
 func newBenchPool(b *testing.B, cfg pool.Config) pool.Allocator {
-	a, err := pool.New(cfg, pool.NewSimUpstream(0, 0))
+	a, err := pool.New(cfg, poolsim.NewUpstream(0, 0))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,20 +3,22 @@ package replay
 import (
 	"fmt"
 
+	"github.com/allocscope/allocscope/internal/poolmeter"
 	"github.com/allocscope/allocscope/internal/replay/internal/addrset"
+	"github.com/allocscope/allocscope/internal/upstreams"
 	"github.com/allocscope/allocscope/pool"
 )
 
 // engineUpstream is what the engine puts between the raw and pool modes' allocator and the backend:
-// pool.Meter, the engine's own account of what the allocator asked of the backend (compared with
+// poolmeter.Meter, the engine's own account of what the allocator asked of the backend (compared with
 // the allocator's Stats), over, under --verify, a check of every region reserved and given back.
 type engineUpstream struct {
-	meter *pool.Meter
+	meter *poolmeter.Meter
 	check *regionCheck // nil unless verifying
 }
 
 // counts returns what the allocator asked of the backend so far.
-func (e *engineUpstream) counts() pool.UpstreamCounts { return e.meter.Counts() }
+func (e *engineUpstream) counts() upstreams.Counts { return e.meter.Counts() }
 
 // releaseError returns the first call that gave back memory the allocator did not hold so.
 func (e *engineUpstream) releaseError() error {
@@ -34,7 +36,7 @@ func newEngineUpstream(b Backend, verify bool) (*engineUpstream, pool.Upstream) 
 	if verify {
 		e.check, up = newRegionCheck(b)
 	}
-	e.meter, up = pool.NewMeter(up, pool.MeterOptions{})
+	e.meter, up = poolmeter.New(up, poolmeter.Options{})
 	return e, up
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/allocscope/allocscope/internal/cli/analyze"
 	"github.com/allocscope/allocscope/internal/intercept/cpool"
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -68,7 +69,7 @@ func TestDefaultPoolJSONRunsEverywhere(t *testing.T) {
 				if name == "C pool" && !cpool.Available {
 					continue
 				}
-				a, err := make(pool.NewSimUpstream(0, pool.DefaultAlignment))
+				a, err := make(poolsim.NewUpstream(0, pool.DefaultAlignment))
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}

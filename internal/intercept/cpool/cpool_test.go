@@ -13,6 +13,7 @@ import (
 
 	"github.com/allocscope/allocscope/internal/intercept"
 	"github.com/allocscope/allocscope/internal/intercept/cpool"
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/replay/backend/host"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/internal/requests/requeststest"
@@ -481,10 +482,10 @@ func TestPoolGivesBackIdleMemory(t *testing.T) {
 		upstreams uint64 // upstream failures
 	}{
 		{"small-then-big", big, 1 << 30, smallThenBig, "released 0", 584 * mib, 780 * mib, 0, 1},
-		{"arena-segments", arena, 10 * mib, segments, fmt.Sprintf("%#x", pool.SimBase+4096+2*mib), 15 * mib, 4096 + 9*mib, 1, 2},
+		{"arena-segments", arena, 10 * mib, segments, fmt.Sprintf("%#x", poolsim.Base+4096+2*mib), 15 * mib, 4096 + 9*mib, 1, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gup, cup := pool.NewSimUpstream(tc.capacity, 512), pool.NewSimUpstream(tc.capacity, 512)
+			gup, cup := poolsim.NewUpstream(tc.capacity, 512), poolsim.NewUpstream(tc.capacity, 512)
 			g, err := pool.New(tc.cfg, gup)
 			if err != nil {
 				t.Fatal(err)

@@ -1,6 +1,6 @@
 /*
  * The size-class pool in C, for `record --pool`: package pool's PolicySizeClass (pool/sizeclass.go,
- * pool/arena.go, pool/internal/spans) rule for rule, so that the pool a program runs on is the pool
+ * pool/arena.go, internal/spans) rule for rule, so that the pool a program runs on is the pool
  * analyze simulated and replay measured. Package pool is the specification; a differential test
  * (internal/intercept/cpool_test.go) feeds both the same request sequences and compares every address,
  * failure and counter.

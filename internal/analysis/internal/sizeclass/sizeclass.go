@@ -238,7 +238,7 @@ func waste(sizes []Size, classes []uint64, threshold uint64) (peak, total uint64
 		if s.Bytes == 0 || s.Bytes > threshold {
 			continue
 		}
-		c := classes[pool.ClassOf(classes, s.Bytes)]
+		c := classes[ClassOf(classes, s.Bytes)]
 		peak += s.AtPeak * (c - s.Bytes)
 		total += s.Count * (c - s.Bytes)
 	}
@@ -248,7 +248,7 @@ func waste(sizes []Size, classes []uint64, threshold uint64) (peak, total uint64
 func objective(a []Size, w []float64, classes []uint64) float64 {
 	var obj float64
 	for i, s := range a {
-		obj += w[i] * float64(classes[pool.ClassOf(classes, s.Bytes)]-s.Bytes)
+		obj += w[i] * float64(classes[ClassOf(classes, s.Bytes)]-s.Bytes)
 	}
 	return obj
 }

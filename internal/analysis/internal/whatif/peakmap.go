@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -52,7 +53,7 @@ type peakMapper struct {
 // reading log, or nil when its allocator cannot list its layout (or cannot be built: the policy's
 // replayer says why).
 func newPeakMapper(cfg pool.Config, capacity uint64, log *requests.Log) *peakMapper {
-	up := pool.NewSimUpstream(capacity, pool.DefaultAlignment, pool.SingleGoroutine())
+	up := poolsim.NewUpstream(capacity, pool.DefaultAlignment, poolsim.SingleGoroutine())
 	a, err := pool.New(cfg, up, pool.SingleGoroutine())
 	if err != nil {
 		return nil

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
@@ -70,7 +71,7 @@ func mappedPolicies() []Policy {
 // layout once it has served calls calls.
 func directMap(t *testing.T, events []trace.Event, cfg pool.Config, calls uint64) []pool.Region {
 	t.Helper()
-	a, err := pool.New(cfg, pool.NewSimUpstream(0, pool.DefaultAlignment))
+	a, err := pool.New(cfg, poolsim.NewUpstream(0, pool.DefaultAlignment))
 	if err != nil {
 		t.Fatal(err)
 	}

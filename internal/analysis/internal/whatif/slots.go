@@ -1,6 +1,7 @@
 package whatif
 
 import (
+	"github.com/allocscope/allocscope/internal/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -34,11 +35,11 @@ type slotBlock struct {
 	size  uint64
 }
 
-// slotCounter counts the slots a candidate's classes need (pool.ClassSlots: the pool's own reuse
+// slotCounter counts the slots a candidate's classes need (sizeclass.ClassSlots: the pool's own reuse
 // rule) and the peak live bytes of its large requests.
 type slotCounter struct {
 	classes []uint64
-	slots   *pool.ClassSlots
+	slots   *sizeclass.ClassSlots
 	blocks  []slotBlock // by the requests' slot
 	large   uint64
 	bigPeak uint64
@@ -93,7 +94,7 @@ func Size(log *requests.Log, cands []Candidate, progress func(int)) ([]Sizing, e
 	counters := make([]*slotCounter, len(cands))
 	arenas := make([]*replayer, len(cands))
 	for i, cand := range cands {
-		c := &slotCounter{classes: cand.Classes, slots: pool.NewClassSlots(cand.Classes, cand.Threshold, cand.PerStream)}
+		c := &slotCounter{classes: cand.Classes, slots: sizeclass.NewClassSlots(cand.Classes, cand.Threshold, cand.PerStream)}
 		arena := pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyBestFit,
 			BestFit: &pool.BestFitConfig{InitialBytes: pool.AlignUp(cand.LargePeakLiveBytes, pool.DefaultAlignment)}}
 		r := newReplayer(Policy{Name: "arena", Config: arena}, 0, nil, nil)

@@ -2,7 +2,11 @@
 // simulated address space, and through the recommended size classes to count their slots.
 package whatif
 
-import "github.com/allocscope/allocscope/pool"
+import (
+	"github.com/allocscope/allocscope/internal/poolmeter"
+	"github.com/allocscope/allocscope/internal/poolsim"
+	"github.com/allocscope/allocscope/pool"
+)
 
 // Durations estimates how long the native calls behind upstream operations take, in ns.
 type Durations interface {
@@ -17,10 +21,10 @@ type Durations interface {
 // this errs high).
 const mapGranule = 2 << 20
 
-// upstream is a policy's simulated memory: a pool.SimUpstream holding at most capacity bytes (0 =
-// unbounded), metered by pool.Meter, which adds up the estimated duration of each call.
+// upstream is a policy's simulated memory: a poolsim.Upstream holding at most capacity bytes (0 =
+// unbounded), metered by poolmeter.Meter, which adds up the estimated duration of each call.
 type upstream struct {
-	meter       *pool.Meter
+	meter       *poolmeter.Meter
 	up          pool.Upstream // the metered upstream the policy uses
 	predictedNs float64
 }
@@ -31,19 +35,19 @@ type upstream struct {
 func newUpstream(capacity uint64, est Durations, policy pool.Policy) *upstream {
 	// Each policy runs on one goroutine (forEachBatch): neither it nor its address space locks.
 	u := &upstream{}
-	opts := pool.MeterOptions{PageBytes: mapGranule}
+	opts := poolmeter.Options{PageBytes: mapGranule}
 	if policy == pool.PolicyStreamOrdered {
 		opts.PageBytes = pool.StreamOrderedStepBytes
 	}
 	if est != nil {
-		opts.Cost = func(c pool.Call, size, n uint64) {
-			if c == pool.CallRelease {
+		opts.Cost = func(c poolmeter.Call, size, n uint64) {
+			if c == poolmeter.CallRelease {
 				u.predictedNs += float64(n) * est.Free(size)
 			} else {
 				u.predictedNs += float64(n) * est.Alloc(size)
 			}
 		}
 	}
-	u.meter, u.up = pool.NewMeter(pool.NewSimUpstream(capacity, pool.DefaultAlignment, pool.SingleGoroutine()), opts)
+	u.meter, u.up = poolmeter.New(poolsim.NewUpstream(capacity, pool.DefaultAlignment, poolsim.SingleGoroutine()), opts)
 	return u
 }

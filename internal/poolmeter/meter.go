@@ -1,19 +1,14 @@
-package pool
+// Package poolmeter counts what an allocator of package pool asks of its pool.Upstream: the one
+// counting Upstream decorator, which analyze's simulation and replay's engine both put between
+// their allocators and their memory.
+package poolmeter
 
-// UpstreamCounts is what an allocator asked of its Upstream, counted as Stats counts it: a Map counts
-// as a reserve and an Unmap as a release of their bytes, a Remap as both with the bytes held
-// unchanged; address space holds no memory.
-type UpstreamCounts struct {
-	Reserves          uint64 // successful Reserve and Map calls (and Remaps)
-	Releases          uint64 // successful Release and Unmap calls (and Remaps)
-	Remaps            uint64 // successful Remap calls
-	ReservedBytes     uint64 // bytes held now
-	PeakReservedBytes uint64 // the most bytes held at once
-	GainedBytes       uint64 // bytes of all successful Reserve and Map calls
-	PageOps           uint64 // pages mapped, unmapped or moved, of MeterOptions.PageBytes each
-}
+import (
+	"github.com/allocscope/allocscope/internal/upstreams"
+	"github.com/allocscope/allocscope/pool"
+)
 
-// Call names an Upstream call, for MeterOptions.Cost.
+// Call names a pool.Upstream call, for Options.Cost.
 type Call int
 
 // The calls a Meter charges.
@@ -23,8 +18,8 @@ const (
 	CallRemap               // the Remap of one page
 )
 
-// MeterOptions configure a Meter.
-type MeterOptions struct {
+// Options configure a Meter.
+type Options struct {
 	// PageBytes is the page a Map, Unmap or Remap is counted (and charged) in: the granularity a
 	// GPU maps memory in (2 MiB on an H200). 0 counts each call as one page.
 	PageBytes uint64
@@ -34,27 +29,26 @@ type MeterOptions struct {
 	Cost func(c Call, size, n uint64)
 }
 
-// Meter counts what an allocator asks of an Upstream: the one counting Upstream decorator, which
-// analyze's simulation and replay's engine both put between their allocators and their memory. Build
-// it with NewMeter; give the allocator the Upstream that NewMeter returns, which is a Mapper or a
-// Remapper when the wrapped Upstream is one.
+// Meter counts what an allocator asks of a pool.Upstream. Build it with New; give the allocator
+// the Upstream that New returns, which is a pool.Mapper or a pool.Remapper when the wrapped
+// Upstream is one.
 type Meter struct {
-	up     Upstream
-	m      Mapper
-	r      Remapper
-	opts   MeterOptions
-	counts UpstreamCounts
+	up     pool.Upstream
+	m      pool.Mapper
+	r      pool.Remapper
+	opts   Options
+	counts upstreams.Counts
 }
 
-// NewMeter wraps up and returns the Meter and the Upstream to hand to the allocator.
-func NewMeter(up Upstream, opts MeterOptions) (*Meter, Upstream) {
+// New wraps up and returns the Meter and the Upstream to hand to the allocator.
+func New(up pool.Upstream, opts Options) (*Meter, pool.Upstream) {
 	me := &Meter{up: up, opts: opts}
-	m, ok := up.(Mapper)
+	m, ok := up.(pool.Mapper)
 	if !ok {
 		return me, meterUpstream{me}
 	}
 	me.m = m
-	if r, ok := up.(Remapper); ok {
+	if r, ok := up.(pool.Remapper); ok {
 		me.r = r
 		return me, meterRemapper{meterMapper{meterUpstream{me}}}
 	}
@@ -62,30 +56,9 @@ func NewMeter(up Upstream, opts MeterOptions) (*Meter, Upstream) {
 }
 
 // Counts returns the counts so far.
-func (me *Meter) Counts() UpstreamCounts { return me.counts }
+func (me *Meter) Counts() upstreams.Counts { return me.counts }
 
-// gained counts a successful Reserve or Map of size bytes: the one rule by which a Meter and every
-// policy's Stats (through tracked) count memory gained from an Upstream.
-func (c *UpstreamCounts) gained(size uint64) {
-	c.Reserves++
-	c.GainedBytes += size
-	c.ReservedBytes += size
-	c.PeakReservedBytes = max(c.PeakReservedBytes, c.ReservedBytes)
-}
-
-// lost counts a successful Release or Unmap of size bytes.
-func (c *UpstreamCounts) lost(size uint64) {
-	c.Releases++
-	c.ReservedBytes -= min(size, c.ReservedBytes)
-}
-
-// remapped counts a successful Remap: a reserve and a release, the bytes held unchanged.
-func (c *UpstreamCounts) remapped() {
-	c.Reserves++
-	c.Releases++
-	c.Remaps++
-}
-
+// charge charges one Reserve or Release of size bytes.
 func (me *Meter) charge(c Call, size uint64) {
 	if me.opts.Cost != nil {
 		me.opts.Cost(c, size, 1)
@@ -111,7 +84,7 @@ func (u meterUpstream) Reserve(size uint64) (uint64, error) {
 	u.me.charge(CallReserve, size)
 	addr, err := u.me.up.Reserve(size)
 	if err == nil {
-		u.me.counts.gained(size)
+		u.me.counts.Gained(size)
 	}
 	return addr, err
 }
@@ -121,7 +94,7 @@ func (u meterUpstream) Release(addr, size uint64) error {
 	if err := u.me.up.Release(addr, size); err != nil {
 		return err
 	}
-	u.me.counts.lost(size)
+	u.me.counts.Lost(size)
 	return nil
 }
 
@@ -138,7 +111,7 @@ func (u meterMapper) Map(addr, size uint64) error {
 	if err := u.me.m.Map(addr, size); err != nil {
 		return err
 	}
-	u.me.counts.gained(size)
+	u.me.counts.Gained(size)
 	return nil
 }
 
@@ -147,7 +120,7 @@ func (u meterMapper) Unmap(addr, size uint64) error {
 	if err := u.me.m.Unmap(addr, size); err != nil {
 		return err
 	}
-	u.me.counts.lost(size)
+	u.me.counts.Lost(size)
 	return nil
 }
 
@@ -158,6 +131,6 @@ func (u meterRemapper) Remap(from, to, size uint64) error {
 	if err := u.me.r.Remap(from, to, size); err != nil {
 		return err
 	}
-	u.me.counts.remapped()
+	u.me.counts.Remapped()
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
 )
 
 func TestLoadConfigTestdata(t *testing.T) {
@@ -18,7 +20,7 @@ func TestLoadConfigTestdata(t *testing.T) {
 		if err != nil {
 			t.Fatalf("LoadConfig: %v", err)
 		}
-		a, err := New(cfg, NewSimUpstream(0, 0))
+		a, err := New(cfg, poolsim.NewUpstream(0, 0))
 		if err != nil {
 			t.Fatalf("%s: New: %v", f, err)
 		}
@@ -130,14 +132,14 @@ func TestConfigSaveRoundTrip(t *testing.T) {
 }
 
 func TestNewRejectsInvalidConfig(t *testing.T) {
-	_, err := New(Config{Version: 1, Policy: PolicyRaw, Alignment: 48}, NewSimUpstream(0, 0))
+	_, err := New(Config{Version: 1, Policy: PolicyRaw, Alignment: 48}, poolsim.NewUpstream(0, 0))
 	if err == nil || err.Error() != "pool config: alignment_bytes: 48 is not a power of two" {
 		t.Fatalf("err = %v", err)
 	}
 	if _, err := New(Config{Version: 1, Policy: PolicyRaw}, nil); err == nil || err.Error() != "new pool: nil upstream" {
 		t.Fatalf("err = %v", err)
 	}
-	up := NewSimUpstream(1*mib, 0)
+	up := poolsim.NewUpstream(1*mib, 0)
 	cfg := Config{Version: 1, Policy: PolicySizeClass, SizeClass: &SizeClassConfig{ArenaBytes: 2 * mib}}
 	_, err = New(cfg, up)
 	want := "new sizeclass pool: reserve the planned 2097152 bytes: reserve 2097152 bytes from upstream: reserve 2097152 bytes with 0 of 1048576 held: out of memory"
@@ -173,7 +175,7 @@ func FuzzLoadConfig(f *testing.F) {
 			t.Fatalf("accepted an invalid config: %v", err)
 		}
 		if buildable(cfg) {
-			up := NewSimUpstream(0, 0)
+			up := poolsim.NewUpstream(0, 0)
 			a, err := New(cfg, up)
 			if err != nil {
 				t.Fatalf("New: %v", err)

@@ -1,6 +1,12 @@
-package pool
+package poolmeter
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/allocscope/allocscope/internal/poolsim"
+	"github.com/allocscope/allocscope/internal/upstreams"
+	"github.com/allocscope/allocscope/pool"
+)
 
 // A Meter over each kind of Upstream: it is a Mapper/Remapper exactly when the wrapped one is, and
 // counts as Stats does (a Map a reserve, an Unmap a release, a Remap both); Cost hears every call,
@@ -11,13 +17,13 @@ func TestMeterCounts(t *testing.T) {
 		size, n uint64
 	}
 	var calls []call
-	sim := NewSimUpstream(0, DefaultAlignment)
-	me, up := NewMeter(sim, MeterOptions{PageBytes: 2 << 20, Cost: func(c Call, size, n uint64) {
+	sim := poolsim.NewUpstream(0, pool.DefaultAlignment)
+	me, up := New(sim, Options{PageBytes: 2 << 20, Cost: func(c Call, size, n uint64) {
 		calls = append(calls, call{c, size, n})
 	}})
-	r, ok := up.(Remapper)
+	r, ok := up.(pool.Remapper)
 	if !ok {
-		t.Fatalf("metered SimUpstream is %T, not a Remapper", up)
+		t.Fatalf("metered poolsim upstream is %T, not a Remapper", up)
 	}
 	a, _ := r.Reserve(4096)
 	base, _ := r.ReserveAddress(16 << 20)
@@ -33,7 +39,7 @@ func TestMeterCounts(t *testing.T) {
 	if err := r.Release(a, 4096); err != nil {
 		t.Fatal(err)
 	}
-	want := UpstreamCounts{Reserves: 3, Releases: 3, Remaps: 1, ReservedBytes: 2 << 20,
+	want := upstreams.Counts{Reserves: 3, Releases: 3, Remaps: 1, ReservedBytes: 2 << 20,
 		PeakReservedBytes: 4096 + 6<<20, GainedBytes: 4096 + 6<<20, PageOps: 3 + 1 + 2}
 	if got := me.Counts(); got != want {
 		t.Errorf("counts %+v\nwant   %+v", got, want)
@@ -49,11 +55,11 @@ func TestMeterCounts(t *testing.T) {
 		}
 	}
 	// A plain Upstream stays plain; a failed call counts nothing.
-	pm, plain := NewMeter(struct{ Upstream }{NewSimUpstream(1024, DefaultAlignment)}, MeterOptions{})
-	if _, ok := plain.(Mapper); ok {
+	pm, plain := New(struct{ pool.Upstream }{poolsim.NewUpstream(1024, pool.DefaultAlignment)}, Options{})
+	if _, ok := plain.(pool.Mapper); ok {
 		t.Errorf("metered plain Upstream is a Mapper")
 	}
-	if _, err := plain.Reserve(1 << 20); err == nil || pm.Counts() != (UpstreamCounts{}) {
+	if _, err := plain.Reserve(1 << 20); err == nil || pm.Counts() != (upstreams.Counts{}) {
 		t.Errorf("reserve beyond capacity: %v, counts %+v; want an error and nothing counted", err, pm.Counts())
 	}
 }

@@ -1,27 +1,30 @@
-package pool
+package poolsim
 
 import (
 	"fmt"
+	"github.com/allocscope/allocscope/internal/upstreams"
 	"math"
 
 	"github.com/allocscope/allocscope/internal/addrindex"
-	"github.com/allocscope/allocscope/pool/internal/spans"
+	"github.com/allocscope/allocscope/internal/spans"
 )
 
-// SimBase is the first address a SimUpstream hands out (rounded up to its granularity).
-const SimBase = 1 << 32
+// Base is the first address an Upstream hands out (rounded up to its granularity).
+const Base = 1 << 32
 
-// SimUpstream is a simulated address space, the Upstream (and Mapper) of analyze's what-if
-// simulation. It holds no memory: it hands out non-overlapping address ranges and counts.
+// Upstream is a simulated address space: a pool.Upstream, pool.Mapper and pool.Remapper that
+// holds no memory, for analyze's what-if simulation and for tests of allocators. It hands out
+// non-overlapping address ranges and counts.
 //
 // Reserve and ReserveAddress round sizes up to the granularity and place the range at the most
 // recently freed range of exactly that size, or else above everything handed out so far,
-// starting at SimBase (a range freed at the top lowers the top again). Placement takes constant
+// starting at Base (a range freed at the top lowers the top again). Placement takes constant
 // time: nothing reported depends on where the simulated device puts a region, since capacity
-// counts bytes, not address space. The same calls always give the same addresses. Reserve and Map fail with ErrOutOfMemory when the memory held (reserved regions plus
+// counts bytes, not address space. The same calls always give the same addresses. Reserve and
+// Map fail with an error wrapping pool.ErrOutOfMemory when the memory held (reserved regions plus
 // mapped pages) would exceed the capacity (0 = unbounded); address space is not counted against
 // it. It is safe for concurrent use unless made with SingleGoroutine.
-type SimUpstream struct {
+type Upstream struct {
 	mu          optionalMutex
 	capacity    uint64
 	granularity uint64
@@ -31,11 +34,11 @@ type SimUpstream struct {
 	regions     *addrindex.Index[simRegion] // ranges handed out, by base address
 	byAddr      *spans.Tree                 // the ReserveAddress ranges among them, ordered by address
 	mapped      *spans.Tree                 // mapped page ranges, coalesced within one address reservation (seg = its base)
-	st          SimStats
+	st          Stats
 }
 
-// SimStats are a SimUpstream's counters. Bytes are after rounding to the granularity.
-type SimStats struct {
+// Stats are an Upstream's counters. Bytes are after rounding to the granularity.
+type Stats struct {
 	ReservedBytes     uint64 // memory held now: reserved regions plus mapped pages
 	PeakReservedBytes uint64 // maximum of ReservedBytes
 	AddressBytes      uint64 // address space reserved without memory (ReserveAddress), now
@@ -57,16 +60,16 @@ type simRegion struct {
 // simSpaceBytes is the size of the simulated address space.
 const simSpaceBytes = 1 << 63
 
-// NewSimUpstream returns an empty simulated address space holding at most capacity bytes
+// NewUpstream returns an empty simulated address space holding at most capacity bytes
 // (0 = unbounded) whose ranges are multiples of granularity bytes (0 means 1). Of the options,
 // SingleGoroutine applies.
-func NewSimUpstream(capacity, granularity uint64, opts ...Option) *SimUpstream {
+func NewUpstream(capacity, granularity uint64, opts ...Option) *Upstream {
 	granularity = max(granularity, 1)
-	u := &SimUpstream{
+	u := &Upstream{
 		mu:          optionalMutex{off: collect(opts).singleGoroutine},
 		capacity:    capacity,
 		granularity: granularity,
-		top:         AlignUp(SimBase, granularity),
+		top:         alignUp(Base, granularity),
 		reusable:    make(map[uint64][]uint64),
 		regions:     addrindex.New[simRegion](),
 		byAddr:      spans.NewTree(spans.ByAddr),
@@ -76,7 +79,7 @@ func NewSimUpstream(capacity, granularity uint64, opts ...Option) *SimUpstream {
 }
 
 // Reserve returns the base of a new region of size bytes rounded up to the granularity.
-func (u *SimUpstream) Reserve(size uint64) (uint64, error) {
+func (u *Upstream) Reserve(size uint64) (uint64, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	r, err := u.rounded(size)
@@ -85,7 +88,7 @@ func (u *SimUpstream) Reserve(size uint64) (uint64, error) {
 	}
 	if u.capacity > 0 && u.st.ReservedBytes+r > u.capacity {
 		u.st.Failures++
-		return 0, fmt.Errorf("reserve %d bytes with %d of %d held: %w", r, u.st.ReservedBytes, u.capacity, ErrOutOfMemory)
+		return 0, fmt.Errorf("reserve %d bytes with %d of %d held: %w", r, u.st.ReservedBytes, u.capacity, upstreams.OutOfMemory)
 	}
 	addr, err := u.take(r, false)
 	if err != nil {
@@ -98,13 +101,13 @@ func (u *SimUpstream) Reserve(size uint64) (uint64, error) {
 }
 
 // Release gives back a region from Reserve; size must be the size it was reserved with.
-func (u *SimUpstream) Release(addr, size uint64) error {
+func (u *Upstream) Release(addr, size uint64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	r, _ := u.rounded(size)
 	reg, ok := u.region(addr)
 	if !ok || reg.addressOnly || reg.size != r {
-		return fmt.Errorf("release %d bytes at %#x: no such region: %w", size, addr, ErrUnknownAddress)
+		return fmt.Errorf("release %d bytes at %#x: no such region: %w", size, addr, upstreams.UnknownAddress)
 	}
 	u.give(addr, reg)
 	u.st.Releases++
@@ -115,7 +118,7 @@ func (u *SimUpstream) Release(addr, size uint64) error {
 
 // ReserveAddress returns the base of size bytes (rounded up to the granularity) of address space
 // that holds no memory until pages are mapped into it.
-func (u *SimUpstream) ReserveAddress(size uint64) (uint64, error) {
+func (u *Upstream) ReserveAddress(size uint64) (uint64, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	r, err := u.rounded(size)
@@ -131,13 +134,13 @@ func (u *SimUpstream) ReserveAddress(size uint64) (uint64, error) {
 }
 
 // ReleaseAddress gives back address space from ReserveAddress; none of it may be mapped.
-func (u *SimUpstream) ReleaseAddress(addr, size uint64) error {
+func (u *Upstream) ReleaseAddress(addr, size uint64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	r, _ := u.rounded(size)
 	reg, ok := u.region(addr)
 	if !ok || !reg.addressOnly || reg.size != r {
-		return fmt.Errorf("release %d bytes of address space at %#x: no such reservation: %w", size, addr, ErrUnknownAddress)
+		return fmt.Errorf("release %d bytes of address space at %#x: no such reservation: %w", size, addr, upstreams.UnknownAddress)
 	}
 	if m, ok := u.mapped.LowerBound(spans.Span{Addr: addr}); ok && m.Addr < addr+r {
 		return fmt.Errorf("release address space at %#x: %d bytes at %#x still mapped", addr, m.Size, m.Addr)
@@ -149,7 +152,7 @@ func (u *SimUpstream) ReleaseAddress(addr, size uint64) error {
 
 // Map backs [addr, addr+size) of one address reservation with memory; addr and size must be
 // multiples of the granularity and the range must not be mapped already.
-func (u *SimUpstream) Map(addr, size uint64) error {
+func (u *Upstream) Map(addr, size uint64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	owner, err := u.checkPages(addr, size)
@@ -164,7 +167,7 @@ func (u *SimUpstream) Map(addr, size uint64) error {
 	}
 	if u.capacity > 0 && u.st.ReservedBytes+size > u.capacity {
 		u.st.Failures++
-		return fmt.Errorf("map %d bytes with %d of %d held: %w", size, u.st.ReservedBytes, u.capacity, ErrOutOfMemory)
+		return fmt.Errorf("map %d bytes with %d of %d held: %w", size, u.st.ReservedBytes, u.capacity, upstreams.OutOfMemory)
 	}
 	u.addMapped(spans.Span{Addr: addr, Size: size, Seg: owner})
 	u.st.Maps++
@@ -173,7 +176,7 @@ func (u *SimUpstream) Map(addr, size uint64) error {
 }
 
 // Unmap releases the memory behind [addr, addr+size), which must be mapped.
-func (u *SimUpstream) Unmap(addr, size uint64) error {
+func (u *Upstream) Unmap(addr, size uint64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if _, err := u.checkPages(addr, size); err != nil {
@@ -181,7 +184,7 @@ func (u *SimUpstream) Unmap(addr, size uint64) error {
 	}
 	m, ok := u.lastMappedAtOrBelow(addr)
 	if !ok || m.End() < addr+size {
-		return fmt.Errorf("unmap %d bytes at %#x: not mapped: %w", size, addr, ErrUnknownAddress)
+		return fmt.Errorf("unmap %d bytes at %#x: not mapped: %w", size, addr, upstreams.UnknownAddress)
 	}
 	u.cutMapped(m, addr, size)
 	u.st.Unmaps++
@@ -191,7 +194,7 @@ func (u *SimUpstream) Unmap(addr, size uint64) error {
 
 // Remap moves the memory behind [from, from+size), mapped, to [to, to+size), unmapped: both
 // multiples of the granularity inside address reservations. Memory held does not change.
-func (u *SimUpstream) Remap(from, to, size uint64) error {
+func (u *Upstream) Remap(from, to, size uint64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	owner, err := u.checkPages(to, size)
@@ -203,7 +206,7 @@ func (u *SimUpstream) Remap(from, to, size uint64) error {
 	}
 	m, ok := u.lastMappedAtOrBelow(from)
 	if !ok || m.End() < from+size {
-		return fmt.Errorf("remap %d bytes from %#x: not mapped: %w", size, from, ErrUnknownAddress)
+		return fmt.Errorf("remap %d bytes from %#x: not mapped: %w", size, from, upstreams.UnknownAddress)
 	}
 	if prev, ok := u.lastMappedAtOrBelow(to); ok && prev.End() > to {
 		return fmt.Errorf("remap %d bytes to %#x: overlaps mapped range at %#x", size, to, prev.Addr)
@@ -218,7 +221,7 @@ func (u *SimUpstream) Remap(from, to, size uint64) error {
 }
 
 // cutMapped takes [addr, addr+size) out of the mapped range m that holds it.
-func (u *SimUpstream) cutMapped(m spans.Span, addr, size uint64) {
+func (u *Upstream) cutMapped(m spans.Span, addr, size uint64) {
 	u.mapped.Delete(m)
 	if addr > m.Addr {
 		u.mapped.Insert(spans.Span{Addr: m.Addr, Size: addr - m.Addr, Seg: m.Seg})
@@ -231,7 +234,7 @@ func (u *SimUpstream) cutMapped(m spans.Span, addr, size uint64) {
 // Contains reports whether [addr, addr+size) lies entirely inside one region held now: a
 // reserved region, or mapped pages of one address reservation. It looks through every region
 // (it is meant for checks in tests), so that Reserve and Release need no address order.
-func (u *SimUpstream) Contains(addr, size uint64) bool {
+func (u *Upstream) Contains(addr, size uint64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	end := addr + size
@@ -250,20 +253,20 @@ func (u *SimUpstream) Contains(addr, size uint64) bool {
 }
 
 // Stats returns the counters so far.
-func (u *SimUpstream) Stats() SimStats {
+func (u *Upstream) Stats() Stats {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.st
 }
 
-func (u *SimUpstream) rounded(size uint64) (uint64, error) {
+func (u *Upstream) rounded(size uint64) (uint64, error) {
 	if size == 0 {
 		return 0, fmt.Errorf("size 0")
 	}
 	if size > math.MaxUint64-u.granularity {
-		return 0, fmt.Errorf("size too large: %w", ErrOutOfMemory)
+		return 0, fmt.Errorf("size too large: %w", upstreams.OutOfMemory)
 	}
-	return AlignUp(size, u.granularity), nil
+	return alignUp(size, u.granularity), nil
 }
 
 // maxReusable bounds the freed ranges kept for reuse, so that memory follows the live regions:
@@ -271,7 +274,7 @@ func (u *SimUpstream) rounded(size uint64) (uint64, error) {
 const maxReusable = 1 << 16
 
 // take finds room for r bytes: the last freed range of that size, else the top.
-func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
+func (u *Upstream) take(r uint64, addressOnly bool) (uint64, error) {
 	var addr uint64
 	if free := u.reusable[r]; len(free) > 0 {
 		addr = free[len(free)-1]
@@ -282,9 +285,9 @@ func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
 		}
 		u.nReusable--
 	} else {
-		limit := AlignUp(SimBase, u.granularity) + simSpaceBytes
+		limit := alignUp(Base, u.granularity) + simSpaceBytes
 		if r > limit-u.top {
-			return 0, fmt.Errorf("simulated address space of %d bytes exhausted: %w", uint64(simSpaceBytes), ErrOutOfMemory)
+			return 0, fmt.Errorf("simulated address space of %d bytes exhausted: %w", uint64(simSpaceBytes), upstreams.OutOfMemory)
 		}
 		addr = u.top
 		u.top += r
@@ -297,7 +300,7 @@ func (u *SimUpstream) take(r uint64, addressOnly bool) (uint64, error) {
 }
 
 // region returns the range handed out at addr.
-func (u *SimUpstream) region(addr uint64) (simRegion, bool) {
+func (u *Upstream) region(addr uint64) (simRegion, bool) {
 	if r := u.regions.Get(addr); r != nil {
 		return *r, true
 	}
@@ -305,7 +308,7 @@ func (u *SimUpstream) region(addr uint64) (simRegion, bool) {
 }
 
 // give returns a range handed out to the free address space.
-func (u *SimUpstream) give(addr uint64, reg simRegion) {
+func (u *Upstream) give(addr uint64, reg simRegion) {
 	u.regions.Take(addr)
 	switch {
 	case addr+reg.size == u.top:
@@ -319,26 +322,26 @@ func (u *SimUpstream) give(addr uint64, reg simRegion) {
 	}
 }
 
-func (u *SimUpstream) hold(r uint64) {
+func (u *Upstream) hold(r uint64) {
 	u.st.ReservedBytes += r
 	u.st.PeakReservedBytes = max(u.st.PeakReservedBytes, u.st.ReservedBytes)
 }
 
 // checkPages checks that [addr, addr+size) is granularity-aligned and inside one address
 // reservation, and returns that reservation's base.
-func (u *SimUpstream) checkPages(addr, size uint64) (uint64, error) {
+func (u *Upstream) checkPages(addr, size uint64) (uint64, error) {
 	if size == 0 || addr%u.granularity != 0 || size%u.granularity != 0 {
 		return 0, fmt.Errorf("range not a non-empty multiple of the %d-byte granularity", u.granularity)
 	}
 	reg, found := u.byAddr.Below(spans.Span{Addr: addr + 1})
 	if !found || addr+size > reg.End() || addr+size < addr {
-		return 0, fmt.Errorf("range outside any address reservation: %w", ErrUnknownAddress)
+		return 0, fmt.Errorf("range outside any address reservation: %w", upstreams.UnknownAddress)
 	}
 	return reg.Addr, nil
 }
 
 // addMapped inserts a mapped range, merging it with adjacent ranges of the same reservation.
-func (u *SimUpstream) addMapped(m spans.Span) {
+func (u *Upstream) addMapped(m spans.Span) {
 	if prev, ok := u.lastMappedAtOrBelow(m.Addr); ok && prev.End() == m.Addr && prev.Seg == m.Seg {
 		u.mapped.Delete(prev)
 		m.Addr, m.Size = prev.Addr, prev.Size+m.Size
@@ -351,6 +354,6 @@ func (u *SimUpstream) addMapped(m spans.Span) {
 }
 
 // lastMappedAtOrBelow returns the mapped range with the highest base not above addr.
-func (u *SimUpstream) lastMappedAtOrBelow(addr uint64) (spans.Span, bool) {
+func (u *Upstream) lastMappedAtOrBelow(addr uint64) (spans.Span, bool) {
 	return u.mapped.Below(spans.Span{Addr: addr + 1})
 }

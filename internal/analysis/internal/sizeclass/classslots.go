@@ -1,4 +1,6 @@
-package pool
+package sizeclass
+
+import "slices"
 
 // ClassSlots counts the slots each class of a size-class pool needs to serve a request stream
 // without growing, by the pool's own reuse rule: a freed slot goes back to its class and serves the
@@ -66,3 +68,13 @@ func (c *ClassSlots) Free(cl int, stream uint64) {
 
 // Slots returns the slots each class needs so far.
 func (c *ClassSlots) Slots() []uint64 { return c.need }
+
+// ClassOf returns the index of the smallest of the ascending class sizes that holds size bytes, or
+// -1 when none does: the size-class policy's class of a request (below its threshold).
+func ClassOf(sizes []uint64, size uint64) int {
+	i, _ := slices.BinarySearch(sizes, size)
+	if i == len(sizes) {
+		return -1
+	}
+	return i
+}
