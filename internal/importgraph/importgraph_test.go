@@ -18,7 +18,7 @@ const module = "github.com/allocscope/allocscope"
 // longest prefix that names its directory, and may import packages of its own floor and below.
 var floors = [][]string{
 	{"internal/units", "internal/version", "internal/outfile", "internal/progress", "internal/shimbuild",
-		"internal/addrindex", "internal/slots", "internal/importgraph", "pool/internal"},
+		"internal/addrindex", "internal/slots", "internal/importgraph", "pool/internal", "internal/buildid"},
 	{"trace", "pool"}, // the public packages
 	{"internal/requests", "internal/tracetest", "internal/testcuda"},
 	{"internal/analysis", "internal/replay", "internal/intercept"},
