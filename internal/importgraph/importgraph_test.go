@@ -18,9 +18,10 @@ const module = "github.com/allocscope/allocscope"
 // longest prefix that names its directory, and may import packages of its own floor and below.
 var floors = [][]string{
 	{"internal/units", "internal/version", "internal/outfile", "internal/progress", "internal/shimbuild",
-		"internal/addrindex", "internal/slots", "internal/importgraph", "pool/internal", "internal/buildid"},
+		"internal/addrindex", "internal/slots", "internal/importgraph", "pool/internal", "internal/buildid",
+		"internal/torchsnap", "internal/poolactivity"},
 	{"trace", "pool"}, // the public packages
-	{"internal/requests", "internal/tracetest", "internal/testcuda"},
+	{"internal/requests", "internal/tracetest", "internal/testcuda", "internal/torchhist"},
 	{"internal/analysis", "internal/replay", "internal/intercept"},
 	{"internal/cli"},
 	{"cmd"},
