@@ -2,14 +2,17 @@ package trace
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
@@ -58,11 +61,11 @@ func testInfo() Info {
 		RecorderVersion: "0.1.0",
 		DriverVersion:   "580.159.04",
 		GPUNames:        []string{"NVIDIA H200", "NVIDIA H200"},
-		Pool: &PoolActivity{Syncs: 3, SyncNs: 41000, Reservations: 2, Fallbacks: 1, PassedThrough: 4, Events: 5,
-			StreamWaits: 6, HostWaits: 7, PeakReservedBytes: 3 << 30, IPCExports: 8},
-		Modules: []Module{{PID: 41, Start: 0x400000, End: 0x401000, Offset: 0x1000, Path: "/usr/bin/train"}},
+		Pool:            json.RawMessage(`{"syncs":3,"sync_ns":41000,"reservations":2,"passed_by":{"capture":4}}`),
+		Modules:         []Module{{PID: 41, Start: 0x400000, End: 0x401000, Offset: 0x1000, Path: "/usr/bin/train"}},
 		Framework: []FrameworkCapture{
-			{PID: 41, Framework: FrameworkTorch, Events: 12, Entries: 16, MaxEntries: 16, Full: true},
+			{PID: 41, Framework: FrameworkTorch, Events: 12, Entries: 16, MaxEntries: 16, Full: true,
+				OOM: json.RawMessage(`{"device":0,"segments":[{"address":4096}]}`)},
 			{PID: 42, Framework: FrameworkCupy, Events: 4, Entries: 5, Dropped: 1},
 		},
 	}
@@ -169,6 +172,43 @@ func TestMetadataRoundTrip(t *testing.T) {
 	want := Info{FormatVersion: FormatVersion, Source: SourceAllocscope, Host: "h"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("info = %+v, want %+v", got, want)
+	}
+}
+
+// Info's opaque values (Pool, FrameworkCapture.OOM) are written compacted and read back as
+// written; an OOM of null (from another writer) reads as none; a value that is not a JSON object
+// is refused by the writer, naming the field.
+func TestMetadataOpaqueValues(t *testing.T) {
+	info := Info{Pool: json.RawMessage(" {\"syncs\": 2,\n \"passed_by\": {\"full\": 1}} "),
+		Framework: []FrameworkCapture{{PID: 4, Framework: FrameworkTorch, OOM: json.RawMessage(`{ "device": 1 }`)}}}
+	_, _, got := readAll(t, writeTrace(t, info, nil))
+	if string(got.Pool) != `{"syncs":2,"passed_by":{"full":1}}` || len(got.Framework) != 1 ||
+		string(got.Framework[0].OOM) != `{"device":1}` {
+		t.Errorf("read back pool %s, framework %+v; want them compacted", got.Pool, got.Framework)
+	}
+	md := map[string]string{metaFormatVersion: "1", metaFramework: `[{"pid":3,"framework":"torch","events":0,"entries":0,"oom":null}]`}
+	r, err := Open(customArrow(t, layoutFields(), md, 1, func(col string, _ int) any {
+		return defaultValue(layoutFields()[slices.IndexFunc(layoutFields(), func(f arrow.Field) bool { return f.Name == col })])
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if f := r.Info().Framework; len(f) != 1 || f[0].PID != 3 || f[0].OOM != nil {
+		t.Errorf("an oom of null: framework %+v, want pid 3 without one", f)
+	}
+	for _, c := range []struct {
+		info Info
+		want string
+	}{
+		{Info{Pool: json.RawMessage(`[1]`)}, `trace writer: info: pool activity: not a JSON object: "[1]"`},
+		{Info{Pool: json.RawMessage(`{"syncs":`)}, `trace writer: info: pool activity: not a JSON object: "{\"syncs\":"`},
+		{Info{Framework: []FrameworkCapture{{Framework: FrameworkCupy}, {Framework: FrameworkTorch, OOM: json.RawMessage(`null`)}}},
+			`trace writer: info: framework capture 1: oom: not a JSON object: "null"`},
+	} {
+		if _, err := NewWriter(io.Discard, c.info); err == nil || err.Error() != c.want {
+			t.Errorf("NewWriter: %v, want %s", err, c.want)
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package trace
 
 import (
 	"debug/elf"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -47,45 +46,6 @@ func TestCloneBase(t *testing.T) {
 			t.Errorf("cloneBase(%q) = %q, want %q", in, got, want)
 		}
 	}
-}
-
-// gnuBuildIDNote finds the build ID among a file's notes: after another note, with 4-byte padding.
-func TestGNUBuildIDNote(t *testing.T) {
-	le := binary.LittleEndian
-	note := func(name string, typ uint32, desc []byte) []byte {
-		b := le.AppendUint32(nil, uint32(len(name)+1))
-		b = le.AppendUint32(b, uint32(len(desc)))
-		b = le.AppendUint32(b, typ)
-		b = append(b, name...)
-		b = append(b, 0)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		b = append(b, desc...)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		return b
-	}
-	data := append(note("GNU", 1, []byte{0, 0, 0, 0, 2, 0, 0, 0}), note("GNU", 3, []byte{0xde, 0xad, 0xbe, 0xef, 0x01})...)
-	if got := gnuBuildIDNote(data, le, 4); got != "deadbeef01" {
-		t.Errorf("build ID %q, want deadbeef01", got)
-	}
-	if got := gnuBuildIDNote(data[:len(data)-4], le, 4); got != "" {
-		t.Errorf("cut note: %q, want none", got)
-	}
-	if got := gnuBuildIDNote(note("Go", 4, []byte("x")), le, 4); got != "" {
-		t.Errorf("Go note: %q, want none", got)
-	}
-}
-
-// FuzzGNUBuildIDNote: any note bytes give an ID or nothing, never a panic.
-func FuzzGNUBuildIDNote(f *testing.F) {
-	f.Add([]byte{4, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 'G', 'N', 'U', 0, 1, 2, 0, 0}, uint64(4))
-	f.Add([]byte{}, uint64(8))
-	f.Fuzz(func(t *testing.T, data []byte, align uint64) {
-		gnuBuildIDNote(data, binary.LittleEndian, align%64)
-	})
 }
 
 // A PyTorch stack's demangled C++ frame of a compiler's clone keeps its whole name in the label:

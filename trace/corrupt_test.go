@@ -257,6 +257,12 @@ func TestSchemaAndVersionErrors(t *testing.T) {
 			`schema: schema metadata "allocscope.framework": entry 0: negative count`},
 		{"framework full unbounded", fields, map[string]string{metaFormatVersion: "1", metaFramework: `[{"pid":1,"framework":"torch","events":1,"entries":1,"full":true}]`},
 			`schema: schema metadata "allocscope.framework": entry 0: full without max_entries`},
+		{"framework oom not an object", fields, map[string]string{metaFormatVersion: "1", metaFramework: `[{"pid":1,"framework":"torch","events":1,"entries":1,"oom":[3]}]`},
+			`schema: schema metadata "allocscope.framework": entry 0: oom: not a JSON object: "[3]"`},
+		{"pool not JSON", fields, map[string]string{metaFormatVersion: "1", metaPool: `{"syncs":`},
+			`schema: schema metadata "allocscope.pool": not a JSON object: "{\"syncs\":"`},
+		{"pool not an object", fields, map[string]string{metaFormatVersion: "1", metaPool: `  [1, 2]`},
+			`schema: schema metadata "allocscope.pool": not a JSON object: "  [1, 2]"`},
 	}
 	for _, c := range cases {
 		path := customArrow(t, c.fields, c.md, 2, byName(c.fields))

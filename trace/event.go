@@ -2,7 +2,13 @@
 // events on disk, a Writer, a streaming Reader, and importers for traces written by other tools
 // (PyTorch memory snapshots, RMM logging_resource_adaptor CSV files).
 //
-// It is the project's one stable public API and imports no other allocscope package.
+// It is one of the module's two public APIs (with package pool) and keeps to the format: what a
+// program needs to write, read and import traces. Its exported names change only compatibly within
+// a major version (.ci/apicheck holds them to the last release's). What allocscope's own tools read
+// beyond the format is internal: a PyTorch snapshot's segments and settings (internal/torchsnap, to
+// which the Reader hands them), and the recorder's metadata that Info carries as opaque JSON
+// (Info.Pool, FrameworkCapture.OOM). It imports only internal packages that import no other
+// allocscope package (internal/buildid, internal/torchsnap).
 //
 // # File format (FormatVersion 1)
 //
@@ -17,7 +23,10 @@
 // metadata has a "description" and, for times and sizes, a "unit" ("ns" or "bytes"). The schema
 // metadata holds allocscope.format_version, allocscope.source, allocscope.command (JSON array),
 // allocscope.host, allocscope.start_time (RFC 3339), allocscope.recorder_version,
-// allocscope.driver_version and allocscope.gpu_names (JSON array). Record batches hold 65536 rows
+// allocscope.driver_version, allocscope.gpu_names (JSON array), allocscope.lost_events,
+// allocscope.modules (JSON array of Module), allocscope.ipc_export_sizes (JSON array),
+// allocscope.framework (JSON array of FrameworkCapture) and allocscope.pool (a JSON object of the
+// recorder's own, Info.Pool); an optional value is written as "". Record batches hold 65536 rows
 // and their buffers are zstd-compressed. pyarrow (pyarrow.ipc.open_file), pandas (read_feather,
 // string columns as categories) and DuckDB (through a pyarrow table) read the files unchanged.
 //

@@ -1,13 +1,17 @@
 package trace
 
 import (
+	"cmp"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allocscope/allocscope/internal/torchsnap"
 )
 
 const fixtures = "../testdata/trace"
@@ -33,15 +37,15 @@ func TestPyTorchSnapshotSmall(t *testing.T) {
 		{Seq: 11, TimeNs: t0 + 11*us, Device: 0, Op: OpFree, Layer: LayerRuntime, Function: FuncTorchSegmentFree, Size: 20971520, Address: seg0},
 		{Seq: 12, TimeNs: t0 + 12*us, Device: 1, Op: OpFree, Layer: LayerFramework, Function: FuncTorchFree, Size: 4096, Address: seg1, Stream: 3},
 	}
-	wantSnap := &Snapshot{
-		Segments: []SnapshotSegment{
+	wantSnap := &torchsnap.Snapshot{
+		Segments: []torchsnap.Segment{
 			{Device: 0, Address: seg0, TotalSize: 20971520, AllocatedSize: 512, ActiveSize: 512, RequestedSize: 512, Large: true, Blocks: 2,
-				BlockList: []SnapshotBlock{{Address: seg0, Size: 1024, State: "inactive"},
+				BlockList: []torchsnap.Block{{Address: seg0, Size: 1024, State: "inactive"},
 					{Address: seg0 + 1024, Size: 512, RequestedSize: 512, State: "active_allocated"}}},
-			{Device: 0, Address: 0x200000000, TotalSize: 2097152, Stream: 7, Expandable: true, BlockList: []SnapshotBlock{}},
-			{Device: 1, Address: seg1, TotalSize: 2097152, Stream: 3, BlockList: []SnapshotBlock{}},
+			{Device: 0, Address: 0x200000000, TotalSize: 2097152, Stream: 7, Expandable: true, BlockList: []torchsnap.Block{}},
+			{Device: 1, Address: seg1, TotalSize: 2097152, Stream: 3, BlockList: []torchsnap.Block{}},
 		},
-		Settings: &AllocatorSettings{
+		Settings: &torchsnap.Settings{
 			AllocConf:                  "max_split_size_mb:256,roundup_power2_divisions:[256:1,>:4]",
 			MaxSplitSize:               268435456,
 			GarbageCollectionThreshold: 0.6,
@@ -75,11 +79,11 @@ func TestPyTorchSnapshotSmall(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("events:\n%+v\nwant\n%+v", got, want)
 			}
-			if !reflect.DeepEqual(r.Snapshot(), wantSnap) {
-				t.Errorf("snapshot = %+v, want %+v", r.Snapshot(), wantSnap)
+			if snap := torchsnap.Of(r); !reflect.DeepEqual(snap, wantSnap) {
+				t.Errorf("snapshot = %+v, want %+v", snap, wantSnap)
 			}
-			wantTotals := []SegmentTotals{{Device: 0, Count: 2, TotalBytes: 23068672, AllocatedBytes: 512}, {Device: 1, Count: 1, TotalBytes: 2097152}}
-			if got := r.Snapshot().Totals(); !reflect.DeepEqual(got, wantTotals) {
+			wantTotals := []segmentTotals{{Device: 0, Count: 2, TotalBytes: 23068672, AllocatedBytes: 512}, {Device: 1, Count: 1, TotalBytes: 2097152}}
+			if got := totals(r.snapshot); !reflect.DeepEqual(got, wantTotals) {
 				t.Errorf("totals = %+v, want %+v", got, wantTotals)
 			}
 			wantInfo := Info{Source: SourcePyTorchSnapshot, StartTime: time.Unix(0, t0).UTC()}
@@ -111,13 +115,38 @@ func TestPyTorchSnapshotOldProtocol2(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("events:\n%+v\nwant\n%+v", got, want)
 	}
-	snap := r.Snapshot()
+	snap := r.snapshot
 	if snap.Settings != nil || len(snap.Segments) != 0 || !reflect.DeepEqual(snap.TraceEntries, []int{4}) {
 		t.Errorf("snapshot = %+v, want no settings, no segments, 4 entries", snap)
 	}
 	if !r.Info().StartTime.IsZero() {
 		t.Errorf("start time = %v, want zero (no time_us)", r.Info().StartTime)
 	}
+}
+
+// segmentTotals sums the segments of one device of a snapshot.
+type segmentTotals struct {
+	Device         int32
+	Count          int
+	TotalBytes     uint64 // sum of TotalSize: PyTorch's reserved memory
+	AllocatedBytes uint64 // sum of AllocatedSize
+}
+
+// totals returns the segment count and bytes of snap per device, by ascending device ordinal.
+func totals(snap *torchsnap.Snapshot) []segmentTotals {
+	var out []segmentTotals
+	for _, seg := range snap.Segments {
+		i := slices.IndexFunc(out, func(t segmentTotals) bool { return t.Device == seg.Device })
+		if i < 0 {
+			i = len(out)
+			out = append(out, segmentTotals{Device: seg.Device})
+		}
+		out[i].Count++
+		out[i].TotalBytes += seg.TotalSize
+		out[i].AllocatedBytes += seg.AllocatedSize
+	}
+	slices.SortFunc(out, func(a, b segmentTotals) int { return cmp.Compare(a.Device, b.Device) })
+	return out
 }
 
 // torchStats are PyTorch's own figures for a run (testdata/torch/WORKLOAD.SETTING.stats.json,
@@ -191,11 +220,11 @@ func TestPyTorchSnapshotsFromH200(t *testing.T) {
 				t.Errorf("got %d events %v, segment bytes %d; want %d %v, %d", len(events), byFunction, segBytes,
 					wantEvents, wantByFunction, st.MaxMemoryReserved)
 			}
-			totals := r.Snapshot().Totals()
+			totals := totals(r.snapshot)
 			if len(totals) != 1 || totals[0].Count != wantSegments || totals[0].TotalBytes != st.MaxMemoryReserved {
 				t.Errorf("totals = %+v, want %d segments of %d bytes", totals, wantSegments, st.MaxMemoryReserved)
 			}
-			s := r.Snapshot().Settings
+			s := r.snapshot.Settings
 			if s == nil || s.ExpandableSegments != expandable || s.MaxSplitSize != -1 || len(s.RoundupPower2Divisions) != 16 {
 				t.Errorf("settings = %+v", s)
 			}
@@ -293,5 +322,29 @@ func drain(t *testing.T, r *Reader) []Event {
 			t.Fatal(err)
 		}
 		all = append(all, batch...)
+	}
+}
+
+// torchsnap.Of gives the snapshot of a Reader of a PyTorch snapshot only: nil for an Arrow trace's
+// Reader and for what is no Reader.
+func TestSnapshotOfReadersOnly(t *testing.T) {
+	r, err := Open(filepath.Join(fixtures, "snapshot_old_proto2.pickle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if snap := torchsnap.Of(r); snap == nil || !reflect.DeepEqual(snap.TraceEntries, []int{4}) {
+		t.Errorf("snapshot's Reader: %+v, want 4 entries", snap)
+	}
+	a, err := Open(smallArrow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if snap := torchsnap.Of(a); snap != nil {
+		t.Errorf("Arrow trace's Reader: %+v, want nil", snap)
+	}
+	if snap := torchsnap.Of(Reader{}); snap != nil {
+		t.Errorf("a Reader value, not a pointer: %+v, want nil", snap)
 	}
 }

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -23,17 +24,20 @@ const (
 
 // Info is the metadata of a trace, stored in the Arrow schema's metadata.
 type Info struct {
-	FormatVersion   int           // layout version of the file; 0 for imported traces
-	Source          string        // SourceAllocscope, SourcePyTorchSnapshot or SourceRMMCSV
-	Command         []string      // command line of the recorded program
-	Host            string        // host name
-	StartTime       time.Time     // wall-clock start of the recording (zero when unknown)
-	RecorderVersion string        // allocscope version that wrote the file
-	DriverVersion   string        // CUDA driver version, when known
-	GPUNames        []string      // GPU names by ordinal, when known
-	LostEvents      int64         // calls the recorder saw but could not write (the trace lacks them)
-	Pool            *PoolActivity // what record --pool's pool did; nil for a recording without it
-	Modules         []Module      // the recorded processes' executable mappings, for naming callsites
+	FormatVersion   int       // layout version of the file; 0 for imported traces
+	Source          string    // SourceAllocscope, SourcePyTorchSnapshot or SourceRMMCSV
+	Command         []string  // command line of the recorded program
+	Host            string    // host name
+	StartTime       time.Time // wall-clock start of the recording (zero when unknown)
+	RecorderVersion string    // allocscope version that wrote the file
+	DriverVersion   string    // CUDA driver version, when known
+	GPUNames        []string  // GPU names by ordinal, when known
+	LostEvents      int64     // calls the recorder saw but could not write (the trace lacks them)
+	Modules         []Module  // the recorded processes' executable mappings, for naming callsites
+	// Pool is what the pool of allocscope's `record --pool` did inside the recorded program: a
+	// JSON object of the recorder's own counters, kept as written. Its fields follow the recorder
+	// and are no part of this package's promise; nil for a recording without the pool.
+	Pool json.RawMessage
 	// IPCExportSizes are the sizes of the device allocations the program exported by IPC
 	// (cudaIpcGetMemHandle), distinct, ascending; analyze sends such requests to CUDA under
 	// record --pool (pool.Config.PassThroughSizes). Nil when none, or the recorder did not tell.
@@ -68,72 +72,13 @@ type FrameworkCapture struct {
 	Full bool `json:"full,omitempty"`
 	// Dropped counts entries known to be lost: CuPy lines that could not be written or read.
 	Dropped int64 `json:"dropped,omitempty"`
-	// OOM is PyTorch's segments at the process's first out-of-memory error, rebuilt from its
-	// history up to that error (TorchSegmentsAtOOM); nil without one, or when the history could
-	// not rebuild them (it was Full, or named segments or blocks it did not hold).
-	OOM *TorchOOM `json:"oom,omitempty"`
+	// OOM is PyTorch's caching allocator at the process's first out-of-memory error, rebuilt by
+	// the recorder from the history up to that error: a JSON object of allocscope's own, kept as
+	// written, no part of this package's promise (analyze explains the error from it); nil without
+	// one, or when the history could not rebuild it (it was Full, or named segments or blocks it
+	// did not hold).
+	OOM json.RawMessage `json:"oom,omitempty"`
 }
-
-// PoolActivity is what the pool of `record --pool` did inside the recorded program, summed over
-// its processes and devices. The calls it served are the events with Event.Pool set.
-type PoolActivity struct {
-	Syncs             int64  `json:"syncs"`               // device synchronizations the pool made itself
-	SyncNs            int64  `json:"sync_ns"`             // time inside them, ns
-	Reservations      int64  `json:"reservations"`        // regions reserved from CUDA: the plan and every growth
-	Fallbacks         int64  `json:"fallbacks"`           // requests that made the pool grow
-	PassedThrough     int64  `json:"passed_through"`      // requests of the kinds it serves that went to CUDA
-	Events            int64  `json:"events"`              // CUDA events recorded at stream-ordered frees
-	StreamWaits       int64  `json:"stream_waits"`        // streams made to wait for another stream's free
-	HostWaits         int64  `json:"host_waits"`          // host waits for another stream's free
-	PeakReservedBytes uint64 `json:"peak_reserved_bytes"` // the most bytes one pool held reserved
-	IPCExports        int64  `json:"ipc_exports"`         // pool blocks exported with cudaIpcGetMemHandle
-	// Barriers is how many of Syncs were barriers on the legacy stream instead of device
-	// synchronizations: the host did not wait. Once the program made non-blocking streams, such a
-	// barrier is a join: the legacy stream first waits for an event on each of them, and each of
-	// them then waits for the barrier.
-	Barriers int64 `json:"barriers,omitempty"`
-	// StreamsApart counts the non-blocking streams the program made; with them, an ordering is a
-	// join barrier, or a device synchronization where a join cannot be made (docs/record-pool.md).
-	StreamsApart int64 `json:"streams_apart,omitempty"`
-	// PassedBy splits PassedThrough by why each request went to CUDA, by PassReasons' names; a
-	// reason with none is left out (nil: none passed, or a recorder that did not tell).
-	PassedBy map[string]int64 `json:"passed_by,omitempty"`
-	// PoolsNotMade counts the pools (one per process and device) that could not be made: their
-	// requests went to CUDA (PassedBy["no_pool"]).
-	PoolsNotMade int64 `json:"pools_not_made,omitempty"`
-	// FirstNotMadeError is the CUDA error of the first failed reservation of a pool's plan (0: none
-	// known, e.g. the driver lacked functions the pool needs).
-	FirstNotMadeError int64 `json:"first_not_made_error,omitempty"`
-	// PeakReservedSumBytes is the sum over every process and device of its pool's peak reserved
-	// bytes: an upper bound of the peak of all pools' reserved bytes together (the pools need not
-	// peak at once). PeakReservedBytes is the largest single pool's peak.
-	PeakReservedSumBytes uint64 `json:"peak_reserved_sum_bytes,omitempty"`
-	// CapturedFrees counts pool blocks freed on a capturing stream: kept allocated, since the graph
-	// may use them at every launch.
-	CapturedFrees int64 `json:"captured_frees,omitempty"`
-	// LateFreesKept counts a signal handler's frees of pool blocks that could not be queued while
-	// its thread was inside the pool: those blocks stay allocated.
-	LateFreesKept int64 `json:"late_frees_kept,omitempty"`
-	// Retired counts pools given up with their contexts (a device reset, a destroyed context).
-	Retired int64 `json:"retired,omitempty"`
-	// IdleReleases counts the regions the pool gave back to CUDA because nothing in them was in use,
-	// when a growth or a call that went to CUDA found the device out of memory; IdleReleasedBytes
-	// are their bytes.
-	IdleReleases      int64  `json:"idle_releases,omitempty"`
-	IdleReleasedBytes uint64 `json:"idle_released_bytes,omitempty"`
-}
-
-// PeakReservedTotal is the pools' peak reserved bytes summed over processes and devices
-// (PeakReservedSumBytes), or PeakReservedBytes for a recorder that did not keep the sum.
-func (p *PoolActivity) PeakReservedTotal() uint64 {
-	return max(p.PeakReservedSumBytes, p.PeakReservedBytes)
-}
-
-// PassReasons names the reasons a request of the kinds record --pool serves went to CUDA, the keys
-// of PoolActivity.PassedBy: the pool could not be made, the thread had no context, a graph was
-// being captured, a signal handler's call inside the pool, the pool was full and could not grow, its
-// context was reset or destroyed, pool.json excluded the request, anything else.
-var PassReasons = []string{"no_pool", "no_context", "capture", "signal", "full", "retired", "excluded", "other"}
 
 // Schema metadata keys. Every key is written; optional values are written as "" (or "[]").
 const (
@@ -167,16 +112,42 @@ func (info Info) metadata() arrow.Metadata {
 		metaRecorderVersion, metaDriverVersion, metaGPUNames, metaLostEvents, metaPool, metaModules, metaIPCExports, metaFramework}
 	values := []string{strconv.Itoa(FormatVersion), source, jsonStrings(info.Command), info.Host, start,
 		info.RecorderVersion, info.DriverVersion, jsonStrings(info.GPUNames), strconv.FormatInt(info.LostEvents, 10),
-		poolJSON(info.Pool), modulesJSON(info.Modules), sizesJSON(info.IPCExportSizes), frameworkJSON(info.Framework)}
+		objectJSON(info.Pool), modulesJSON(info.Modules), sizesJSON(info.IPCExportSizes), frameworkJSON(info.Framework)}
 	return arrow.NewMetadata(keys, values)
 }
 
-func poolJSON(p *PoolActivity) string {
-	if p == nil {
+// objectJSON is raw compacted, "" for nil; raw must be a JSON object (checkObject).
+func objectJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil { // NewWriter checked it
 		return ""
 	}
-	b, _ := json.Marshal(p) // a struct of numbers always marshals
-	return string(b)
+	return b.String()
+}
+
+// checkObject reports an error unless raw is empty or a JSON object.
+func checkObject(raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if !json.Valid(raw) || bytes.TrimLeft(raw, " \t\r\n")[0] != '{' {
+		return fmt.Errorf("not a JSON object: %.40q", raw)
+	}
+	return nil
+}
+
+// check reports the first field of info that cannot be written: an opaque value that is not a
+// JSON object.
+func (info Info) check() error {
+	if err := checkObject(info.Pool); err != nil {
+		return fmt.Errorf("pool activity: %w", err)
+	}
+	for i, c := range info.Framework {
+		if err := checkObject(c.OOM); err != nil {
+			return fmt.Errorf("framework capture %d: oom: %w", i, err)
+		}
+	}
+	return nil
 }
 
 func sizesJSON(sizes []uint64) string {
@@ -207,7 +178,7 @@ func frameworkJSON(f []FrameworkCapture) string {
 	if len(f) == 0 {
 		return ""
 	}
-	b, _ := json.Marshal(f) // numbers, strings and booleans always marshal
+	b, _ := json.Marshal(f) // numbers, strings, booleans and checked objects (Info.check) always marshal
 	return string(b)
 }
 
@@ -232,6 +203,11 @@ func metaFrameworkOf(md arrow.Metadata) ([]FrameworkCapture, error) {
 		}
 		if c.Full && c.MaxEntries == 0 {
 			return nil, fmt.Errorf("schema metadata %q: entry %d: full without max_entries", metaFramework, i)
+		}
+		if string(c.OOM) == "null" {
+			f[i].OOM = nil
+		} else if err := checkObject(c.OOM); err != nil {
+			return nil, fmt.Errorf("schema metadata %q: entry %d: oom: %w", metaFramework, i, err)
 		}
 	}
 	if len(f) == 0 {
@@ -261,30 +237,16 @@ func metaModulesOf(md arrow.Metadata) ([]Module, error) {
 	return m, nil
 }
 
-// metaPoolActivity decodes the pool activity; "" or a missing key is nil.
-func metaPoolActivity(md arrow.Metadata) (*PoolActivity, error) {
-	v, _ := metaValue(md, metaPool)
+// metaObject reads the JSON object of key, kept as written; "" or a missing key is nil.
+func metaObject(md arrow.Metadata, key string) (json.RawMessage, error) {
+	v, _ := metaValue(md, key)
 	if v == "" {
 		return nil, nil
 	}
-	var p PoolActivity
-	dec := json.NewDecoder(strings.NewReader(v))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("schema metadata %q: %w", metaPool, err)
+	if err := checkObject(json.RawMessage(v)); err != nil {
+		return nil, fmt.Errorf("schema metadata %q: %w", key, err)
 	}
-	if p.Syncs < 0 || p.SyncNs < 0 || p.Reservations < 0 || p.Fallbacks < 0 || p.PassedThrough < 0 ||
-		p.Events < 0 || p.StreamWaits < 0 || p.HostWaits < 0 || p.IPCExports < 0 || p.CapturedFrees < 0 ||
-		p.LateFreesKept < 0 || p.Retired < 0 || p.Barriers < 0 || p.Barriers > p.Syncs ||
-		p.StreamsApart < 0 || p.IdleReleases < 0 || p.PoolsNotMade < 0 || p.FirstNotMadeError < 0 {
-		return nil, fmt.Errorf("schema metadata %q: negative count, or more barriers than syncs, in %s", metaPool, v)
-	}
-	for reason, n := range p.PassedBy {
-		if !slices.Contains(PassReasons, reason) || n < 0 {
-			return nil, fmt.Errorf("schema metadata %q: passed_by: %q %d is not a reason and count", metaPool, reason, n)
-		}
-	}
-	return &p, nil
+	return json.RawMessage(v), nil
 }
 
 func jsonStrings(s []string) string {
@@ -325,7 +287,7 @@ func infoFromMetadata(md arrow.Metadata) (Info, error) {
 			return info, fmt.Errorf("schema metadata %q: bad count %q", metaLostEvents, s)
 		}
 	}
-	if info.Pool, err = metaPoolActivity(md); err != nil {
+	if info.Pool, err = metaObject(md, metaPool); err != nil {
 		return info, err
 	}
 	if info.Modules, err = metaModulesOf(md); err != nil {

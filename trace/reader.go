@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/allocscope/allocscope/internal/torchsnap"
 )
 
 // ReadOption configures Open.
@@ -56,9 +58,9 @@ type Reader struct {
 	name      string
 	info      Info
 	src       source
-	snapshot  *Snapshot
-	callsites callsites   // recorded stacks, by Event.Callsite (PyTorch snapshots)
-	symbols   *symbolizer // names return addresses with Info.Modules, made at first use
+	snapshot  *torchsnap.Snapshot // a PyTorch snapshot's segments and settings (torchsnap.Of)
+	callsites callsites           // recorded stacks, by Event.Callsite (PyTorch snapshots)
+	symbols   *symbolizer         // names return addresses with Info.Modules, made at first use
 	warnings  []string
 	buf       []Event
 	cols      transposer // NextColumns of the formats not stored by column
@@ -81,6 +83,17 @@ type columnSource interface {
 	// nextColumns fills c with the next batch, valid until the next call of next or nextColumns,
 	// or returns io.EOF. Errors are as next's.
 	nextColumns(c *Columns) error
+}
+
+// init lets torchsnap.Of hand out a Reader's snapshot: allocscope's analysis reads it, but it is
+// no part of this package's API.
+func init() {
+	torchsnap.RegisterReader(func(reader any) *torchsnap.Snapshot {
+		if r, ok := reader.(*Reader); ok {
+			return r.snapshot
+		}
+		return nil
+	})
 }
 
 // maxBatch is the number of events per Next call for formats that are not batched on disk.
@@ -197,10 +210,6 @@ func detect(head []byte) format {
 
 // Info returns the trace's metadata.
 func (r *Reader) Info() Info { return r.info }
-
-// Snapshot returns the allocator state recorded in a PyTorch memory snapshot, or nil when the
-// trace is not one.
-func (r *Reader) Snapshot() *Snapshot { return r.snapshot }
 
 // Next returns the next batch of events, in file order (which is seq order for traces written
 // by allocscope and for imported traces). The slice and its events are valid until the next

@@ -4,16 +4,15 @@ import (
 	"cmp"
 	"debug/dwarf"
 	"debug/elf"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/ianlancetaylor/demangle"
+
+	"github.com/allocscope/allocscope/internal/buildid"
 )
 
 // Module is one executable mapping of a file in a recorded process (from /proc/PID/maps), which
@@ -28,64 +27,6 @@ type Module struct {
 	// BuildID is the file's GNU build ID (hex) when it was recorded; analyze names nothing in a
 	// file found at Path with another one (rebuilt since).
 	BuildID string `json:"build_id,omitempty"`
-}
-
-// BuildID returns the GNU build ID (hex) of the ELF file at path: "" when the file cannot be read
-// or has none.
-func BuildID(path string) string {
-	f, err := elf.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	return elfBuildID(f)
-}
-
-// elfBuildID reads the NT_GNU_BUILD_ID note of f.
-func elfBuildID(f *elf.File) string {
-	for _, p := range f.Progs {
-		if p.Type != elf.PT_NOTE {
-			continue
-		}
-		data, err := io.ReadAll(io.LimitReader(p.Open(), 1<<16))
-		if err != nil {
-			continue
-		}
-		if id := gnuBuildIDNote(data, f.ByteOrder, p.Align); id != "" {
-			return id
-		}
-	}
-	return ""
-}
-
-// gnuBuildIDNote finds the "GNU" note of type 3 (NT_GNU_BUILD_ID) among the notes in data.
-func gnuBuildIDNote(data []byte, order binary.ByteOrder, align uint64) string {
-	a := uint64(4) // notes are padded to 4 bytes, or to 8 in a segment aligned to 8
-	if align == 8 {
-		a = 8
-	}
-	pad := func(n uint64) uint64 {
-		if n > 1<<32 {
-			return 1 << 62 // past any data: the caller stops
-		}
-		return (n + a - 1) &^ (a - 1)
-	}
-	for len(data) >= 12 {
-		nameSize, descSize, typ := uint64(order.Uint32(data)), uint64(order.Uint32(data[4:])), order.Uint32(data[8:])
-		nameEnd := 12 + pad(nameSize)
-		descEnd := nameEnd + pad(descSize)
-		if nameEnd > uint64(len(data)) || nameEnd+descSize > uint64(len(data)) {
-			return ""
-		}
-		if typ == 3 && nameSize == 4 && len(data) >= 16 && string(data[12:15]) == "GNU" {
-			return hex.EncodeToString(data[nameEnd : nameEnd+descSize])
-		}
-		if descEnd >= uint64(len(data)) {
-			return ""
-		}
-		data = data[descEnd:]
-	}
-	return ""
 }
 
 // symbolizer names return addresses with the recorded modules and their ELF files, reading each
@@ -190,7 +131,7 @@ func readELF(path string) *elfInfo {
 		return nil
 	}
 	defer f.Close()
-	info := &elfInfo{buildID: elfBuildID(f)}
+	info := &elfInfo{buildID: buildid.OfFile(f)}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			info.loads = append(info.loads, p.ProgHeader)

@@ -11,7 +11,6 @@ import (
 	"math"
 	"math/big"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 	"unsafe"
@@ -19,6 +18,8 @@ import (
 	"github.com/nlpodyssey/gopickle/pickle"
 	"github.com/nlpodyssey/gopickle/types"
 	"github.com/ulikunitz/xz"
+
+	"github.com/allocscope/allocscope/internal/torchsnap"
 )
 
 // maxSnapshotBytes bounds the (decompressed) size of a PyTorch snapshot pickle; it is decoded
@@ -27,92 +28,6 @@ const maxSnapshotBytes = 2 << 30
 
 // cudaErrorMemoryAllocation is the CUDA result code given to imported out-of-memory events.
 const cudaErrorMemoryAllocation = 2
-
-// Snapshot is the state of PyTorch's CUDA caching allocator when a memory snapshot
-// (torch.cuda.memory._snapshot()) was taken, next to the history that Reader.Next returns.
-// The analyzer uses it to check that its model of the caching allocator reproduces the real
-// one: the segments reserved at snapshot time and the allocator settings in force.
-type Snapshot struct {
-	Segments []SnapshotSegment // the "segments" list: memory reserved from CUDA at snapshot time
-	// Settings holds "allocator_settings"; nil in snapshots of PyTorch versions that lack it.
-	Settings *AllocatorSettings
-	// TraceEntries is the number of history entries ("device_traces") per device ordinal,
-	// including entries that produce no event ("snapshot" markers, unknown actions).
-	TraceEntries []int
-}
-
-// SnapshotSegment is one segment (one cudaMalloc, or one expandable segment) of a snapshot.
-type SnapshotSegment struct {
-	Device        int32  `json:"device"`
-	Address       uint64 `json:"address"`
-	TotalSize     uint64 `json:"total_size"`     // bytes reserved from CUDA ("total_size")
-	AllocatedSize uint64 `json:"allocated_size"` // bytes of blocks in use by tensors ("allocated_size")
-	ActiveSize    uint64 `json:"active_size"`    // bytes in use or awaiting free on another stream ("active_size")
-	RequestedSize uint64 `json:"requested_size"` // bytes requested by tensors, before rounding ("requested_size")
-	Stream        uint64 `json:"stream"`
-	Large         bool   `json:"large"`      // segment_type "large" (the pool of blocks > 1 MiB)
-	Expandable    bool   `json:"expandable"` // an expandable segment (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
-	Blocks        int    `json:"blocks"`     // number of blocks the segment is split into
-	// BlockList is the blocks, in address order as the snapshot lists them.
-	BlockList []SnapshotBlock `json:"block_list"`
-}
-
-// SnapshotBlock is one block of a snapshot's segment.
-type SnapshotBlock struct {
-	Address       uint64 `json:"address"`
-	Size          uint64 `json:"size"`           // bytes of the block ("size")
-	RequestedSize uint64 `json:"requested_size"` // bytes the tensor asked for ("requested_size")
-	// State is "active_allocated" (in use), "active_pending_free" (freed, awaiting another
-	// stream) or "inactive" (free, cached).
-	State string `json:"state"`
-	// Callsite is the stack that allocated it (Reader.Callsite), 0 when not recorded; in
-	// TorchOOM, an index into TorchOOM.Callsites.
-	Callsite uint64 `json:"callsite,omitempty"`
-}
-
-// Free reports whether the block is cached and free.
-func (b SnapshotBlock) Free() bool { return b.State == "inactive" }
-
-// SegmentTotals sums the segments of one device.
-type SegmentTotals struct {
-	Device         int32
-	Count          int
-	TotalBytes     uint64 // sum of TotalSize: PyTorch's reserved memory
-	AllocatedBytes uint64 // sum of AllocatedSize
-}
-
-// Totals returns the segment count and bytes per device, by ascending device ordinal.
-func (s *Snapshot) Totals() []SegmentTotals {
-	byDevice := map[int32]SegmentTotals{}
-	for _, seg := range s.Segments {
-		t := byDevice[seg.Device]
-		t.Device = seg.Device
-		t.Count++
-		t.TotalBytes += seg.TotalSize
-		t.AllocatedBytes += seg.AllocatedSize
-		byDevice[seg.Device] = t
-	}
-	out := make([]SegmentTotals, 0, len(byDevice))
-	for _, t := range byDevice {
-		out = append(out, t)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
-	return out
-}
-
-// AllocatorSettings are the caching allocator's settings recorded in a snapshot.
-type AllocatorSettings struct {
-	AllocConf                  string  // PYTORCH_CUDA_ALLOC_CONF as last parsed
-	MaxSplitSize               int64   // bytes; -1 means no limit
-	GarbageCollectionThreshold float64 // 0 when off
-	ExpandableSegments         bool
-	// RoundupPower2Divisions[i] is the number of divisions for sizes in the interval PyTorch
-	// keys "2^i" (MiB); 0 means no power-of-two rounding there.
-	RoundupPower2Divisions    []int64
-	ReleaseLockOnCudaMalloc   bool
-	PinnedNumRegisterThreads  int64
-	PinnedUseCudaHostRegister bool
-}
 
 func (r *Reader) openSnapshot(in readAtSeeker, size int64, closer io.Closer) error {
 	data, err := readSnapshotBytes(in, size)
@@ -250,7 +165,7 @@ func (s *sliceSource) progress() (done, total int64) {
 
 func (s *sliceSource) close() error { s.events = nil; return nil }
 
-// snapshotImporter turns a decoded snapshot into events and a Snapshot.
+// snapshotImporter turns a decoded snapshot into events and a torchsnap.Snapshot.
 type snapshotImporter struct {
 	r         *Reader
 	skipped   map[string]int // unknown actions and how often they occurred
@@ -267,7 +182,7 @@ func (imp *snapshotImporter) convert(root any) ([]Event, error) {
 	if !ok {
 		return nil, fmt.Errorf("not a PyTorch memory snapshot: top-level object is %s, want a dict", pyType(root))
 	}
-	snap := &Snapshot{}
+	snap := &torchsnap.Snapshot{}
 	var traces any
 	var haveTraces bool
 	for _, e := range *top {
@@ -303,7 +218,7 @@ func (imp *snapshotImporter) convert(root any) ([]Event, error) {
 	return events, nil
 }
 
-func (imp *snapshotImporter) convertTraces(v any, snap *Snapshot) ([]Event, error) {
+func (imp *snapshotImporter) convertTraces(v any, snap *torchsnap.Snapshot) ([]Event, error) {
 	devices, ok := asList(v)
 	if !ok {
 		return nil, fmt.Errorf(`device_traces: %s, want a list`, pyType(v))
@@ -445,14 +360,14 @@ func convertFrames(v any, buf []Frame) ([]Frame, error) {
 }
 
 // convertBlocks reads a segment's blocks.
-func (imp *snapshotImporter) convertBlocks(list []any) ([]SnapshotBlock, error) {
-	blocks := make([]SnapshotBlock, 0, len(list))
+func (imp *snapshotImporter) convertBlocks(list []any) ([]torchsnap.Block, error) {
+	blocks := make([]torchsnap.Block, 0, len(list))
 	for j, bv := range list {
 		d, ok := bv.(*types.Dict)
 		if !ok {
 			return nil, fmt.Errorf("blocks[%d]: %s, want a dict", j, pyType(bv))
 		}
-		var b SnapshotBlock
+		var b torchsnap.Block
 		for _, kv := range *d {
 			var err error
 			switch key, _ := kv.Key.(string); key {
@@ -524,18 +439,18 @@ func (imp *snapshotImporter) intern(frames []Frame) uint64 {
 	return imp.callsites.intern(frames)
 }
 
-func (imp *snapshotImporter) convertSegments(v any) ([]SnapshotSegment, error) {
+func (imp *snapshotImporter) convertSegments(v any) ([]torchsnap.Segment, error) {
 	list, ok := asList(v)
 	if !ok {
 		return nil, fmt.Errorf("segments: %s, want a list", pyType(v))
 	}
-	segs := make([]SnapshotSegment, 0, len(list))
+	segs := make([]torchsnap.Segment, 0, len(list))
 	for i, sv := range list {
 		d, ok := sv.(*types.Dict)
 		if !ok {
 			return nil, fmt.Errorf("segments[%d]: %s, want a dict", i, pyType(sv))
 		}
-		var s SnapshotSegment
+		var s torchsnap.Segment
 		for _, kv := range *d {
 			var err error
 			var dev uint64
@@ -573,12 +488,12 @@ func (imp *snapshotImporter) convertSegments(v any) ([]SnapshotSegment, error) {
 	return segs, nil
 }
 
-func convertSettings(v any) (*AllocatorSettings, error) {
+func convertSettings(v any) (*torchsnap.Settings, error) {
 	d, ok := v.(*types.Dict)
 	if !ok {
 		return nil, fmt.Errorf("allocator_settings: %s, want a dict", pyType(v))
 	}
-	s := &AllocatorSettings{}
+	s := &torchsnap.Settings{}
 	for _, kv := range *d {
 		var err error
 		switch key, _ := kv.Key.(string); key {

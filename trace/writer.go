@@ -123,7 +123,8 @@ type batchJob struct {
 	rows int
 }
 
-// NewWriter starts an Arrow IPC file on w. The caller closes w after Close.
+// NewWriter starts an Arrow IPC file on w. The caller closes w after Close. It fails when one of
+// info's opaque values (Info.Pool, FrameworkCapture.OOM) is not a JSON object.
 func NewWriter(w io.Writer, info Info, opts ...WriterOption) (*Writer, error) {
 	cfg := writerConfig{alloc: memory.DefaultAllocator, batchRows: DefaultBatchRows, compressNP: 2,
 		compression: true, zstdLevel: 1}
@@ -132,6 +133,9 @@ func NewWriter(w io.Writer, info Info, opts ...WriterOption) (*Writer, error) {
 	}
 	if cfg.batchRows <= 0 {
 		return nil, fmt.Errorf("trace writer: batch rows must be positive, got %d", cfg.batchRows)
+	}
+	if err := info.check(); err != nil {
+		return nil, fmt.Errorf("trace writer: info: %w", err)
 	}
 	tw := &Writer{cfg: cfg, buf: bufio.NewWriterSize(w, 1<<20), schema: schemaFor(info)}
 	if err := tw.buildFunctionIndex(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/allocscope/allocscope/internal/poolactivity"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/internal/units"
 	"github.com/allocscope/allocscope/trace"
@@ -25,7 +26,7 @@ type Run struct {
 	WallNs        int64  `json:"wall_ns"`         // from the first call's start to the last call's end
 	Layer         string `json:"layer"`           // the request layer
 	// Pool is what record --pool's pool did (the trace's metadata); nil for a recording without it.
-	Pool *trace.PoolActivity `json:"pool,omitempty"`
+	Pool *poolactivity.Activity `json:"pool,omitempty"`
 }
 
 // Measure reads src to the end and returns its Run. It keeps no events or ops: its memory does not
@@ -117,44 +118,44 @@ func WriteComparison(w io.Writer, before, after Run) error {
 }
 
 // poolRows are the comparison's lines on what record --pool's pool did ("-": no pool).
-func poolRows(before, after *trace.PoolActivity) [][4]string {
-	field := func(p *trace.PoolActivity, f func(*trace.PoolActivity) string) string {
+func poolRows(before, after *poolactivity.Activity) [][4]string {
+	field := func(p *poolactivity.Activity, f func(*poolactivity.Activity) string) string {
 		if p == nil {
 			return "-"
 		}
 		return f(p)
 	}
-	row := func(name string, f func(*trace.PoolActivity) string) [4]string {
+	row := func(name string, f func(*poolactivity.Activity) string) [4]string {
 		return [4]string{name, field(before, f), field(after, f), ""}
 	}
-	count := func(get func(*trace.PoolActivity) int64) func(*trace.PoolActivity) string {
-		return func(p *trace.PoolActivity) string { return units.FormatCount(get(p)) }
+	count := func(get func(*poolactivity.Activity) int64) func(*poolactivity.Activity) string {
+		return func(p *poolactivity.Activity) string { return units.FormatCount(get(p)) }
 	}
-	peak := row("pool: peak reserved", func(p *trace.PoolActivity) string { return units.FormatBytes(p.PeakReservedBytes) })
-	several := func(p *trace.PoolActivity) bool { return p != nil && p.PeakReservedTotal() > p.PeakReservedBytes }
+	peak := row("pool: peak reserved", func(p *poolactivity.Activity) string { return units.FormatBytes(p.PeakReservedBytes) })
+	several := func(p *poolactivity.Activity) bool { return p != nil && p.PeakReservedTotal() > p.PeakReservedBytes }
 	if several(before) || several(after) { // several pools: each one's peak, summed, then the largest
-		peak = row("pool: peak reserved, summed", func(p *trace.PoolActivity) string { return units.FormatBytes(p.PeakReservedTotal()) })
+		peak = row("pool: peak reserved, summed", func(p *poolactivity.Activity) string { return units.FormatBytes(p.PeakReservedTotal()) })
 	}
 	rows := [][4]string{
 		peak,
-		row("pool: reservations", count(func(p *trace.PoolActivity) int64 { return p.Reservations })),
-		row("pool: fallbacks (growths)", count(func(p *trace.PoolActivity) int64 { return p.Fallbacks })),
-		row("pool: requests passed to CUDA", count(func(p *trace.PoolActivity) int64 { return p.PassedThrough })),
-		row("pool: its own synchronizations", func(p *trace.PoolActivity) string {
+		row("pool: reservations", count(func(p *poolactivity.Activity) int64 { return p.Reservations })),
+		row("pool: fallbacks (growths)", count(func(p *poolactivity.Activity) int64 { return p.Fallbacks })),
+		row("pool: requests passed to CUDA", count(func(p *poolactivity.Activity) int64 { return p.PassedThrough })),
+		row("pool: its own synchronizations", func(p *poolactivity.Activity) string {
 			return fmt.Sprintf("%s (%s)", units.FormatCount(p.Syncs), dur(p.SyncNs))
 		}),
-		row("pool: of them barriers", count(func(p *trace.PoolActivity) int64 { return p.Barriers })),
-		row("pool: stream / host waits", func(p *trace.PoolActivity) string {
+		row("pool: of them barriers", count(func(p *poolactivity.Activity) int64 { return p.Barriers })),
+		row("pool: stream / host waits", func(p *poolactivity.Activity) string {
 			return fmt.Sprintf("%s / %s", units.FormatCount(p.StreamWaits), units.FormatCount(p.HostWaits))
 		}),
 	}
 	if several(before) || several(after) {
-		rows = slices.Insert(rows, 1, row("pool: largest pool's peak", func(p *trace.PoolActivity) string {
+		rows = slices.Insert(rows, 1, row("pool: largest pool's peak", func(p *poolactivity.Activity) string {
 			return units.FormatBytes(p.PeakReservedBytes)
 		}))
 	}
 	if (before != nil && before.IPCExports > 0) || (after != nil && after.IPCExports > 0) {
-		rows = append(rows, row("pool: blocks exported by IPC", count(func(p *trace.PoolActivity) int64 { return p.IPCExports })))
+		rows = append(rows, row("pool: blocks exported by IPC", count(func(p *poolactivity.Activity) int64 { return p.IPCExports })))
 	}
 	return rows
 }

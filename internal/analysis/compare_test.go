@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allocscope/allocscope/internal/poolactivity"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -73,7 +74,7 @@ peak live                      4 KiB                  4 KiB
 // With record --pool's activity in the after trace, the comparison adds its lines ("-" before).
 func TestComparePoolActivity(t *testing.T) {
 	before := Run{Name: "before.arrow", Layer: "device"}
-	after := Run{Name: "after.arrow", Layer: "device", Pool: &trace.PoolActivity{Syncs: 2, SyncNs: 1500000,
+	after := Run{Name: "after.arrow", Layer: "device", Pool: &poolactivity.Activity{Syncs: 2, SyncNs: 1500000,
 		Reservations: 3, Fallbacks: 2, PassedThrough: 1, StreamWaits: 4, HostWaits: 5, PeakReservedBytes: 3 << 30,
 		IPCExports: 1, Barriers: 1}}
 	var out strings.Builder
@@ -97,8 +98,8 @@ pool: blocks exported by IPC   -                      1
 // With record --pool's pools in several processes, the comparison's peak reserved is the sum of each
 // pool's own peak, labelled so, and the largest pool's follows.
 func TestComparePoolActivitySeveralPools(t *testing.T) {
-	before := Run{Name: "before.arrow", Layer: "device", Pool: &trace.PoolActivity{Reservations: 1, PeakReservedBytes: 1 << 30}}
-	after := Run{Name: "after.arrow", Layer: "device", Pool: &trace.PoolActivity{Reservations: 2, PeakReservedBytes: 2 << 30,
+	before := Run{Name: "before.arrow", Layer: "device", Pool: &poolactivity.Activity{Reservations: 1, PeakReservedBytes: 1 << 30}}
+	after := Run{Name: "after.arrow", Layer: "device", Pool: &poolactivity.Activity{Reservations: 2, PeakReservedBytes: 2 << 30,
 		PeakReservedSumBytes: 3 << 30}}
 	var out strings.Builder
 	if err := WriteComparison(&out, before, after); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/requests"
+	"github.com/allocscope/allocscope/internal/torchsnap"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -23,43 +24,49 @@ const (
 	oomPinsShown     = 3 // blocks in use shown per segment
 )
 
-// snapshotSource is a source with a PyTorch snapshot's state (*trace.Reader of a snapshot).
-type snapshotSource interface {
-	Snapshot() *trace.Snapshot
-}
-
 // oomStates are the caching allocator's segments an out-of-memory error can be explained from: a
 // snapshot's (at the dump), or those record rebuilt from each process's history at its first
 // out-of-memory error (trace.FrameworkCapture.OOM).
 type oomStates struct {
-	snapshot *trace.Snapshot
-	recorded []trace.FrameworkCapture
+	snapshot *torchsnap.Snapshot
+	recorded []recordedOOM
 }
 
-// newOOMStates reads the states src holds: a snapshot's segments, or the recorded ones of its
-// metadata.
-func newOOMStates(src Source) oomStates {
-	var st oomStates
-	if s, ok := src.(snapshotSource); ok {
-		st.snapshot = s.Snapshot()
-	}
+// recordedOOM is what record kept of PyTorch's allocator at process pid's first out-of-memory error.
+type recordedOOM struct {
+	pid   uint32
+	state *torchsnap.OOM
+}
+
+// newOOMStates reads the states src holds: a snapshot's segments (src is the *trace.Reader of a
+// snapshot), or the recorded ones of its metadata, which must decode.
+func newOOMStates(src Source) (oomStates, error) {
+	st := oomStates{snapshot: torchsnap.Of(src)}
 	if s, ok := src.(interface{ Info() trace.Info }); ok {
-		st.recorded = s.Info().Framework
+		for i, c := range s.Info().Framework {
+			if c.Framework != trace.FrameworkTorch || c.OOM == nil {
+				continue
+			}
+			o, err := torchsnap.DecodeOOM(c.OOM)
+			if err != nil {
+				return st, fmt.Errorf(`schema metadata "allocscope.framework": entry %d: oom: %w`, i, err)
+			}
+			st.recorded = append(st.recorded, recordedOOM{pid: c.PID, state: o})
+		}
 	}
-	return st
+	return st, nil
 }
 
 // at returns the segments that explain out-of-memory event ev, with the names of their blocks'
 // callsites (name names a snapshot's); recorded is true for segments rebuilt by record. No segments
 // when none do.
-func (st oomStates) at(ev model.EventRef, name func(uint64) string) (segs []trace.SnapshotSegment,
+func (st oomStates) at(ev model.EventRef, name func(uint64) string) (segs []torchsnap.Segment,
 	names func(uint64) string, recorded bool) {
 	if st.snapshot != nil && len(st.snapshot.Segments) > 0 {
 		return st.snapshot.Segments, name, false
 	}
-	for _, c := range st.recorded {
-		if o := c.OOM; o != nil && c.PID == ev.PID && c.Framework == trace.FrameworkTorch && o.Device == ev.Device &&
-			o.RequestedBytes == ev.Size {
+	for _, r := range st.recorded {
+		if o := r.state; r.pid == ev.PID && o.Device == ev.Device && o.RequestedBytes == ev.Size {
 			return o.Segments, func(i uint64) string {
 				if i == 0 || i > uint64(len(o.Callsites)) {
 					return "(no stack recorded)" // an index the trace's metadata does not hold
@@ -95,7 +102,7 @@ func explainOOM(states oomStates, failed model.Anomaly, name func(uint64) string
 // describeSegments fills in r what the segments on r's device hold: reserved, allocated and
 // cached-but-free bytes, the largest free block of each stream, and the most fragmented segments
 // (the most free bytes among blocks in use) with the blocks that pin them.
-func describeSegments(r *model.OOMReport, segs []trace.SnapshotSegment, name func(uint64) string) {
+func describeSegments(r *model.OOMReport, segs []torchsnap.Segment, name func(uint64) string) {
 	largest := map[uint64]uint64{}
 	var frag []model.FragmentedSegment
 	for _, s := range segs {
@@ -120,9 +127,9 @@ func describeSegments(r *model.OOMReport, segs []trace.SnapshotSegment, name fun
 
 // fragmentation describes one segment: its free bytes, its largest free block, and the blocks in
 // use that pin it, largest first.
-func fragmentation(s trace.SnapshotSegment, name func(uint64) string) model.FragmentedSegment {
+func fragmentation(s torchsnap.Segment, name func(uint64) string) model.FragmentedSegment {
 	f := model.FragmentedSegment{Address: fmt.Sprintf("%#x", s.Address), Stream: s.Stream, SizeBytes: s.TotalSize}
-	var pins []trace.SnapshotBlock
+	var pins []torchsnap.Block
 	for _, b := range s.BlockList {
 		if b.Free() {
 			f.FreeBytes += b.Size
@@ -132,7 +139,7 @@ func fragmentation(s trace.SnapshotSegment, name func(uint64) string) model.Frag
 		}
 	}
 	f.PinnedBlocks = len(pins)
-	slices.SortStableFunc(pins, func(a, b trace.SnapshotBlock) int { return cmp.Compare(b.Size, a.Size) })
+	slices.SortStableFunc(pins, func(a, b torchsnap.Block) int { return cmp.Compare(b.Size, a.Size) })
 	for _, b := range pins[:min(oomPinsShown, len(pins))] {
 		site := "(no stack recorded)"
 		if b.Callsite != 0 {
@@ -263,15 +270,15 @@ func (p *oomProbe) explain(e *trace.Event, size uint64) *model.OOMReport {
 	if l, ok := p.alloc.(pool.Layouter); ok {
 		regions = l.Layout()
 	}
-	snap := make([]trace.SnapshotSegment, len(regions))
+	snap := make([]torchsnap.Segment, len(regions))
 	for i, r := range regions {
-		snap[i] = trace.SnapshotSegment{Device: e.Device, Address: r.Base, TotalSize: r.Size, Stream: r.Stream,
+		snap[i] = torchsnap.Segment{Device: e.Device, Address: r.Base, TotalSize: r.Size, Stream: r.Stream,
 			Large: r.Kind != pool.RegionSmall, Expandable: r.Expandable, Blocks: len(r.Blocks)}
 		for _, b := range r.Blocks {
 			addr := r.Base + b.Offset
-			sb := trace.SnapshotBlock{Address: addr, Size: b.Size, RequestedSize: b.Requested, State: "inactive"}
+			sb := torchsnap.Block{Address: addr, Size: b.Size, RequestedSize: b.Requested, State: torchsnap.StateInactive}
 			if b.Live {
-				sb.State = "active_allocated"
+				sb.State = torchsnap.StateAllocated
 				snap[i].AllocatedSize += b.Size
 				if p.sites[addr].id != 0 {
 					sb.Callsite = addr // named through the live block's site, below

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/requests"
+	"github.com/allocscope/allocscope/internal/torchsnap"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -116,17 +118,26 @@ func TestModelOOMOfTheClosest(t *testing.T) {
 
 // A recorded trace's out-of-memory error is explained from the state record kept for its process
 // (trace.FrameworkCapture.OOM): the capture of another pid, another device or another request
-// size explains nothing, and a block's callsite index the metadata lacks reads as no stack.
+// size explains nothing, a CuPy capture is not read, and a block's callsite index the metadata
+// lacks reads as no stack. A state that does not decode is an error naming the entry.
 func TestExplainRecordedOOM(t *testing.T) {
-	seg := trace.SnapshotSegment{Device: 1, Address: 0x1000, TotalSize: 4 << 20, AllocatedSize: 3 << 20, Stream: 5,
-		BlockList: []trace.SnapshotBlock{
+	seg := torchsnap.Segment{Device: 1, Address: 0x1000, TotalSize: 4 << 20, AllocatedSize: 3 << 20, Stream: 5,
+		BlockList: []torchsnap.Block{
 			{Address: 0x1000, Size: 1 << 20, State: "active_allocated", Callsite: 1},
 			{Address: 0x101000, Size: 1 << 20, State: "inactive"},
 			{Address: 0x201000, Size: 2 << 20, State: "active_allocated", Callsite: 9}}}
 	capture := func(pid uint32, dev int32, size uint64) trace.FrameworkCapture {
-		return trace.FrameworkCapture{PID: pid, Framework: trace.FrameworkTorch, OOM: &trace.TorchOOM{Device: dev,
-			RequestedBytes: size, DeviceFreeBytes: 1 << 20, Segments: []trace.SnapshotSegment{seg},
-			Callsites: []string{"step (train.py:9)"}}}
+		state := &torchsnap.OOM{Device: dev, RequestedBytes: size, DeviceFreeBytes: 1 << 20,
+			Segments: []torchsnap.Segment{seg}, Callsites: []string{"step (train.py:9)"}}
+		return trace.FrameworkCapture{PID: pid, Framework: trace.FrameworkTorch, OOM: state.JSON()}
+	}
+	states := func(captures ...trace.FrameworkCapture) oomStates {
+		t.Helper()
+		st, err := newOOMStates(&infoSource{info: trace.Info{Framework: captures}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
 	}
 	failed := model.Anomaly{Events: []model.EventRef{
 		{Seq: 3, PID: 7, Device: 1, Function: "cudaMalloc", Size: 64},
@@ -138,13 +149,20 @@ func TestExplainRecordedOOM(t *testing.T) {
 			LargestFree: 1 << 20, PinnedBlocks: 2, PinnedBy: []model.PinningBlock{
 				{SizeBytes: 2 << 20, Callsite: "(no stack recorded)"}, {SizeBytes: 1 << 20, Callsite: "step (train.py:9)"}}}},
 		Recorded: true}
-	states := oomStates{recorded: []trace.FrameworkCapture{capture(6, 1, 2<<20), capture(7, 1, 2<<20)}}
-	if r := explainOOM(states, failed, nil); !reflect.DeepEqual(r, want) {
+	if r := explainOOM(states(capture(6, 1, 2<<20), capture(7, 1, 2<<20)), failed, nil); !reflect.DeepEqual(r, want) {
 		t.Errorf("oom = %+v\nwant %+v", r, want)
 	}
-	for _, other := range []trace.FrameworkCapture{capture(6, 1, 2<<20), capture(7, 0, 2<<20), capture(7, 1, 1<<20)} {
-		if r := explainOOM(oomStates{recorded: []trace.FrameworkCapture{other}}, failed, nil); r != nil {
-			t.Errorf("pid %d device %d size %d: %+v, want none", other.PID, other.OOM.Device, other.OOM.RequestedBytes, r)
+	cupy := capture(7, 1, 2<<20)
+	cupy.Framework = trace.FrameworkCupy
+	for i, other := range []trace.FrameworkCapture{capture(6, 1, 2<<20), capture(7, 0, 2<<20), capture(7, 1, 1<<20), cupy} {
+		if r := explainOOM(states(other), failed, nil); r != nil {
+			t.Errorf("capture %d (%s): %+v, want none", i, other.OOM, r)
 		}
+	}
+	bad := capture(7, 1, 2<<20)
+	bad.OOM = json.RawMessage(`{"device":1,"stack":[]}`)
+	_, err := newOOMStates(&infoSource{info: trace.Info{Framework: []trace.FrameworkCapture{cupy, bad}}})
+	if want := `schema metadata "allocscope.framework": entry 1: oom: json: unknown field "stack"`; err == nil || err.Error() != want {
+		t.Errorf("undecodable state: %v, want %s", err, want)
 	}
 }

@@ -197,7 +197,9 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 	var book *callsiteBook
 	err := open.pass(&warns, func(src Source) (err error) {
 		info = traceInfo(src)
-		states = newOOMStates(src)
+		if states, err = newOOMStates(src); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
 		passed = passThrough(src)
 		if w := lostEventsWarning(src); w != "" {
 			warns = append(warns, opts.input+": "+w)

@@ -19,9 +19,9 @@ const module = "github.com/allocscope/allocscope"
 var floors = [][]string{
 	{"internal/units", "internal/version", "internal/outfile", "internal/progress", "internal/shimbuild",
 		"internal/addrindex", "internal/slots", "internal/importgraph", "internal/spans", "internal/upstreams",
-		"internal/poolsim"},
+		"internal/poolsim", "internal/buildid", "internal/torchsnap", "internal/poolactivity"},
 	{"trace", "pool"}, // the public packages
-	{"internal/requests", "internal/tracetest", "internal/testcuda", "internal/poolmeter"},
+	{"internal/requests", "internal/tracetest", "internal/testcuda", "internal/poolmeter", "internal/torchhist"},
 	{"internal/analysis", "internal/replay", "internal/intercept"},
 	{"internal/cli"},
 	{"cmd"},

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allocscope/allocscope/trace"
+	"github.com/allocscope/allocscope/internal/poolactivity"
 )
 
 // The control file's pool counters: one of an older shim, 12 counters long, reads with the newer
@@ -52,7 +52,7 @@ func TestReadControlPoolCounters(t *testing.T) {
 	}
 }
 
-// log.h's enum pool_pass names trace.PassReasons in their order, and struct pool_counters has
+// log.h's enum pool_pass names poolactivity.PassReasons in their order, and struct pool_counters has
 // controlPoolCounters counters.
 func TestControlLayoutMatchesLogH(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join("shim", "log.h"))
@@ -64,7 +64,7 @@ func TestControlLayoutMatchesLogH(t *testing.T) {
 	for _, m := range regexp.MustCompile(`\bPASS_([A-Z_]+)`).FindAllSubmatch(enum[1], -1) {
 		names = append(names, strings.ToLower(string(m[1])))
 	}
-	if want := append(slices.Clone(trace.PassReasons), "reasons"); !slices.Equal(names, want) || len(trace.PassReasons) != controlPassReasons {
+	if want := append(slices.Clone(poolactivity.PassReasons), "reasons"); !slices.Equal(names, want) || len(poolactivity.PassReasons) != controlPassReasons {
 		t.Errorf("enum pool_pass names %v, want %v (%d reasons)", names, want, controlPassReasons)
 	}
 	body := regexp.MustCompile(`(?s)struct pool_counters \{(.*?)\};`).FindSubmatch(src)[1]

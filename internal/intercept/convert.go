@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/allocscope/allocscope/internal/poolactivity"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -32,16 +33,16 @@ type ConvertOptions struct {
 
 // Summary describes what Convert wrote.
 type Summary struct {
-	Events        int64               // events written
-	Processes     int                 // process images (a fork, an exec) whose logs hold events
-	Devices       []int32             // device ordinals seen, ascending
-	PeakLiveBytes uint64              // peak live bytes of the trace's requests, all processes together, as analyze counts them (requests.PeakLive)
-	PoolServed    int64               // allocations record --pool's pool served (events with Pool set)
-	Extra         int64               // events of ConvertOptions.Extra written (part of Events)
-	AllocCallNs   int64               // total time spent inside intercepted calls, ns
-	Lost          int64               // events the shim could not write (full disk, unwritable log, ...)
-	ShimLoads     int64               // processes that loaded the shim; -1 when the directory has no control file
-	Pool          *trace.PoolActivity // what record --pool's pool did; nil when no process served
+	Events        int64                  // events written
+	Processes     int                    // process images (a fork, an exec) whose logs hold events
+	Devices       []int32                // device ordinals seen, ascending
+	PeakLiveBytes uint64                 // peak live bytes of the trace's requests, all processes together, as analyze counts them (requests.PeakLive)
+	PoolServed    int64                  // allocations record --pool's pool served (events with Pool set)
+	Extra         int64                  // events of ConvertOptions.Extra written (part of Events)
+	AllocCallNs   int64                  // total time spent inside intercepted calls, ns
+	Lost          int64                  // events the shim could not write (full disk, unwritable log, ...)
+	ShimLoads     int64                  // processes that loaded the shim; -1 when the directory has no control file
+	Pool          *poolactivity.Activity // what record --pool's pool did; nil when no process served
 	// IPCExportSizes are the sizes of the device allocations the program exported by IPC
 	// (cudaIpcGetMemHandle), distinct, ascending: analyze sends such requests to CUDA under
 	// record --pool (trace.Info.IPCExportSizes).
@@ -114,7 +115,7 @@ func OpenLogs(dir string) (*Logs, error) {
 func (l *Logs) Lost() int64 { return l.sum.Lost }
 
 // Pool returns what record --pool's pool did in the recording, or nil.
-func (l *Logs) Pool() *trace.PoolActivity { return l.sum.Pool }
+func (l *Logs) Pool() *poolactivity.Activity { return l.sum.Pool }
 
 // IPCExportSizes returns the sizes of the device allocations the program exported by IPC (Summary's).
 func (l *Logs) IPCExportSizes() []uint64 { return l.sum.IPCExportSizes }
@@ -222,8 +223,8 @@ type control struct {
 	processes  int64 // processes that loaded the shim; -1 without a control file
 	openFailed int64
 	lost       int64
-	pool       *trace.PoolActivity // nil when no pool reserved anything
-	exports    []uint64            // pool_counters.ipc_export_sizes, distinct, ascending
+	pool       *poolactivity.Activity // nil when no pool reserved anything
+	exports    []uint64               // pool_counters.ipc_export_sizes, distinct, ascending
 }
 
 // readControl reads dir's control file; a missing one gives processes -1.
@@ -272,13 +273,13 @@ func exportSizes(b []byte) []uint64 {
 const (
 	controlPoolCountersV1 = 12
 	controlPoolCounters   = controlPoolCountersV1 + controlPassReasons + 8
-	// controlPassReasons is PASS_REASONS of log.h's enum pool_pass, whose order trace.PassReasons
+	// controlPassReasons is PASS_REASONS of log.h's enum pool_pass, whose order poolactivity.PassReasons
 	// names.
 	controlPassReasons = 8
 )
 
 // poolActivity decodes struct pool_counters; nil when no pool reserved anything.
-func poolActivity(b []byte, clamp func(uint64) int64) *trace.PoolActivity {
+func poolActivity(b []byte, clamp func(uint64) int64) *poolactivity.Activity {
 	var v [controlPoolCounters]uint64
 	for i := range v {
 		if 8*i+8 <= len(b) {
@@ -288,12 +289,12 @@ func poolActivity(b []byte, clamp func(uint64) int64) *trace.PoolActivity {
 	if v[2] == 0 && v[4] == 0 { // no reservation, nothing passed through: no pool was in use
 		return nil
 	}
-	p := &trace.PoolActivity{Syncs: clamp(v[0]), SyncNs: clamp(v[1]), Reservations: clamp(v[2]),
+	p := &poolactivity.Activity{Syncs: clamp(v[0]), SyncNs: clamp(v[1]), Reservations: clamp(v[2]),
 		Fallbacks: clamp(v[3]), PassedThrough: clamp(v[4]), Events: clamp(v[5]), StreamWaits: clamp(v[6]),
 		HostWaits: clamp(v[7]), PeakReservedBytes: v[8], IPCExports: clamp(v[9]), Barriers: clamp(v[10]),
 		StreamsApart: clamp(v[11])}
 	rest := v[controlPoolCountersV1:]
-	for i, name := range trace.PassReasons[:controlPassReasons] {
+	for i, name := range poolactivity.PassReasons[:controlPassReasons] {
 		if rest[i] > 0 {
 			if p.PassedBy == nil {
 				p.PassedBy = map[string]int64{}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/allocscope/allocscope/internal/buildid"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -29,7 +30,7 @@ func withBuildIDs(mods []trace.Module) []trace.Module {
 	for i := range mods {
 		id, ok := ids[mods[i].Path]
 		if !ok {
-			id = trace.BuildID(mods[i].Path)
+			id = buildid.Of(mods[i].Path)
 			ids[mods[i].Path] = id
 		}
 		mods[i].BuildID = id

@@ -12,6 +12,7 @@ import (
 	"github.com/allocscope/allocscope/internal/analysis"
 	"github.com/allocscope/allocscope/internal/cli/command"
 	"github.com/allocscope/allocscope/internal/outfile"
+	"github.com/allocscope/allocscope/internal/poolactivity"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -249,10 +250,12 @@ func compare(opt options, args []string, stdout io.Writer) error {
 			return err
 		}
 		runs[i], err = analysis.Measure(path, src)
-		runs[i].Pool = src.Info().Pool
 		src.Close()
 		if err != nil {
 			return err
+		}
+		if runs[i].Pool, err = poolactivity.Decode(src.Info().Pool); err != nil {
+			return fmt.Errorf(`%s: schema metadata "allocscope.pool": %w`, path, err)
 		}
 	}
 	if opt.json {

@@ -18,6 +18,13 @@ import (
 func writeTrace(t *testing.T, dir string) string {
 	t.Helper()
 	path := filepath.Join(dir, "t.arrow")
+	writeTraceWith(t, path, trace.Info{Source: "allocscope", Command: []string{"test"}})
+	return path
+}
+
+// writeTraceWith writes writeTrace's events to path with metadata info.
+func writeTraceWith(t *testing.T, path string, info trace.Info) {
+	t.Helper()
 	events := []trace.Event{
 		{Op: trace.OpAlloc, Address: 0x1000, Size: 1000},
 		{Op: trace.OpAlloc, Address: 0x2000, Size: 3 << 20},
@@ -32,8 +39,7 @@ func writeTrace(t *testing.T, dir string) string {
 			e.Function = "cudaFree"
 		}
 	}
-	tracetest.Write(t, path, trace.Info{Source: "allocscope", Command: []string{"test"}}, events)
-	return path
+	tracetest.Write(t, path, info, events)
 }
 
 func runMain(args ...string) (code int, stdout, stderr string) {
@@ -273,6 +279,34 @@ func TestAnalyzeCompare(t *testing.T) {
 	code, _, stderr = runMain("--compare", path)
 	if want := "analyze: --compare takes two traces (before and after), got 1\nRun 'analyze --help' for usage.\n"; code != 2 || stderr != want {
 		t.Errorf("one trace: exit %d, stderr %q; want 2 and %q", code, stderr, want)
+	}
+}
+
+// analyze --compare reads the pool activity of a trace recorded with --pool (trace.Info.Pool) into
+// its JSON; a trace whose pool activity does not decode is an error naming the file and the key.
+func TestAnalyzeComparePoolActivity(t *testing.T) {
+	dir := t.TempDir()
+	before, after, bad := filepath.Join(dir, "before.arrow"), filepath.Join(dir, "after.arrow"), filepath.Join(dir, "bad.arrow")
+	writeTraceWith(t, before, trace.Info{})
+	writeTraceWith(t, after, trace.Info{Pool: json.RawMessage(`{"reservations":2,"peak_reserved_bytes":1048576}`)})
+	writeTraceWith(t, bad, trace.Info{Pool: json.RawMessage(`{"syncs":-1}`)})
+	code, stdout, stderr := runMain("--compare", "--json", before, after)
+	var runs map[string]struct {
+		Pool *struct {
+			Reservations int64  `json:"reservations"`
+			Peak         uint64 `json:"peak_reserved_bytes"`
+		} `json:"pool"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &runs); err != nil || code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q, stdout %s (%v)", code, stderr, stdout, err)
+	}
+	if p := runs["after"].Pool; runs["before"].Pool != nil || p == nil || p.Reservations != 2 || p.Peak != 1<<20 {
+		t.Errorf("pool before %+v, after %+v; want none, then 2 reservations of 1 MiB at peak", runs["before"].Pool, p)
+	}
+	code, _, stderr = runMain("--compare", before, bad)
+	want := "analyze: " + bad + `: schema metadata "allocscope.pool": negative count, or more barriers than syncs, in {"syncs":-1}` + "\n"
+	if code != 1 || stderr != want {
+		t.Errorf("bad pool activity: exit %d, stderr %q; want 1, %q", code, stderr, want)
 	}
 }
 

@@ -185,7 +185,7 @@ func convertDir(dir string, out io.Writer, name string, info trace.Info, progres
 	}
 	defer logs.Close()
 	info.LostEvents = logs.Lost()
-	info.Pool = logs.Pool()
+	info.Pool = logs.Pool().JSON()
 	info.Modules = logs.Modules()
 	info.IPCExportSizes = logs.IPCExportSizes()
 	fw := readFramework(dir, logs.ClockOffsets())

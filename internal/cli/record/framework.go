@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/allocscope/allocscope/internal/torchhist"
+	"github.com/allocscope/allocscope/internal/torchsnap"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -158,7 +160,7 @@ func readTorchSnapshot(path string, pid uint32, offset int64) (events []trace.Ev
 		return nil, capture, "", err
 	}
 	defer r.Close()
-	oom := trace.NewTorchOOMFinder()
+	oom := torchhist.NewOOMFinder()
 	for {
 		batch, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -178,20 +180,21 @@ func readTorchSnapshot(path string, pid uint32, offset int64) (events []trace.Ev
 	}
 	capture.Events = int64(len(events))
 	capture.MaxEntries = torchMaxEntries(strings.TrimSuffix(path, ".pickle") + ".json")
-	for _, n := range r.Snapshot().TraceEntries {
+	for _, n := range torchsnap.Of(r).TraceEntries {
 		capture.Entries += int64(n)
 		if capture.MaxEntries > 0 && int64(n) >= capture.MaxEntries {
 			capture.Full = true
 		}
 	}
-	capture.OOM, oomNote = torchOOM(oom, r, capture.Full)
+	state, oomNote := torchOOM(oom, r, capture.Full)
+	capture.OOM = state.JSON()
 	return events, capture, oomNote, nil
 }
 
 // torchOOM is the state at the first out-of-memory error of a PyTorch history that f followed,
 // the blocks' stacks named through r; nil without an error. When the history lost entries (full)
 // or names segments or blocks the rebuild does not hold, the state is not kept and note says why.
-func torchOOM(f *trace.TorchOOMFinder, r *trace.Reader, full bool) (state *trace.TorchOOM, note string) {
+func torchOOM(f *torchhist.OOMFinder, r *trace.Reader, full bool) (state *torchsnap.OOM, note string) {
 	const lost = "its out-of-memory error cannot be explained at the failing request: "
 	switch {
 	case f.OOM == nil:
@@ -201,7 +204,7 @@ func torchOOM(f *trace.TorchOOMFinder, r *trace.Reader, full bool) (state *trace
 	case f.Unplaced > 0:
 		return nil, fmt.Sprintf(lost+"%d history entries name segments or blocks the history never made", f.Unplaced)
 	}
-	state = &trace.TorchOOM{Device: f.OOM.Device, RequestedBytes: f.OOM.Size, DeviceFreeBytes: f.OOM.Address,
+	state = &torchsnap.OOM{Device: f.OOM.Device, RequestedBytes: f.OOM.Size, DeviceFreeBytes: f.OOM.Address,
 		Segments: f.Segments}
 	index := map[uint64]uint64{} // the reader's callsite → its index in state.Callsites, from 1
 	for i := range state.Segments {

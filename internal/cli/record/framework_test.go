@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/allocscope/allocscope/internal/testcuda"
+	"github.com/allocscope/allocscope/internal/torchsnap"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -177,7 +179,7 @@ func TestRecordCapturesTorchHistory(t *testing.T) {
 		{"oom", 5, torchStdout + "parent: CUDA out of memory. Tried to allocate 1099511627776 bytes\n",
 			[]string{parentAlloc, parentAlloc2, parentFreeRq, parentFree, parentOOM},
 			[]trace.FrameworkCapture{{Framework: "torch", Events: 5, Entries: 6, MaxEntries: 1000000,
-				OOM: parentState(1 << 40)}, childCapture}},
+				OOM: parentState(1 << 40).JSON()}, childCapture}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -285,7 +287,7 @@ not json
 		t.Fatal(err)
 	}
 	want := trace.FrameworkCapture{PID: 42, Framework: "cupy", Events: 2, Entries: 5, Dropped: 3}
-	if capture != want {
+	if !reflect.DeepEqual(capture, want) {
 		t.Errorf("capture %+v, want %+v", capture, want)
 	}
 	var got []string
@@ -327,14 +329,14 @@ func TestReadTorchSnapshotFromRealPyTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	segs := r.Snapshot().Segments
+	segs := torchsnap.Of(r).Segments
 	if len(segs) != 1 || len(segs[0].BlockList) != 2 || segs[0].BlockList[0].Callsite == 0 {
 		t.Fatalf("the snapshot's segments %+v: want one of two blocks, the first with a stack", segs)
 	}
 	segs[0].BlockList[0].Callsite = 1 // the state's first callsite
-	state := &trace.TorchOOM{RequestedBytes: 32 << 40, DeviceFreeBytes: 0x22d1120000, Segments: segs,
+	state := &torchsnap.OOM{RequestedBytes: 32 << 40, DeviceFreeBytes: 0x22d1120000, Segments: segs,
 		Callsites: []string{"<module> (c.py:18)"}}
-	want := trace.FrameworkCapture{PID: 77, Framework: "torch", Events: 5, Entries: 8, OOM: state}
+	want := trace.FrameworkCapture{PID: 77, Framework: "torch", Events: 5, Entries: 8, OOM: state.JSON()}
 	if renderCapture(capture) != renderCapture(want) {
 		t.Errorf("capture %s\nwant %s", renderCapture(capture), renderCapture(want))
 	}

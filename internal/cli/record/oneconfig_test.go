@@ -86,7 +86,7 @@ func TestDefaultPoolJSONRunsEverywhere(t *testing.T) {
 				t.Fatalf("record --pool: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 			}
 			_, info := testcuda.ReadTrace(t, out)
-			p := info.Pool
+			p := poolOf(t, info)
 			if p == nil || p.PoolsNotMade != 0 || p.Reservations != 1 || p.PeakReservedBytes != plan || p.PassedThrough != 0 {
 				t.Errorf("pool activity %s; want the plan of %d bytes reserved once, nothing passed to CUDA", fmt.Sprintf("%+v", p), plan)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allocscope/allocscope/internal/analysis"
 	"github.com/allocscope/allocscope/internal/testcuda"
+	"github.com/allocscope/allocscope/internal/torchsnap"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -75,15 +76,25 @@ func parentOOMJSON(asked uint64, fits string) string {
 }
 
 // parentState is the parent's segment at the error as record keeps it in the trace.
-func parentState(asked uint64) *trace.TorchOOM {
+func parentState(asked uint64) *torchsnap.OOM {
 	const base = 0x7f0000000000
-	return &trace.TorchOOM{Device: 0, RequestedBytes: asked, DeviceFreeBytes: 1 << 20,
-		Segments: []trace.SnapshotSegment{{Address: base, TotalSize: 2 << 20, AllocatedSize: 4096, ActiveSize: 4096,
-			RequestedSize: 4096, Blocks: 3, BlockList: []trace.SnapshotBlock{
+	return &torchsnap.OOM{Device: 0, RequestedBytes: asked, DeviceFreeBytes: 1 << 20,
+		Segments: []torchsnap.Segment{{Address: base, TotalSize: 2 << 20, AllocatedSize: 4096, ActiveSize: 4096,
+			RequestedSize: 4096, Blocks: 3, BlockList: []torchsnap.Block{
 				{Address: base, Size: 1024, State: "inactive"},
 				{Address: base + 1024, Size: 4096, RequestedSize: 4096, State: "active_allocated", Callsite: 1},
 				{Address: base + 5120, Size: 2<<20 - 5120, State: "inactive"}}}},
 		Callsites: []string{"main (torch_train.py:42)"}}
+}
+
+// decodeOOM decodes a capture's state (trace.FrameworkCapture.OOM); nil when it holds none.
+func decodeOOM(t *testing.T, raw json.RawMessage) *torchsnap.OOM {
+	t.Helper()
+	o, err := torchsnap.DecodeOOM(raw)
+	if err != nil {
+		t.Fatalf("state %s: %v", raw, err)
+	}
+	return o
 }
 
 // record -- python3 torch_train.py oom|oom-small, then analyze: the trace keeps the parent's
@@ -106,7 +117,7 @@ func TestRecordedOOMExplained(t *testing.T) {
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			text, js, captures := recordAndAnalyzeOOM(t, c.mode)
-			if len(captures) != 2 || !reflect.DeepEqual(captures[0].OOM, parentState(c.bytes)) || captures[1].OOM != nil {
+			if len(captures) != 2 || !reflect.DeepEqual(decodeOOM(t, captures[0].OOM), parentState(c.bytes)) || captures[1].OOM != nil {
 				b, _ := json.Marshal(captures)
 				t.Errorf("captures %s; want the parent's state %+v and none for the child", b, parentState(c.bytes))
 			}
@@ -156,7 +167,7 @@ func TestRecordedOOMOfAFullHistory(t *testing.T) {
 	_, info := testcuda.ReadTrace(t, out)
 	for _, c := range info.Framework {
 		if c.OOM != nil {
-			t.Errorf("pid %d: state %+v kept", c.PID, c.OOM)
+			t.Errorf("pid %d: state %s kept", c.PID, c.OOM)
 		}
 	}
 	in := analysis.Input{Name: "out.arrow", Open: func() (analysis.Source, error) { return trace.Open(out) }}

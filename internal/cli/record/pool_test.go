@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allocscope/allocscope/internal/poolactivity"
 	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -36,7 +37,7 @@ func TestRecordPool(t *testing.T) {
 	// One reservation (the plan), no growth, nothing passed to CUDA, one ordering of its own (the
 	// class full of pending blocks: a barrier, as the program made no non-blocking stream), one export.
 	const plan = 512*1024 + 4096*256 + 65536*64 + 1048576*16 + 256<<20 // sizeclass.json's classes and arena
-	p := info.Pool
+	p := poolOf(t, info)
 	if p == nil {
 		t.Fatal("trace has no pool activity")
 	}
@@ -93,7 +94,7 @@ func TestRecordPoolSaysWhatWentToCUDA(t *testing.T) {
 			t.Errorf("%s: exit %d, stdout %q, stderr\n%s\nwant\n%s", c.name, code, stdout, stderr, c.wantErr)
 		}
 		_, info := testcuda.ReadTrace(t, out)
-		p := info.Pool
+		p := poolOf(t, info)
 		if p == nil {
 			t.Fatalf("%s: trace has no pool activity", c.name)
 		}
@@ -121,14 +122,14 @@ func TestRecordPoolPeakSummedOverProcesses(t *testing.T) {
 	}
 	_, info := testcuda.ReadTrace(t, out)
 	const plan = 512*1024 + 4096*256 + 65536*64 + 1048576*16 + 256<<20
-	if p := info.Pool; p == nil || p.PeakReservedBytes != plan || p.PeakReservedSumBytes != 2*plan || p.Reservations != 2 {
+	if p := poolOf(t, info); p == nil || p.PeakReservedBytes != plan || p.PeakReservedSumBytes != 2*plan || p.Reservations != 2 {
 		t.Errorf("pool activity %+v; want peak %d, summed %d, 2 reservations", p, plan, 2*plan)
 	}
 }
 
 // The pool's summary says how much idle memory it gave back, when it gave back any.
 func TestPrintPoolSaysWhatWasGivenBack(t *testing.T) {
-	p := &trace.PoolActivity{Reservations: 76, Fallbacks: 74, PeakReservedBytes: 780 << 20, IdleReleases: 73,
+	p := &poolactivity.Activity{Reservations: 76, Fallbacks: 74, PeakReservedBytes: 780 << 20, IdleReleases: 73,
 		IdleReleasedBytes: 584 << 20}
 	var b strings.Builder
 	printPool(&b, p)
@@ -144,4 +145,14 @@ func TestPrintPoolSaysWhatWasGivenBack(t *testing.T) {
 	if strings.Contains(b.String(), "gave back") {
 		t.Errorf("without a give-back: %q", b.String())
 	}
+}
+
+// poolOf decodes the pool activity of a trace's metadata (trace.Info.Pool); nil when it has none.
+func poolOf(t *testing.T, info trace.Info) *poolactivity.Activity {
+	t.Helper()
+	p, err := poolactivity.Decode(info.Pool)
+	if err != nil {
+		t.Fatalf("pool activity %s: %v", info.Pool, err)
+	}
+	return p
 }

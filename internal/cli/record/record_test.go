@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/allocscope/allocscope/internal/analysis"
+	"github.com/allocscope/allocscope/internal/buildid"
 	"github.com/allocscope/allocscope/internal/testcuda"
 	"github.com/allocscope/allocscope/internal/tracetest"
 	"github.com/allocscope/allocscope/internal/version"
@@ -236,7 +237,7 @@ func TestRecordNamesCallsitesOfUnloadedLibraries(t *testing.T) {
 		t.Errorf("callsites %q, want plugin_alloc+0x… (libplugin.so)", names)
 	}
 	for _, m := range r.Info().Modules {
-		if want := trace.BuildID(m.Path); m.BuildID != want || (m.Path == lib && want == "") {
+		if want := buildid.Of(m.Path); m.BuildID != want || (m.Path == lib && want == "") {
 			t.Errorf("module %s: build ID %q, want %q (and one for the plugin)", m.Path, m.BuildID, want)
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/allocscope/allocscope/internal/intercept"
+	"github.com/allocscope/allocscope/internal/poolactivity"
 	"github.com/allocscope/allocscope/internal/units"
-	"github.com/allocscope/allocscope/trace"
 )
 
 // printSummary writes the short report record prints after converting; quiet writes only its
@@ -71,7 +71,7 @@ func printCounts(w io.Writer, s intercept.Summary, elapsed time.Duration) {
 func duration(d time.Duration) string { return units.FormatDuration(float64(d)) }
 
 // printPool writes what record --pool's pool did, when it was in use.
-func printPool(w io.Writer, p *trace.PoolActivity) {
+func printPool(w io.Writer, p *poolactivity.Activity) {
 	if p == nil {
 		return
 	}
@@ -91,7 +91,7 @@ func printPool(w io.Writer, p *trace.PoolActivity) {
 
 // barrierNote says how many of the pool's synchronizations were barriers, and why the others were
 // not ("" when there were none).
-func barrierNote(p *trace.PoolActivity) string {
+func barrierNote(p *poolactivity.Activity) string {
 	if p.Syncs == 0 {
 		return ""
 	}
@@ -105,7 +105,7 @@ func barrierNote(p *trace.PoolActivity) string {
 // peakReserved writes the pools' peak reserved bytes: the sum over processes (and devices) of each
 // pool's own peak, labelled so where there were several pools (an upper bound of the peak of their
 // sum: they need not peak at once), with the largest single pool's.
-func peakReserved(p *trace.PoolActivity) string {
+func peakReserved(p *poolactivity.Activity) string {
 	sum := units.FormatBytes(p.PeakReservedSumBytes)
 	largest := units.FormatBytes(p.PeakReservedBytes)
 	if p.PeakReservedSumBytes <= p.PeakReservedBytes { // one pool, or a recorder without the sum
@@ -116,7 +116,7 @@ func peakReserved(p *trace.PoolActivity) string {
 
 // printPassed writes, whenever record --pool sent requests of the kinds it serves to CUDA, one line
 // saying how many and why, and one naming the first error when a pool could not be made.
-func printPassed(w io.Writer, p *trace.PoolActivity, served int64) {
+func printPassed(w io.Writer, p *poolactivity.Activity, served int64) {
 	if p == nil || p.PassedThrough == 0 {
 		return
 	}
@@ -129,10 +129,10 @@ func printPassed(w io.Writer, p *trace.PoolActivity, served int64) {
 	}
 }
 
-// passReasons lists PassedBy's counts, the largest first (ties in trace.PassReasons' order), e.g.
+// passReasons lists PassedBy's counts, the largest first (ties in poolactivity.PassReasons' order), e.g.
 // "12 capture, 7 no_context"; "reasons not recorded" for a trace of a recorder that kept none.
-func passReasons(p *trace.PoolActivity) string {
-	reasons := slices.Clone(trace.PassReasons)
+func passReasons(p *poolactivity.Activity) string {
+	reasons := slices.Clone(poolactivity.PassReasons)
 	reasons = slices.DeleteFunc(reasons, func(r string) bool { return p.PassedBy[r] == 0 })
 	slices.SortStableFunc(reasons, func(a, b string) int { return cmp.Compare(p.PassedBy[b], p.PassedBy[a]) })
 	parts := make([]string, len(reasons))

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/allocscope/allocscope/internal/intercept"
-	"github.com/allocscope/allocscope/trace"
+	"github.com/allocscope/allocscope/internal/poolactivity"
 )
 
 // The summary's lines: time in calls as a share of the wall time, or summed over threads when the
@@ -43,11 +43,11 @@ func TestPrintSummary(t *testing.T) {
 }
 
 // record --pool's line about requests that went to CUDA: counts with thousands separators, the
-// reasons largest first (ties in trace.PassReasons' order), also with -q; a second line for pools
+// reasons largest first (ties in poolactivity.PassReasons' order), also with -q; a second line for pools
 // not made, naming the first error; the pools' peak reserved summed over processes when there were
 // several pools.
 func TestPrintSummaryPool(t *testing.T) {
-	pool := &trace.PoolActivity{Reservations: 2, PassedThrough: 19, PeakReservedBytes: 1 << 20, PeakReservedSumBytes: 3 << 20,
+	pool := &poolactivity.Activity{Reservations: 2, PassedThrough: 19, PeakReservedBytes: 1 << 20, PeakReservedSumBytes: 3 << 20,
 		PassedBy: map[string]int64{"no_context": 7, "capture": 12}}
 	var b strings.Builder
 	printSummary(&b, intercept.Summary{Events: 4000, Processes: 2, Devices: []int32{0}, Pool: pool, PoolServed: 1981},
@@ -61,7 +61,7 @@ func TestPrintSummaryPool(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("summary:\n%s\nwant:\n%s", b.String(), want)
 	}
-	notMade := &trace.PoolActivity{PassedThrough: 4, PoolsNotMade: 2, PassedBy: map[string]int64{"no_pool": 2, "full": 2}}
+	notMade := &poolactivity.Activity{PassedThrough: 4, PoolsNotMade: 2, PassedBy: map[string]int64{"no_pool": 2, "full": 2}}
 	b.Reset()
 	printSummary(&b, intercept.Summary{Pool: notMade}, 0, "t.arrow", true)
 	want = "allocscope: record --pool served 0 of 4 allocations; 4 went to CUDA: 2 no_pool, 2 full\n" +
