@@ -19,7 +19,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -98,13 +98,13 @@ const (
 )
 
 // Report is the result of an analysis; its JSON form is `analyze --json`.
-type Report = model.Report
+type Report = schema.Report
 
 // TraceReport is the analysis of one event stream: one input, or all of them together.
-type TraceReport = model.TraceReport
+type TraceReport = schema.TraceReport
 
 // EventRef identifies one event of a trace in a report.
-type EventRef = model.EventRef
+type EventRef = schema.EventRef
 
 // Analyze analyzes the inputs: all of them together and, when there are several, each alone.
 // An error names the input and the position in it; the report's Warnings hold the rest.
@@ -115,7 +115,7 @@ func Analyze(inputs []Input, opts Options) (*Report, error) {
 	if opts.Top <= 0 {
 		opts.Top = 10
 	}
-	r := &Report{Version: model.ReportVersion, Warnings: []string{}}
+	r := &Report{Version: schema.ReportVersion, Warnings: []string{}}
 	for _, in := range inputs {
 		r.Inputs = append(r.Inputs, in.Name)
 	}
@@ -133,7 +133,7 @@ func Analyze(inputs []Input, opts Options) (*Report, error) {
 		r.Warnings = append(r.Warnings, warns...)
 		return r, nil
 	}
-	r.PerFile = make([]*model.TraceReport, len(inputs))
+	r.PerFile = make([]*schema.TraceReport, len(inputs))
 	warns := make([][]string, len(inputs))
 	logs := make([]*requests.Log, len(inputs)) // kept for the ranks' comparison
 	defer func() {

@@ -4,21 +4,21 @@ import (
 	"fmt"
 
 	fwdetect "github.com/allocscope/allocscope/internal/analysis/internal/framework"
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/render"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/stats"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/internal/units"
 )
 
-// Answer is what a report says first (model.Answer).
-type Answer = model.Answer
+// Answer is what a report says first (schema.Answer).
+type Answer = schema.Answer
 
 // answer computes what tr's report says first from the rest of it: today's allocator, the
 // recommendation in the user's terms, what it saves, the anomalies that need action. capacity is
 // the device memory the analysis ran within (0: unbounded).
-func answer(tr *model.TraceReport, st *stats.Result, info *model.TraceInfo, capacity uint64) *model.Answer {
-	a := &model.Answer{PeakLiveBytes: tr.Requests.PeakLiveBytes, WallNs: tr.Requests.WallNs, Actions: actions(tr)}
+func answer(tr *schema.TraceReport, st *stats.Result, info *schema.TraceInfo, capacity uint64) *schema.Answer {
+	a := &schema.Answer{PeakLiveBytes: tr.Requests.PeakLiveBytes, WallNs: tr.Requests.WallNs, Actions: actions(tr)}
 	if len(tr.Simulations) > 0 && tr.Simulations[0].MeasuredCallNs > 0 {
 		a.CallTimeKnown, a.CallNs = true, tr.Simulations[0].MeasuredCallNs
 		if a.WallNs > 0 {
@@ -36,28 +36,28 @@ func answer(tr *model.TraceReport, st *stats.Result, info *model.TraceInfo, capa
 // framework's (its reserved bytes those of the trace's segments, or for PyTorch its model with
 // the snapshot's settings); requested names that framework (requestFramework, "" for RMM); on a trace of driver calls, the framework allocator found there, else
 // raw cudaMalloc, holding what the traced calls held.
-func today(tr *model.TraceReport, requested fwdetect.Name) model.Today {
+func today(tr *schema.TraceReport, requested fwdetect.Name) schema.Today {
 	fw := tr.Framework
 	if tr.RequestLayer == string(requests.Framework) {
-		t := model.Today{Allocator: model.AllocatorRMM}
+		t := schema.Today{Allocator: schema.AllocatorRMM}
 		switch {
 		case fw != nil && fw.Framework == string(fwdetect.PyTorch), requested == fwdetect.PyTorch:
 			return torchToday(tr)
 		case requested == fwdetect.CuPy:
-			t.Allocator = model.AllocatorCuPy
+			t.Allocator = schema.AllocatorCuPy
 		case requested == fwdetect.JAX:
-			t.Allocator = model.AllocatorJAX
+			t.Allocator = schema.AllocatorJAX
 		}
 		if tr.Upstream != nil && tr.Upstream.Allocs > 0 {
-			t.PeakReservedBytes, t.ReservedFrom = tr.Upstream.PeakLiveBytes, model.ReservedFromTrace
+			t.PeakReservedBytes, t.ReservedFrom = tr.Upstream.PeakLiveBytes, schema.ReservedFromTrace
 		}
 		return t
 	}
-	t := model.Today{Allocator: model.AllocatorRaw, PeakReservedBytes: tr.Requests.PeakLiveBytes,
-		ReservedFrom: model.ReservedFromTrace}
+	t := schema.Today{Allocator: schema.AllocatorRaw, PeakReservedBytes: tr.Requests.PeakLiveBytes,
+		ReservedFrom: schema.ReservedFromTrace}
 	if fw != nil {
-		t.Allocator = map[string]string{string(fwdetect.PyTorch): model.AllocatorPyTorch,
-			string(fwdetect.CuPy): model.AllocatorCuPy, string(fwdetect.JAX): model.AllocatorJAX}[fw.Framework]
+		t.Allocator = map[string]string{string(fwdetect.PyTorch): schema.AllocatorPyTorch,
+			string(fwdetect.CuPy): schema.AllocatorCuPy, string(fwdetect.JAX): schema.AllocatorJAX}[fw.Framework]
 		if fw.ArenaBytes > 0 {
 			t.PeakReservedBytes = max(t.PeakReservedBytes, fw.ArenaBytes)
 		}
@@ -68,8 +68,8 @@ func today(tr *model.TraceReport, requested fwdetect.Name) model.Today {
 // torchToday is PyTorch's caching allocator as the program runs it: with expandable segments
 // when the snapshot maps memory (the fidelity's model), else with its defaults; its peak
 // reserved from the model of that setting.
-func torchToday(tr *model.TraceReport) model.Today {
-	t := model.Today{Allocator: model.AllocatorPyTorch}
+func torchToday(tr *schema.TraceReport) schema.Today {
+	t := schema.Today{Allocator: schema.AllocatorPyTorch}
 	name := "pytorch"
 	if tr.Fidelity != nil && tr.Fidelity.Model == "pytorch-expandable" {
 		name, t.Settings = "pytorch-expandable", "expandable_segments:True"
@@ -77,12 +77,12 @@ func torchToday(tr *model.TraceReport) model.Today {
 	if ts := tr.TorchSearch; name == "pytorch" && ts != nil && ts.Defaults.Error == "" && ts.Defaults.Failures == 0 &&
 		ts.Defaults.PeakReservedBytes > 0 {
 		// the search's, on unbounded memory: the defaults' simulation may fail within a capacity
-		t.PeakReservedBytes, t.ReservedFrom = ts.Defaults.PeakReservedBytes, model.ReservedFromModel
+		t.PeakReservedBytes, t.ReservedFrom = ts.Defaults.PeakReservedBytes, schema.ReservedFromModel
 		return t
 	}
 	for _, s := range tr.Simulations {
 		if s.Name == name && s.Error == "" && s.Failures == 0 {
-			t.PeakReservedBytes, t.ReservedFrom = s.PeakReservedBytes, model.ReservedFromModel
+			t.PeakReservedBytes, t.ReservedFrom = s.PeakReservedBytes, schema.ReservedFromModel
 		}
 	}
 	return t
@@ -91,16 +91,16 @@ func torchToday(tr *model.TraceReport) model.Today {
 // advice is the recommendation in the user's terms: a framework's own setting for a trace of its
 // requests, the request recording a trace of a framework's segments needs, else allocscope's
 // pool; or, within a capacity nothing fits, that plainly.
-func advice(tr *model.TraceReport, now model.Today, capacity uint64) model.Advice {
+func advice(tr *schema.TraceReport, now schema.Today, capacity uint64) schema.Advice {
 	if fw := tr.Framework; fw != nil && fw.Layer == "driver" {
-		return model.Advice{Kind: model.AdviceRecordRequests, Setting: fw.SeeRequests,
+		return schema.Advice{Kind: schema.AdviceRecordRequests, Setting: fw.SeeRequests,
 			Summary: fmt.Sprintf("the trace holds %s's segments, not its requests: record them first", fw.Framework)}
 	}
-	if now.Allocator == model.AllocatorPyTorch {
+	if now.Allocator == schema.AllocatorPyTorch {
 		return torchAdvice(tr.TorchSearch, now)
 	}
 	if fw := tr.Framework; fw != nil && fw.Setting != "" {
-		return model.Advice{Kind: model.AdviceSetting, Setting: fw.Setting, PeakReservedBytes: fw.PeakReservedBytes,
+		return schema.Advice{Kind: schema.AdviceSetting, Setting: fw.Setting, PeakReservedBytes: fw.PeakReservedBytes,
 			Summary: fmt.Sprintf("set %s: peak reserved %s", fw.Setting, units.FormatBytes(fw.PeakReservedBytes))}
 	}
 	if tr.RequestLayer == string(requests.Framework) && tr.Config != nil && tr.Config.Equivalents != nil &&
@@ -108,7 +108,7 @@ func advice(tr *model.TraceReport, now model.Today, capacity uint64) model.Advic
 		e := tr.Config.Equivalents
 		set := fmt.Sprintf("rmm::mr::pool_memory_resource(initial %d, maximum %d bytes)", e.RMMInitialPoolBytes,
 			e.RMMMaximumPoolBytes)
-		return model.Advice{Kind: model.AdviceSetting, Setting: set, PeakReservedBytes: bestFitPeak(tr.Simulations),
+		return schema.Advice{Kind: schema.AdviceSetting, Setting: set, PeakReservedBytes: bestFitPeak(tr.Simulations),
 			Summary: "use " + set}
 	}
 	return poolAdvice(tr, capacity)
@@ -116,28 +116,28 @@ func advice(tr *model.TraceReport, now model.Today, capacity uint64) model.Advic
 
 // torchAdvice is the best PYTORCH_CUDA_ALLOC_CONF of the search against the setting the program
 // runs with (now).
-func torchAdvice(ts *model.TorchSearch, now model.Today) model.Advice {
+func torchAdvice(ts *schema.TorchSearch, now schema.Today) schema.Advice {
 	if ts == nil || len(ts.Best) == 0 {
-		return model.Advice{Kind: model.AdviceNoneFits, Summary: "no PYTORCH_CUDA_ALLOC_CONF setting could be simulated"}
+		return schema.Advice{Kind: schema.AdviceNoneFits, Summary: "no PYTORCH_CUDA_ALLOC_CONF setting could be simulated"}
 	}
 	best := ts.Best[0]
-	a := model.Advice{Setting: "PYTORCH_CUDA_ALLOC_CONF=" + best.Conf, PeakReservedBytes: best.PeakReservedBytes,
+	a := schema.Advice{Setting: "PYTORCH_CUDA_ALLOC_CONF=" + best.Conf, PeakReservedBytes: best.PeakReservedBytes,
 		CapacityBytes: ts.CapacityBytes}
 	switch {
 	case !ts.Fits:
-		a.Kind, a.MissBytes = model.AdviceNoneFits, ts.MissBytes
+		a.Kind, a.MissBytes = schema.AdviceNoneFits, ts.MissBytes
 		a.Summary = noneFits(ts.CapacityBytes, "PYTORCH_CUDA_ALLOC_CONF setting, "+render.ConfOrDefaults(best.Conf),
 			best.PeakReservedBytes, ts.MissBytes, best.Failures)
 	case best.Conf == now.Settings && best.Conf == "":
-		a.Kind = model.AdviceKeep
+		a.Kind = schema.AdviceKeep
 		a.Summary = fmt.Sprintf("keep PyTorch's defaults (PYTORCH_CUDA_ALLOC_CONF unset): none of %d settings "+
 			"reserves less than their %s", ts.Simulated, units.FormatBytes(best.PeakReservedBytes))
 	case best.Conf == now.Settings:
-		a.Kind = model.AdviceKeep
+		a.Kind = schema.AdviceKeep
 		a.Summary = fmt.Sprintf("keep %s: none of %d settings reserves less than its %s", a.Setting,
 			ts.Simulated, units.FormatBytes(best.PeakReservedBytes))
 	default:
-		a.Kind = model.AdviceSetting
+		a.Kind = schema.AdviceSetting
 		a.Summary = fmt.Sprintf("set %s: peak reserved %s", a.Setting, units.FormatBytes(best.PeakReservedBytes))
 	}
 	return a
@@ -156,15 +156,15 @@ func noneFits(capacity uint64, closest string, reserved, miss, failures uint64) 
 
 // poolAdvice is allocscope's pool (pool.json), the first simulation; within a capacity it does not
 // fit, that.
-func poolAdvice(tr *model.TraceReport, capacity uint64) model.Advice {
+func poolAdvice(tr *schema.TraceReport, capacity uint64) schema.Advice {
 	if len(tr.Simulations) == 0 || tr.Config == nil {
-		return model.Advice{Kind: model.AdviceNoneFits, Summary: "no pool could be sized"}
+		return schema.Advice{Kind: schema.AdviceNoneFits, Summary: "no pool could be sized"}
 	}
 	s := tr.Simulations[0]
-	a := model.Advice{Setting: "pool.json (analyze --emit-config), policy " + string(tr.Config.Policy),
+	a := schema.Advice{Setting: "pool.json (analyze --emit-config), policy " + string(tr.Config.Policy),
 		PeakReservedBytes: s.PeakReservedBytes, CapacityBytes: capacity}
 	if s.Error != "" || s.Failures > 0 {
-		a.Kind = model.AdviceNoneFits
+		a.Kind = schema.AdviceNoneFits
 		a.Summary = noneFits(capacity, "pool, the recommended one", s.PeakReservedBytes, 0, s.Failures)
 		if plan := tr.Config.PlanBytes(); s.Error != "" {
 			// it could not even reserve its plan
@@ -174,7 +174,7 @@ func poolAdvice(tr *model.TraceReport, capacity uint64) model.Advice {
 		}
 		return a
 	}
-	a.Kind = model.AdvicePool
+	a.Kind = schema.AdvicePool
 	how := "record --pool"
 	if tr.RequestLayer == string(requests.Framework) {
 		how = "the pool library"
@@ -187,11 +187,11 @@ func poolAdvice(tr *model.TraceReport, capacity uint64) model.Advice {
 // savings is what the recommendation saves against today: memory when both peaks are known, time
 // when the trace has call durations and the recommendation is the pool (whose calls the
 // simulation times).
-func savings(tr *model.TraceReport, a *model.Answer) model.Savings {
-	var s model.Savings
+func savings(tr *schema.TraceReport, a *schema.Answer) schema.Savings {
+	var s schema.Savings
 	rec, now := a.Recommendation, a.Today
 	switch rec.Kind {
-	case model.AdviceSetting, model.AdviceKeep, model.AdvicePool:
+	case schema.AdviceSetting, schema.AdviceKeep, schema.AdvicePool:
 		if now.ReservedFrom != "" && rec.PeakReservedBytes > 0 {
 			s.MemoryKnown = true
 			s.MemoryBytes = int64(now.PeakReservedBytes) - int64(rec.PeakReservedBytes)
@@ -200,7 +200,7 @@ func savings(tr *model.TraceReport, a *model.Answer) model.Savings {
 			}
 		}
 	}
-	if rec.Kind == model.AdvicePool && a.CallTimeKnown {
+	if rec.Kind == schema.AdvicePool && a.CallTimeKnown {
 		s.TimeKnown, s.TimeNs = true, tr.Simulations[0].TimeSavedNs
 		s.TimePercent = 100 * float64(s.TimeNs) / float64(a.CallNs)
 	}

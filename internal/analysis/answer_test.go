@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -16,7 +16,7 @@ func fileInput(path string) Input {
 }
 
 // answerJSON is an answer as JSON, the form the test compares.
-func answerJSON(t *testing.T, a *model.Answer) string {
+func answerJSON(t *testing.T, a *schema.Answer) string {
 	t.Helper()
 	b, err := json.Marshal(a)
 	if err != nil {
@@ -36,8 +36,8 @@ func TestAnswerOfTheBundledTrace(t *testing.T) {
 	}
 	s := a.Savings
 	if a.PeakLiveBytes != 234868940 || a.WallNs != 4693623897 || !a.CallTimeKnown || a.CallNs != 34496025 ||
-		a.Today != (model.Today{Allocator: model.AllocatorRaw, PeakReservedBytes: 234868940, ReservedFrom: "trace"}) ||
-		a.Recommendation.Kind != model.AdvicePool || a.Recommendation.PeakReservedBytes != 239627264 ||
+		a.Today != (schema.Today{Allocator: schema.AllocatorRaw, PeakReservedBytes: 234868940, ReservedFrom: "trace"}) ||
+		a.Recommendation.Kind != schema.AdvicePool || a.Recommendation.PeakReservedBytes != 239627264 ||
 		!s.MemoryKnown || s.MemoryBytes != 234868940-239627264 || !s.TimeKnown || s.TimeNs != 34429646 {
 		t.Errorf("answer %s", answerJSON(t, a))
 	}
@@ -46,11 +46,11 @@ func TestAnswerOfTheBundledTrace(t *testing.T) {
 	if a.Recommendation.Summary != want {
 		t.Errorf("summary %q, want %q", a.Recommendation.Summary, want)
 	}
-	if len(a.Actions) != 1 || a.Actions[0].Kind != model.ActionLeak || a.Actions[0].Count != 9 ||
+	if len(a.Actions) != 1 || a.Actions[0].Kind != schema.ActionLeak || a.Actions[0].Count != 9 ||
 		a.Actions[0].Bytes != 202639360 || a.Actions[0].Seq != 10 {
 		t.Errorf("actions %+v", a.Actions)
 	}
-	if len(a.Equivalents) != 1 || a.Equivalents[0] != model.EquivalentPyTorch {
+	if len(a.Equivalents) != 1 || a.Equivalents[0] != schema.EquivalentPyTorch {
 		t.Errorf("equivalents %q", a.Equivalents)
 	}
 }
@@ -62,8 +62,8 @@ func TestAnswerOfASnapshot(t *testing.T) {
 	a := analyzeOne(t, fileInput("torch/cnn.caching.snapshot.pickle.gz")).Answer
 	s := a.Savings
 	if a.CallTimeKnown || a.CallNs != 0 || s.TimeKnown ||
-		a.Today != (model.Today{Allocator: model.AllocatorPyTorch, PeakReservedBytes: 3972005888, ReservedFrom: "model"}) ||
-		a.Recommendation.Kind != model.AdviceSetting ||
+		a.Today != (schema.Today{Allocator: schema.AllocatorPyTorch, PeakReservedBytes: 3972005888, ReservedFrom: "model"}) ||
+		a.Recommendation.Kind != schema.AdviceSetting ||
 		a.Recommendation.Setting != "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ||
 		a.Recommendation.PeakReservedBytes != 1954545664 || !s.MemoryKnown || s.MemoryBytes != 3972005888-1954545664 {
 		t.Errorf("answer %s", answerJSON(t, a))
@@ -78,7 +78,7 @@ func TestAnswerWhenNothingFits(t *testing.T) {
 	}
 	a := r.Combined.Answer
 	rec := a.Recommendation
-	if rec.Kind != model.AdviceNoneFits || rec.CapacityBytes != 1<<30 || rec.MissBytes != 1954545664-1<<30 ||
+	if rec.Kind != schema.AdviceNoneFits || rec.CapacityBytes != 1<<30 || rec.MissBytes != 1954545664-1<<30 ||
 		rec.PeakReservedBytes != 1954545664 || a.Savings.MemoryKnown {
 		t.Errorf("answer %s", answerJSON(t, a))
 	}
@@ -111,7 +111,7 @@ func TestAnswerOfAPlainProgram(t *testing.T) {
 			t.Errorf("action %d: %q, want %q", i, kinds[i], want[i])
 		}
 	}
-	if len(a.Equivalents) != 0 || a.Today.Allocator != model.AllocatorRaw {
+	if len(a.Equivalents) != 0 || a.Today.Allocator != schema.AllocatorRaw {
 		t.Errorf("equivalents %q, today %+v", a.Equivalents, a.Today)
 	}
 }
@@ -126,7 +126,7 @@ func TestAnswerWhenThePoolDoesNotFit(t *testing.T) {
 	a := r.Combined.Answer
 	rec := a.Recommendation
 	const want = "nothing fits in 2 MiB: the recommended pool's plan alone needs 3 MiB"
-	if rec.Kind != model.AdviceNoneFits || rec.Summary != want || rec.PeakReservedBytes != 3151872 ||
+	if rec.Kind != schema.AdviceNoneFits || rec.Summary != want || rec.PeakReservedBytes != 3151872 ||
 		rec.MissBytes != 3151872-2<<20 || a.Savings.MemoryKnown || a.Savings.TimeKnown {
 		t.Errorf("answer %s, want the summary %q", answerJSON(t, a), want)
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	fwdetect "github.com/allocscope/allocscope/internal/analysis/internal/framework"
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/internal/units"
 )
@@ -12,30 +12,30 @@ import (
 // actions lists the anomalies of tr that need action, most serious first: an out-of-memory, failed
 // allocations (but the one the out-of-memory explains), leaks, double frees, frees of unknown
 // addresses. Memory a framework's allocator held until exit is not among them.
-func actions(tr *model.TraceReport) []model.Action {
-	out := []model.Action{}
+func actions(tr *schema.TraceReport) []schema.Action {
+	out := []schema.Action{}
 	an := &tr.Anomalies
 	failed := an.FailedAllocs.Count
 	if o := tr.OOM; o != nil {
-		out = append(out, model.Action{Kind: model.ActionOOM, Count: 1, Bytes: o.RequestedBytes, Seq: o.Seq,
+		out = append(out, schema.Action{Kind: schema.ActionOOM, Count: 1, Bytes: o.RequestedBytes, Seq: o.Seq,
 			Summary: oomSummary(o)})
 		if o.Simulated == nil {
 			failed -= min(failed, 1) // the snapshot's out-of-memory is one of its failed requests
 		}
 	}
 	if failed > 0 {
-		out = append(out, anomalyAction(model.ActionFailed, failed, &an.FailedAllocs,
+		out = append(out, anomalyAction(schema.ActionFailed, failed, &an.FailedAllocs,
 			[2]string{"failed allocation", "failed allocations"}, "%s asked for"))
 	}
 	for _, k := range []struct {
 		kind  string
 		nouns [2]string
 		bytes string
-		a     *model.Anomaly
+		a     *schema.Anomaly
 	}{
-		{model.ActionLeak, [2]string{"block never freed", "blocks never freed"}, "%s live at the end", &an.Leaks},
-		{model.ActionDoubleFree, [2]string{"double free", "double frees"}, "", &an.DoubleFrees},
-		{model.ActionUnknownFree, [2]string{"free of an unknown address", "frees of unknown addresses"}, "", &an.UnknownFrees},
+		{schema.ActionLeak, [2]string{"block never freed", "blocks never freed"}, "%s live at the end", &an.Leaks},
+		{schema.ActionDoubleFree, [2]string{"double free", "double frees"}, "", &an.DoubleFrees},
+		{schema.ActionUnknownFree, [2]string{"free of an unknown address", "frees of unknown addresses"}, "", &an.UnknownFrees},
 	} {
 		if k.a.Count > 0 {
 			out = append(out, anomalyAction(k.kind, k.a.Count, k.a, k.nouns, k.bytes))
@@ -47,12 +47,12 @@ func actions(tr *model.TraceReport) []model.Action {
 // anomalyAction is the action of count events of an anomaly: the count and its noun (nouns: the
 // singular and the plural), the bytes in the words of bytesFormat ("" for none), the first event's
 // seq and callsite.
-func anomalyAction(kind string, count uint64, a *model.Anomaly, nouns [2]string, bytesFormat string) model.Action {
+func anomalyAction(kind string, count uint64, a *schema.Anomaly, nouns [2]string, bytesFormat string) schema.Action {
 	noun := nouns[1]
 	if count == 1 {
 		noun = nouns[0]
 	}
-	act := model.Action{Kind: kind, Count: count, Bytes: a.Bytes,
+	act := schema.Action{Kind: kind, Count: count, Bytes: a.Bytes,
 		Summary: units.FormatCount(int64(count)) + " " + noun}
 	if bytesFormat != "" {
 		act.Summary += " (" + fmt.Sprintf(bytesFormat, units.FormatBytes(a.Bytes)) + ")"
@@ -69,7 +69,7 @@ func anomalyAction(kind string, count uint64, a *model.Anomaly, nouns [2]string,
 }
 
 // oomSummary says what an out-of-memory asked for and what would have fit.
-func oomSummary(o *model.OOMReport) string {
+func oomSummary(o *schema.OOMReport) string {
 	where := "the snapshot"
 	if o.Simulated != nil {
 		where = "the model within " + units.FormatBytes(o.CapacityBytes)
@@ -95,24 +95,24 @@ func clipRunes(s string, n int) string {
 // PYTORCH_CUDA_ALLOC_CONF when it runs PyTorch (its allocator or requests found, or its command
 // names torch), RMM's pool when its requests are RMM's, the cudaMemPool release threshold when it
 // makes stream-ordered requests (on a stream other than the legacy default).
-func equivalentsThatApply(tr *model.TraceReport, now model.Today, info *model.TraceInfo) []string {
+func equivalentsThatApply(tr *schema.TraceReport, now schema.Today, info *schema.TraceInfo) []string {
 	out := []string{}
 	var cmd []string
 	if info != nil {
 		cmd = info.Command
 	}
 	fw := tr.Framework
-	if now.Allocator == model.AllocatorPyTorch || (fw != nil && fw.Framework == string(fwdetect.PyTorch)) ||
+	if now.Allocator == schema.AllocatorPyTorch || (fw != nil && fw.Framework == string(fwdetect.PyTorch)) ||
 		fwdetect.CommandNames(fwdetect.PyTorch, cmd) != "" {
-		out = append(out, model.EquivalentPyTorch)
+		out = append(out, schema.EquivalentPyTorch)
 	}
-	if now.Allocator == model.AllocatorRMM {
-		out = append(out, model.EquivalentRMM)
+	if now.Allocator == schema.AllocatorRMM {
+		out = append(out, schema.EquivalentRMM)
 	}
 	if tr.RequestLayer == string(requests.Device) {
 		for _, g := range tr.Groups {
 			if g.Allocs > 0 && g.Stream != 0 {
-				out = append(out, model.EquivalentMemPool)
+				out = append(out, schema.EquivalentMemPool)
 				break
 			}
 		}

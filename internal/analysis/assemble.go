@@ -1,7 +1,7 @@
 package analysis
 
 import (
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/internal/analysis/internal/stats"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
@@ -12,8 +12,8 @@ import (
 // assemble builds the report of one stream from the stages' results; callsite names the callsites
 // of the memory maps' blocks.
 func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.Outcome,
-	callsite func(pid uint32, id uint64) string) *model.TraceReport {
-	tr := &model.TraceReport{Name: name, Events: st.Events, RequestLayer: string(st.RequestLayer),
+	callsite func(pid uint32, id uint64) string) *schema.TraceReport {
+	tr := &schema.TraceReport{Name: name, Events: st.Events, RequestLayer: string(st.RequestLayer),
 		Requests: st.Requests, Upstream: st.Upstream, Groups: st.Groups, Anomalies: st.Anomalies,
 		TopCallsites: st.TopCallsites, PeakCallsites: st.PeakCallsites, Detail: st.Detail}
 	tr.SizeClasses = sizeClassPlan(st, rec)
@@ -36,13 +36,13 @@ func assemble(name string, st *stats.Result, rec *recommendation, outs []whatif.
 	return tr
 }
 
-func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
+func sizeClassPlan(st *stats.Result, rec *recommendation) *schema.SizeClassPlan {
 	sc := rec.config.SizeClass
-	p := &model.SizeClassPlan{Alignment: pool.DefaultAlignment, LargeThreshold: sc.LargeThreshold,
+	p := &schema.SizeClassPlan{Alignment: pool.DefaultAlignment, LargeThreshold: sc.LargeThreshold,
 		ThresholdRule: sizeclass.ThresholdRule, Thresholds: rec.splits,
 		DistinctSizes: rec.plan.DistinctSizes, K: rec.plan.K, KRule: sizeclass.KRule,
 		ClassBytes: rec.classBytes(), LargePeakLiveBytes: rec.sizing.LargePeakLiveBytes,
-		ArenaBytes: sc.ArenaBytes, PeakLiveBytes: st.Requests.PeakLiveBytes, Classes: []model.ClassPlan{}}
+		ArenaBytes: sc.ArenaBytes, PeakLiveBytes: st.Requests.PeakLiveBytes, Classes: []schema.ClassPlan{}}
 	if rec.plan.Forced {
 		p.KRule = "forced by --k"
 	}
@@ -54,7 +54,7 @@ func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 		p.PoolBytes = p.ClassBytes + pg.BudgetBytes
 	}
 	for _, c := range sc.Classes {
-		p.Classes = append(p.Classes, model.ClassPlan{Size: c.Size, Slots: c.Slots})
+		p.Classes = append(p.Classes, schema.ClassPlan{Size: c.Size, Slots: c.Slots})
 	}
 	for _, s := range st.Sizes {
 		if s.Size == 0 || s.Size > sc.LargeThreshold || len(p.Classes) == 0 {
@@ -66,14 +66,14 @@ func sizeClassPlan(st *stats.Result, rec *recommendation) *model.SizeClassPlan {
 		c.WasteAtPk += s.AtPeak * (c.Size - s.Size)
 	}
 	for _, w := range rec.plan.Curve {
-		p.Curve = append(p.Curve, model.KWaste{K: w.K, PeakWaste: w.PeakWaste,
+		p.Curve = append(p.Curve, schema.KWaste{K: w.K, PeakWaste: w.PeakWaste,
 			TotalWaste: w.TotalWaste, Objective: w.Objective})
 	}
 	return p
 }
 
-func simulation(o whatif.Outcome, st *stats.Result) model.Simulation {
-	s := model.Simulation{Name: o.Policy.Name, Policy: string(o.Policy.Config.Policy),
+func simulation(o whatif.Outcome, st *stats.Result) schema.Simulation {
+	s := schema.Simulation{Name: o.Policy.Name, Policy: string(o.Policy.Config.Policy),
 		Settings: o.Policy.Settings, PeakLiveBytes: o.Stats.PeakLiveBytes,
 		PeakReservedBytes: o.Stats.PeakReservedBytes,
 		InternalFragBytes: o.Peak.InternalFragmentation(), ExternalFragBytes: o.Peak.ExternalFragmentation(),
@@ -92,7 +92,7 @@ func simulation(o whatif.Outcome, st *stats.Result) model.Simulation {
 
 // fidelity compares the PyTorch model's segments with the real ones of a PyTorch snapshot:
 // with expandable segments when the snapshot maps memory, else with the default settings.
-func fidelity(st *stats.Result, outs []whatif.Outcome) *model.Fidelity {
+func fidelity(st *stats.Result, outs []whatif.Outcome) *schema.Fidelity {
 	real := st.NativeSegments + st.NativeMaps
 	if st.RequestLayer != requests.Framework || real == 0 {
 		return nil
@@ -105,7 +105,7 @@ func fidelity(st *stats.Result, outs []whatif.Outcome) *model.Fidelity {
 		if o.Policy.Name != name || o.Err != nil {
 			continue
 		}
-		return &model.Fidelity{Model: name, RealSegments: real, RealBytes: st.NativeSegmentBytes,
+		return &schema.Fidelity{Model: name, RealSegments: real, RealBytes: st.NativeSegmentBytes,
 			ModelSegments: o.Reserves, ModelBytes: o.ReservedBytes,
 			CountMatch: matchPercent(real, o.Reserves), BytesMatch: matchPercent(st.NativeSegmentBytes, o.ReservedBytes)}
 	}
@@ -120,7 +120,7 @@ func matchPercent(a, b uint64) float64 {
 	return 100 * float64(min(a, b)) / float64(max(a, b))
 }
 
-func prediction(name string, st *stats.Result, s model.Simulation) *pool.Prediction {
+func prediction(name string, st *stats.Result, s schema.Simulation) *pool.Prediction {
 	return &pool.Prediction{Trace: name, Events: st.Requests.Allocs + st.Requests.Frees,
 		PeakLiveBytes: st.Requests.PeakLiveBytes, PeakReservedBytes: s.PeakReservedBytes,
 		UpstreamCalls: s.UpstreamReserves + s.UpstreamReleases, Fallbacks: s.Fallbacks,
@@ -131,7 +131,7 @@ func prediction(name string, st *stats.Result, s model.Simulation) *pool.Predict
 // search (empty when the defaults are best or nothing fits), RMM's pool sized to the best-fit
 // simulation's peak (maximum with 10% headroom), and the cudaMemPool release threshold that kept
 // every byte the stream-ordered pool ever needed.
-func equivalents(sims []model.Simulation, torch *model.TorchSearch) *pool.Equivalents {
+func equivalents(sims []schema.Simulation, torch *schema.TorchSearch) *pool.Equivalents {
 	eq := &pool.Equivalents{}
 	if torch != nil && torch.Fits && len(torch.Best) > 0 {
 		eq.PyTorchAllocConf = torch.Best[0].Conf

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	fwdetect "github.com/allocscope/allocscope/internal/analysis/internal/framework"
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/stats"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
@@ -29,7 +29,7 @@ var seeRequests = map[fwdetect.Name]string{
 // applyFramework notes the framework of tr: on a trace of driver calls only, the allocator that
 // package framework finds, whose segments still live at the end are held, not leaked; on a trace
 // of a framework's requests, the framework's own setting.
-func applyFramework(tr *model.TraceReport, st *stats.Result, info *model.TraceInfo) {
+func applyFramework(tr *schema.TraceReport, st *stats.Result, info *schema.TraceInfo) {
 	if st.RequestLayer == requests.Framework {
 		tr.Framework = frameworkSetting(tr, st, info)
 		return
@@ -42,7 +42,7 @@ func applyFramework(tr *model.TraceReport, st *stats.Result, info *model.TraceIn
 	if f == nil {
 		return
 	}
-	note := &model.FrameworkNote{Framework: string(f.Framework), Layer: "driver", Evidence: f.Reasons,
+	note := &schema.FrameworkNote{Framework: string(f.Framework), Layer: "driver", Evidence: f.Reasons,
 		SeeRequests: seeRequests[f.Framework]}
 	if f.Arena >= 0 {
 		note.ArenaBytes, note.ArenaFraction = st.Sites[f.Arena].MaxSize, f.ArenaFraction
@@ -59,9 +59,9 @@ func applyFramework(tr *model.TraceReport, st *stats.Result, info *model.TraceIn
 
 // splitHeld moves the blocks live at the end of the held sites from a's leaks to its
 // HeldByAllocator.
-func splitHeld(a *model.Anomalies, fw string, sites []stats.SiteSummary, held []int) {
-	h := &model.Held{Framework: fw, Callsites: []string{}}
-	var heldRefs, leakRefs []model.EventRef
+func splitHeld(a *schema.Anomalies, fw string, sites []stats.SiteSummary, held []int) {
+	h := &schema.Held{Framework: fw, Callsites: []string{}}
+	var heldRefs, leakRefs []schema.EventRef
 	for i, s := range sites {
 		if !slices.Contains(held, i) {
 			leakRefs = append(leakRefs, s.Oldest...)
@@ -86,13 +86,13 @@ func splitHeld(a *model.Anomalies, fw string, sites []stats.SiteSummary, held []
 
 // oldestRefs returns the five oldest of refs, as the leaks list them (by seq, time, process,
 // device, address).
-func oldestRefs(refs []model.EventRef) []model.EventRef {
-	slices.SortFunc(refs, func(x, y model.EventRef) int {
+func oldestRefs(refs []schema.EventRef) []schema.EventRef {
+	slices.SortFunc(refs, func(x, y schema.EventRef) int {
 		return cmp.Or(cmp.Compare(x.Seq, y.Seq), cmp.Compare(x.TimeNs, y.TimeNs), cmp.Compare(x.PID, y.PID),
 			cmp.Compare(x.Device, y.Device), cmp.Compare(len(x.Address), len(y.Address)),
 			strings.Compare(x.Address, y.Address))
 	})
-	out := []model.EventRef{}
+	out := []schema.EventRef{}
 	return append(out, refs[:min(len(refs), 5)]...)
 }
 
@@ -117,9 +117,9 @@ func requestFramework(st *stats.Result) fwdetect.Name {
 // PYTORCH_CUDA_ALLOC_CONF of the search; CuPy's pool limit and JAX's memory fraction sized to the
 // best-fit pool's peak reserved (a pool that splits and coalesces blocks, as theirs do), rounded
 // up to 1 MiB.
-func frameworkSetting(tr *model.TraceReport, st *stats.Result, info *model.TraceInfo) *model.FrameworkNote {
+func frameworkSetting(tr *schema.TraceReport, st *stats.Result, info *schema.TraceInfo) *schema.FrameworkNote {
 	fw := requestFramework(st)
-	note := &model.FrameworkNote{Framework: string(fw), Layer: "framework"}
+	note := &schema.FrameworkNote{Framework: string(fw), Layer: "framework"}
 	peak := bestFitPeak(tr.Simulations)
 	switch fw {
 	case fwdetect.PyTorch:
@@ -156,7 +156,7 @@ func frameworkSetting(tr *model.TraceReport, st *stats.Result, info *model.Trace
 }
 
 // bestFitPeak is the best-fit pool's peak reserved bytes rounded up to 1 MiB (0 when it failed).
-func bestFitPeak(sims []model.Simulation) uint64 {
+func bestFitPeak(sims []schema.Simulation) uint64 {
 	for _, s := range sims {
 		if s.Name == "bestfit" && s.Error == "" && s.Failures == 0 {
 			return pool.AlignUp(s.PeakReservedBytes, mib)
@@ -167,7 +167,7 @@ func bestFitPeak(sims []model.Simulation) uint64 {
 
 // driverOnlyFramework returns the framework note of a trace of driver calls whose framework's
 // allocator was found, else nil.
-func driverOnlyFramework(tr *model.TraceReport) *model.FrameworkNote {
+func driverOnlyFramework(tr *schema.TraceReport) *schema.FrameworkNote {
 	if tr == nil || tr.Framework == nil || tr.Framework.Layer != "driver" {
 		return nil
 	}

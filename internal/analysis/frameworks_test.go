@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -64,7 +64,7 @@ func segments(function string, sizes []uint64, freed bool) []trace.Event {
 	return b.events
 }
 
-func analyzeOne(t *testing.T, in Input) *model.TraceReport {
+func analyzeOne(t *testing.T, in Input) *schema.TraceReport {
 	t.Helper()
 	r, err := Analyze([]Input{in}, Options{})
 	if err != nil {
@@ -74,7 +74,7 @@ func analyzeOne(t *testing.T, in Input) *model.TraceReport {
 }
 
 // checkHeld checks the held segments and the leaks left: the program's one 4 KiB block.
-func checkHeld(t *testing.T, tr *model.TraceReport, fw string, count, bytes uint64) {
+func checkHeld(t *testing.T, tr *schema.TraceReport, fw string, count, bytes uint64) {
 	t.Helper()
 	h := tr.Anomalies.HeldByAllocator
 	if h == nil || h.Framework != fw || h.Count != count || h.Bytes != bytes || len(h.Callsites) != 1 ||
@@ -209,9 +209,9 @@ func TestFrameworkTextAndJSON(t *testing.T) {
 	var js struct {
 		Combined struct {
 			Anomalies struct {
-				Held model.Held `json:"held_by_allocator"`
+				Held schema.Held `json:"held_by_allocator"`
 			} `json:"anomalies"`
-			Framework model.FrameworkNote `json:"framework"`
+			Framework schema.FrameworkNote `json:"framework"`
 		} `json:"combined"`
 	}
 	if err := json.Unmarshal(output(t, r, func(b *bytes.Buffer, r *Report) error { return WriteJSON(b, r) }), &js); err != nil {

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/render"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/requests"
@@ -60,7 +60,7 @@ func newOOMStates(src Source) (oomStates, error) {
 // at returns the segments that explain out-of-memory event ev, with the names of their blocks'
 // callsites (name names a snapshot's); recorded is true for segments rebuilt by record. No segments
 // when none do.
-func (st oomStates) at(ev model.EventRef, name func(uint64) string) (segs []torchsnap.Segment,
+func (st oomStates) at(ev schema.EventRef, name func(uint64) string) (segs []torchsnap.Segment,
 	names func(uint64) string, recorded bool) {
 	if st.snapshot != nil && len(st.snapshot.Segments) > 0 {
 		return st.snapshot.Segments, name, false
@@ -81,8 +81,8 @@ func (st oomStates) at(ev model.EventRef, name func(uint64) string) (segs []torc
 // explainOOM explains the first out-of-memory of a PyTorch snapshot or of a recorded PyTorch
 // program (anomalies' failed allocations from torch.oom) from the segments on its device then
 // (oomStates.at); nil without either.
-func explainOOM(states oomStates, failed model.Anomaly, name func(uint64) string) *model.OOMReport {
-	i := slices.IndexFunc(failed.Events, func(e model.EventRef) bool { return e.Function == trace.FuncTorchOOM })
+func explainOOM(states oomStates, failed schema.Anomaly, name func(uint64) string) *schema.OOMReport {
+	i := slices.IndexFunc(failed.Events, func(e schema.EventRef) bool { return e.Function == trace.FuncTorchOOM })
 	if i < 0 {
 		return nil
 	}
@@ -92,7 +92,7 @@ func explainOOM(states oomStates, failed model.Anomaly, name func(uint64) string
 		return nil
 	}
 	free, _ := strconv.ParseUint(ev.Address, 0, 64) // the importer puts device_free there
-	r := &model.OOMReport{Seq: ev.Seq, PID: ev.PID, Device: ev.Device, RequestedBytes: ev.Size,
+	r := &schema.OOMReport{Seq: ev.Seq, PID: ev.PID, Device: ev.Device, RequestedBytes: ev.Size,
 		DeviceFreeBytes: free, Recorded: recorded}
 	describeSegments(r, segs, names)
 	r.CapacityBytes = r.ReservedBytes + free
@@ -102,9 +102,9 @@ func explainOOM(states oomStates, failed model.Anomaly, name func(uint64) string
 // describeSegments fills in r what the segments on r's device hold: reserved, allocated and
 // cached-but-free bytes, the largest free block of each stream, and the most fragmented segments
 // (the most free bytes among blocks in use) with the blocks that pin them.
-func describeSegments(r *model.OOMReport, segs []torchsnap.Segment, name func(uint64) string) {
+func describeSegments(r *schema.OOMReport, segs []torchsnap.Segment, name func(uint64) string) {
 	largest := map[uint64]uint64{}
-	var frag []model.FragmentedSegment
+	var frag []schema.FragmentedSegment
 	for _, s := range segs {
 		if s.Device != r.Device {
 			continue
@@ -119,16 +119,16 @@ func describeSegments(r *model.OOMReport, segs []torchsnap.Segment, name func(ui
 	}
 	r.CachedFreeBytes = r.ReservedBytes - min(r.AllocatedBytes, r.ReservedBytes)
 	for _, st := range slices.Sorted(maps.Keys(largest)) {
-		r.LargestFree = append(r.LargestFree, model.StreamFree{Stream: st, Bytes: largest[st]})
+		r.LargestFree = append(r.LargestFree, schema.StreamFree{Stream: st, Bytes: largest[st]})
 	}
-	slices.SortStableFunc(frag, func(a, b model.FragmentedSegment) int { return cmp.Compare(b.FreeBytes, a.FreeBytes) })
+	slices.SortStableFunc(frag, func(a, b schema.FragmentedSegment) int { return cmp.Compare(b.FreeBytes, a.FreeBytes) })
 	r.Fragmented = frag[:min(oomSegmentsShown, len(frag))]
 }
 
 // fragmentation describes one segment: its free bytes, its largest free block, and the blocks in
 // use that pin it, largest first.
-func fragmentation(s torchsnap.Segment, name func(uint64) string) model.FragmentedSegment {
-	f := model.FragmentedSegment{Address: fmt.Sprintf("%#x", s.Address), Stream: s.Stream, SizeBytes: s.TotalSize}
+func fragmentation(s torchsnap.Segment, name func(uint64) string) schema.FragmentedSegment {
+	f := schema.FragmentedSegment{Address: fmt.Sprintf("%#x", s.Address), Stream: s.Stream, SizeBytes: s.TotalSize}
 	var pins []torchsnap.Block
 	for _, b := range s.BlockList {
 		if b.Free() {
@@ -145,7 +145,7 @@ func fragmentation(s torchsnap.Segment, name func(uint64) string) model.Fragment
 		if b.Callsite != 0 {
 			site = name(b.Callsite)
 		}
-		f.PinnedBy = append(f.PinnedBy, model.PinningBlock{SizeBytes: b.Size, Callsite: site})
+		f.PinnedBy = append(f.PinnedBy, schema.PinningBlock{SizeBytes: b.Size, Callsite: site})
 	}
 	return f
 }
@@ -156,16 +156,16 @@ func fragmentation(s torchsnap.Segment, name func(uint64) string) model.Fragment
 // when none fits, if it fails requests there. It replays the trace once more, that setting's
 // model alone, and reads the model's segments at the failure. nil without a capacity, without
 // such a failure, or when the setting is not PyTorch's caching allocator (backend:cudaMallocAsync).
-func explainModelOOM(open opener, layer requests.Layer, ts *model.TorchSearch, outs []whatif.Outcome,
-	capacity uint64, name func(pid uint32, id uint64) string) (*model.OOMReport, error) {
+func explainModelOOM(open opener, layer requests.Layer, ts *schema.TorchSearch, outs []whatif.Outcome,
+	capacity uint64, name func(pid uint32, id uint64) string) (*schema.OOMReport, error) {
 	if capacity == 0 {
 		return nil, nil
 	}
 	if ts == nil {
-		ts = &model.TorchSearch{} // the search did not run
+		ts = &schema.TorchSearch{} // the search did not run
 	}
 	var conf string
-	var fits *model.TorchSetting
+	var fits *schema.TorchSetting
 	switch i := slices.IndexFunc(outs, func(o whatif.Outcome) bool { return o.Policy.Name == "pytorch" }); {
 	case i >= 0 && outs[i].Stats.Failures > 0:
 		if ts.Fits {
@@ -191,7 +191,7 @@ func explainModelOOM(open opener, layer requests.Layer, ts *model.TorchSearch, o
 	}
 	r := probe.report
 	if r != nil {
-		r.Simulated = &model.SimulatedOOM{Conf: conf, Failures: probe.alloc.Stats().Failures}
+		r.Simulated = &schema.SimulatedOOM{Conf: conf, Failures: probe.alloc.Stats().Failures}
 		r.Fits = fits
 	}
 	return r, probe.alloc.Close()
@@ -206,7 +206,7 @@ type oomProbe struct {
 	capacity uint64
 	sites    map[uint64]liveSite // live block's address → its allocation
 	name     func(pid uint32, id uint64) string
-	report   *model.OOMReport // at the first failure
+	report   *schema.OOMReport // at the first failure
 }
 
 // liveSite is the process and callsite of a live block's allocation.
@@ -265,7 +265,7 @@ func (p *oomProbe) serve(e *trace.Event, ops []requests.Op) {
 
 // explain describes the model's segments as the request of e for size bytes fails: its layout as
 // torch.cuda.memory_snapshot() lists it, a segment per region.
-func (p *oomProbe) explain(e *trace.Event, size uint64) *model.OOMReport {
+func (p *oomProbe) explain(e *trace.Event, size uint64) *schema.OOMReport {
 	var regions []pool.Region
 	if l, ok := p.alloc.(pool.Layouter); ok {
 		regions = l.Layout()
@@ -287,7 +287,7 @@ func (p *oomProbe) explain(e *trace.Event, size uint64) *model.OOMReport {
 			snap[i].BlockList = append(snap[i].BlockList, sb)
 		}
 	}
-	r := &model.OOMReport{Seq: e.Seq, Device: e.Device, RequestedBytes: size, CapacityBytes: p.capacity}
+	r := &schema.OOMReport{Seq: e.Seq, Device: e.Device, RequestedBytes: size, CapacityBytes: p.capacity}
 	describeSegments(r, snap, func(addr uint64) string { s := p.sites[addr]; return p.name(s.pid, s.id) })
 	r.DeviceFreeBytes = p.capacity - min(r.ReservedBytes, p.capacity)
 	return r

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/poolsim"
 	"github.com/allocscope/allocscope/internal/requests"
@@ -39,12 +39,12 @@ func fragmented() []trace.Event {
 
 // oomAt is the report on fragmented()'s 30 MiB request when the model fails it: the 20 MiB
 // segment holds 15 MiB free in two blocks (5 and 10 MiB), pinned by the 5 MiB tensor of 0xa2.
-func oomAt(capacity uint64, site string) *model.OOMReport {
-	return &model.OOMReport{Seq: 6, Device: 0, RequestedBytes: 30 << 20, DeviceFreeBytes: capacity - 20<<20,
+func oomAt(capacity uint64, site string) *schema.OOMReport {
+	return &schema.OOMReport{Seq: 6, Device: 0, RequestedBytes: 30 << 20, DeviceFreeBytes: capacity - 20<<20,
 		CapacityBytes: capacity, ReservedBytes: 20 << 20, AllocatedBytes: 5 << 20, CachedFreeBytes: 15 << 20,
-		LargestFree: []model.StreamFree{{Stream: 7, Bytes: 10 << 20}},
-		Fragmented: []model.FragmentedSegment{{Address: "0x100000000", Stream: 7, SizeBytes: 20 << 20,
-			FreeBytes: 15 << 20, LargestFree: 10 << 20, PinnedBy: []model.PinningBlock{{SizeBytes: 5 << 20, Callsite: site}},
+		LargestFree: []schema.StreamFree{{Stream: 7, Bytes: 10 << 20}},
+		Fragmented: []schema.FragmentedSegment{{Address: "0x100000000", Stream: 7, SizeBytes: 20 << 20,
+			FreeBytes: 15 << 20, LargestFree: 10 << 20, PinnedBy: []schema.PinningBlock{{SizeBytes: 5 << 20, Callsite: site}},
 			PinnedBlocks: 1}}}
 }
 
@@ -59,8 +59,8 @@ func TestModelOOMExplained(t *testing.T) {
 	}
 	tr := r.Combined
 	want := oomAt(capacity, "0xa2")
-	want.Simulated = &model.SimulatedOOM{Conf: "", Failures: 1}
-	want.Fits = &model.TorchSetting{Conf: "expandable_segments:True", Settings: 1, PeakReservedBytes: 40 << 20,
+	want.Simulated = &schema.SimulatedOOM{Conf: "", Failures: 1}
+	want.Fits = &schema.TorchSetting{Conf: "expandable_segments:True", Settings: 1, PeakReservedBytes: 40 << 20,
 		Segments: 2, SavedBytes: 10 << 20}
 	if !reflect.DeepEqual(tr.OOM, want) {
 		t.Errorf("oom = %+v\nwant %+v", tr.OOM, want)
@@ -94,15 +94,15 @@ func TestModelOOMOfTheClosest(t *testing.T) {
 	open := opener(func() (Source, error) { return &fakeSource{events: fragmented(), batch: 4}, nil })
 	name := func(pid uint32, id uint64) string { return fmt.Sprintf("site %d/%#x", pid, id) }
 	defaultsServed := []whatif.Outcome{{Policy: whatif.Policy{Name: "pytorch"}, Stats: pool.Stats{}}}
-	closest := func(conf string) *model.TorchSearch {
-		return &model.TorchSearch{Best: []model.TorchSetting{{Conf: conf}}}
+	closest := func(conf string) *schema.TorchSearch {
+		return &schema.TorchSearch{Best: []schema.TorchSetting{{Conf: conf}}}
 	}
 	// expandable_segments:True within 36 MiB: the 20 MiB page holding the 5 MiB tensor cannot be
 	// unmapped and one more does not fit.
 	r, err := explainModelOOM(open, requests.Framework, closest("expandable_segments:True"), defaultsServed, 36<<20, name)
 	want := oomAt(36<<20, "site 100/0xa2")
 	want.Fragmented[0].Address = fmt.Sprintf("%#x", poolsim.Base) // the segment's address space comes first
-	want.Simulated = &model.SimulatedOOM{Conf: "expandable_segments:True", Failures: 1}
+	want.Simulated = &schema.SimulatedOOM{Conf: "expandable_segments:True", Failures: 1}
 	if err != nil || !reflect.DeepEqual(r, want) {
 		t.Errorf("closest = %+v, %v\nwant %+v", r, err, want)
 	}
@@ -139,14 +139,14 @@ func TestExplainRecordedOOM(t *testing.T) {
 		}
 		return st
 	}
-	failed := model.Anomaly{Events: []model.EventRef{
+	failed := schema.Anomaly{Events: []schema.EventRef{
 		{Seq: 3, PID: 7, Device: 1, Function: "cudaMalloc", Size: 64},
 		{Seq: 9, PID: 7, Device: 1, Function: trace.FuncTorchOOM, Size: 2 << 20, Address: "0x100000"}}}
-	want := &model.OOMReport{Seq: 9, PID: 7, Device: 1, RequestedBytes: 2 << 20, DeviceFreeBytes: 1 << 20,
+	want := &schema.OOMReport{Seq: 9, PID: 7, Device: 1, RequestedBytes: 2 << 20, DeviceFreeBytes: 1 << 20,
 		CapacityBytes: 5 << 20, ReservedBytes: 4 << 20, AllocatedBytes: 3 << 20, CachedFreeBytes: 1 << 20,
-		LargestFree: []model.StreamFree{{Stream: 5, Bytes: 1 << 20}},
-		Fragmented: []model.FragmentedSegment{{Address: "0x1000", Stream: 5, SizeBytes: 4 << 20, FreeBytes: 1 << 20,
-			LargestFree: 1 << 20, PinnedBlocks: 2, PinnedBy: []model.PinningBlock{
+		LargestFree: []schema.StreamFree{{Stream: 5, Bytes: 1 << 20}},
+		Fragmented: []schema.FragmentedSegment{{Address: "0x1000", Stream: 5, SizeBytes: 4 << 20, FreeBytes: 1 << 20,
+			LargestFree: 1 << 20, PinnedBlocks: 2, PinnedBy: []schema.PinningBlock{
 				{SizeBytes: 2 << 20, Callsite: "(no stack recorded)"}, {SizeBytes: 1 << 20, Callsite: "step (train.py:9)"}}}},
 		Recorded: true}
 	if r := explainOOM(states(capture(6, 1, 2<<20), capture(7, 1, 2<<20)), failed, nil); !reflect.DeepEqual(r, want) {

@@ -6,20 +6,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
 
 // analyzeFile analyzes one of the repository's traces.
-func analyzeFile(t *testing.T, path string) *model.TraceReport {
+func analyzeFile(t *testing.T, path string) *schema.TraceReport {
 	t.Helper()
 	return analyzeFileWith(t, path, Options{})
 }
 
 // analyzeFileWith analyzes the trace file at path with opts and returns its report.
-func analyzeFileWith(t *testing.T, path string, opts Options) *model.TraceReport {
+func analyzeFileWith(t *testing.T, path string, opts Options) *schema.TraceReport {
 	t.Helper()
 	in := Input{Name: path, Open: func() (Source, error) { return trace.Open(path) }}
 	r, err := Analyze([]Input{in}, opts)
@@ -42,7 +42,7 @@ func TestPagedArenaOnKVCache(t *testing.T) {
 		rec.PageOps != 0 || paged.Name != "paged-arena" || paged.PeakReservedBytes != 389215232 || paged.PageOps != 8 {
 		t.Errorf("default: recommended %+v, paged %+v", rec, paged)
 	}
-	want := &model.PagedAlternative{PeakReservedBytes: 389215232, PageOps: 8, SavedBytes: 397603840 - 389215232}
+	want := &schema.PagedAlternative{PeakReservedBytes: 389215232, PageOps: 8, SavedBytes: 397603840 - 389215232}
 	if def.Config.SizeClass.ArenaPaging != nil || def.SizeClasses.ArenaPaged || !reflect.DeepEqual(def.SizeClasses.PagedAlternative, want) {
 		t.Errorf("default: paging %+v, plan paged %v, alternative %+v; want none, %+v", def.Config.SizeClass.ArenaPaging,
 			def.SizeClasses.ArenaPaged, def.SizeClasses.PagedAlternative, want)
@@ -124,11 +124,11 @@ func TestSnapshotCallsites(t *testing.T) {
 // block per stream, the one segment with blocks in use, and no setting that could have served 1 TiB.
 func TestSnapshotOOMExplained(t *testing.T) {
 	tr := analyzeFile(t, "../../testdata/trace/snapshot_small.pickle")
-	want := &model.OOMReport{Seq: 10, Device: 0, RequestedBytes: 1 << 40, DeviceFreeBytes: 123456,
+	want := &schema.OOMReport{Seq: 10, Device: 0, RequestedBytes: 1 << 40, DeviceFreeBytes: 123456,
 		CapacityBytes: 23068672 + 123456, ReservedBytes: 23068672, AllocatedBytes: 512, CachedFreeBytes: 23068160,
-		LargestFree: []model.StreamFree{{Stream: 0, Bytes: 1024}, {Stream: 7, Bytes: 0}},
-		Fragmented: []model.FragmentedSegment{{Address: "0x7f0000000000", Stream: 0, SizeBytes: 20971520, FreeBytes: 1024,
-			LargestFree: 1024, PinnedBy: []model.PinningBlock{{SizeBytes: 512, Callsite: "(no stack recorded)"}}, PinnedBlocks: 1}}}
+		LargestFree: []schema.StreamFree{{Stream: 0, Bytes: 1024}, {Stream: 7, Bytes: 0}},
+		Fragmented: []schema.FragmentedSegment{{Address: "0x7f0000000000", Stream: 0, SizeBytes: 20971520, FreeBytes: 1024,
+			LargestFree: 1024, PinnedBy: []schema.PinningBlock{{SizeBytes: 512, Callsite: "(no stack recorded)"}}, PinnedBlocks: 1}}}
 	if !reflect.DeepEqual(tr.OOM, want) {
 		t.Errorf("oom = %+v\nwant %+v", tr.OOM, want)
 	}

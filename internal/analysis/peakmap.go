@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
 
-// The bounds of a report's memory map (model.PeakMap).
+// The bounds of a report's memory map (schema.PeakMap).
 const (
 	// mapRegions is the most regions a map lists: the largest.
 	mapRegions = 64
@@ -26,8 +26,8 @@ const (
 // peakMap is the report's form of a simulated allocator's layout at its peak: totals over every
 // region, the largest regions with their blocks, small neighbouring blocks merged. name names a
 // live block's callsite.
-func peakMap(m *whatif.PeakMap, name func(pid uint32, id uint64) string) *model.PeakMap {
-	out := &model.PeakMap{AtRequest: m.Calls, Regions: len(m.Regions), Shown: []model.MapRegion{}}
+func peakMap(m *whatif.PeakMap, name func(pid uint32, id uint64) string) *schema.PeakMap {
+	out := &schema.PeakMap{AtRequest: m.Calls, Regions: len(m.Regions), Shown: []schema.MapRegion{}}
 	regions := slices.Clone(m.Regions)
 	slices.SortStableFunc(regions, func(a, b pool.Region) int { return cmp.Compare(b.Size, a.Size) })
 	for _, r := range regions {
@@ -68,9 +68,9 @@ func peakMap(m *whatif.PeakMap, name func(pid uint32, id uint64) string) *model.
 // mapRegion lists region r with its blocks, those below minBytes merged with their neighbours into
 // entries of about minBytes.
 func mapRegion(r pool.Region, sites map[uint64]requests.Site, minBytes uint64,
-	name func(uint32, uint64) string) model.MapRegion {
-	mr := model.MapRegion{Address: fmt.Sprintf("%#x", r.Base), SizeBytes: r.Size, Kind: string(r.Kind),
-		Stream: r.Stream, Expandable: r.Expandable, Blocks: []model.MapBlock{}}
+	name func(uint32, uint64) string) schema.MapRegion {
+	mr := schema.MapRegion{Address: fmt.Sprintf("%#x", r.Base), SizeBytes: r.Size, Kind: string(r.Kind),
+		Stream: r.Stream, Expandable: r.Expandable, Blocks: []schema.MapBlock{}}
 	var run mapRun
 	for _, b := range r.Blocks {
 		if !b.Live {
@@ -94,7 +94,7 @@ func mapRegion(r pool.Region, sites map[uint64]requests.Site, minBytes uint64,
 
 // mapRun is a map entry being gathered: neighbouring blocks, and the site of its largest live one.
 type mapRun struct {
-	model.MapBlock
+	schema.MapBlock
 	site    requests.Site
 	largest uint64 // the size of the largest live block
 	mixed   bool   // blocks of several classes (or slots and other blocks)
@@ -118,7 +118,7 @@ func (u *mapRun) add(b pool.Block, site requests.Site) {
 }
 
 // flush appends the entry gathered so far to mr and starts a new one.
-func (u *mapRun) flush(mr *model.MapRegion, name func(uint32, uint64) string) {
+func (u *mapRun) flush(mr *schema.MapRegion, name func(uint32, uint64) string) {
 	if u.Blocks == 0 {
 		return
 	}

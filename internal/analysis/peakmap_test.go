@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
@@ -15,7 +15,7 @@ import (
 // regions' bytes are the peak reserved bytes, the free blocks' bytes the external fragmentation,
 // live block bytes minus requested bytes the internal fragmentation; the regions shown and hidden
 // add up to the totals, and each region's entries tile it.
-func checkPeakMap(t *testing.T, s model.Simulation) *model.PeakMap {
+func checkPeakMap(t *testing.T, s schema.Simulation) *schema.PeakMap {
 	t.Helper()
 	m := s.PeakMap
 	if m == nil {
@@ -120,7 +120,7 @@ func TestPeakMapBounds(t *testing.T) {
 }
 
 // peakMapOfRaw is the map of the raw policy (every block its own region) on b's trace.
-func peakMapOfRaw(t *testing.T, b *builder) *model.PeakMap {
+func peakMapOfRaw(t *testing.T, b *builder) *schema.PeakMap {
 	t.Helper()
 	raw := whatif.Policy{Name: "raw", Config: pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyRaw}, Map: true}
 	log, _, err := requests.Decode(&fakeSource{events: b.events, batch: 100}, nil, "")

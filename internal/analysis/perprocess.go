@@ -7,7 +7,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -16,7 +16,7 @@ import (
 // own, as analyzeRanks does for the ranks of several inputs: the classes of the merged analysis,
 // each with the most slots one process needs, the largest arena one process needs, grown by what
 // a process still had to add. nil for a trace of one process or without such a pool.
-func perProcess(name string, log *requests.Log, tr *model.TraceReport, opts Options) (*model.PerProcess, error) {
+func perProcess(name string, log *requests.Log, tr *schema.TraceReport, opts Options) (*schema.PerProcess, error) {
 	if tr.Config == nil || tr.Config.SizeClass == nil {
 		return nil, nil
 	}
@@ -37,7 +37,7 @@ func perProcess(name string, log *requests.Log, tr *model.TraceReport, opts Opti
 	if err != nil {
 		return nil, err
 	}
-	rk := &model.Ranks{Rows: make([]model.RankRow, len(pids))}
+	rk := &schema.Ranks{Rows: make([]schema.RankRow, len(pids))}
 	for range 2 {
 		extra, err := verifyShared(inputs, logs, cfg, rk, opts)
 		if err != nil {
@@ -50,7 +50,7 @@ func perProcess(name string, log *requests.Log, tr *model.TraceReport, opts Opti
 		sc.ArenaBytes = pool.AlignUp(sc.ArenaBytes+extra, pool.DefaultAlignment)
 		cfg.SizeClass = &sc
 	}
-	return &model.PerProcess{Processes: len(pids), Config: cfg, MergedPlanBytes: tr.Config.PlanBytes(),
+	return &schema.PerProcess{Processes: len(pids), Config: cfg, MergedPlanBytes: tr.Config.PlanBytes(),
 		Fits: allServed(rk.Rows)}, nil
 }
 

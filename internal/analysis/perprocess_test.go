@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/pool"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -89,7 +89,7 @@ func TestTorchSearchPerProcess(t *testing.T) {
 	if ts == nil {
 		t.Fatal("no search")
 	}
-	want := []model.ProcessReserved{{PID: 100, PeakReservedBytes: 20 << 20}, {PID: 200, PeakReservedBytes: 20 << 20}}
+	want := []schema.ProcessReserved{{PID: 100, PeakReservedBytes: 20 << 20}, {PID: 200, PeakReservedBytes: 20 << 20}}
 	if d := ts.Defaults; d.PeakReservedBytes != 40<<20 || d.Segments != 2 || !slices.Equal(d.Processes, want) {
 		t.Errorf("defaults: %d bytes, %d segments, processes %+v; want 40 MiB, 2, %+v", d.PeakReservedBytes, d.Segments, d.Processes, want)
 	}

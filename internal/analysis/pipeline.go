@@ -12,7 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/internal/analysis/internal/stats"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
@@ -185,12 +185,12 @@ func passThrough(src Source) []uint64 {
 
 // analyzeStream runs every stage over one stream of events. It returns the stream's request log,
 // for analyses across inputs; the caller closes it.
-func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, []string, *requests.Log, error) {
+func analyzeStream(name string, open opener, opts Options) (*schema.TraceReport, []string, *requests.Log, error) {
 	opts.input = filepath.Base(name)
 	var warns []string
 	var c *stats.Collector
 	var log *requests.Log
-	var info *model.TraceInfo
+	var info *schema.TraceInfo
 	var states oomStates
 	var memo *memoSource
 	var passed []uint64
@@ -240,7 +240,7 @@ func analyzeStream(name string, open opener, opts Options) (*model.TraceReport, 
 }
 
 // passThroughConfigs writes the sizes record --pool sends to CUDA into tr's configs.
-func passThroughConfigs(tr *model.TraceReport, passed []uint64) {
+func passThroughConfigs(tr *schema.TraceReport, passed []uint64) {
 	if tr.Config != nil {
 		tr.Config.PassThroughSizes = passed
 	}
@@ -263,7 +263,7 @@ func sizeList(sizes []uint64) string {
 
 // analyzeRequests runs the stages after the statistics pass over the request log.
 func analyzeRequests(name string, open opener, c *stats.Collector, log *requests.Log, states oomStates,
-	info *model.TraceInfo, opts Options, warns *[]string) (*model.TraceReport, error) {
+	info *schema.TraceInfo, opts Options, warns *[]string) (*schema.TraceReport, error) {
 	st := c.Finish(opts.Top)
 	if st.Events == 0 {
 		return nil, fmt.Errorf("%s: empty trace: no events", name)
@@ -297,13 +297,13 @@ func analyzeRequests(name string, open opener, c *stats.Collector, log *requests
 }
 
 // traceInfo returns the metadata of a source that has some (*trace.Reader does).
-func traceInfo(src Source) *model.TraceInfo {
+func traceInfo(src Source) *schema.TraceInfo {
 	s, ok := src.(interface{ Info() trace.Info })
 	if !ok {
 		return nil
 	}
 	i := s.Info()
-	return &model.TraceInfo{Source: i.Source, Command: i.Command, Host: i.Host, Driver: i.DriverVersion,
+	return &schema.TraceInfo{Source: i.Source, Command: i.Command, Host: i.Host, Driver: i.DriverVersion,
 		GPUs: i.GPUNames}
 }
 
@@ -355,7 +355,7 @@ func chooseSizeClasses(name string, log *requests.Log, st *stats.Result, opts Op
 	}
 	rec := recommend(name, st, plans[best], sizings[best], fits[best], perStream, opts.PoolHeadroom)
 	for i, sz := range sizings {
-		rec.splits = append(rec.splits, model.Split{Threshold: plans[i].Threshold, K: plans[i].K,
+		rec.splits = append(rec.splits, schema.Split{Threshold: plans[i].Threshold, K: plans[i].K,
 			ClassBytes: sz.ClassBytes(), ArenaBytes: sz.ArenaPeakReservedBytes,
 			TotalBytes: sz.ClassBytes() + sz.ArenaPeakReservedBytes})
 	}
@@ -415,7 +415,7 @@ type modelRun struct {
 	outs   []whatif.Outcome
 	// processes is, for a trace of several processes, each process's peak reserved under each
 	// candidate of the search (searchPerProcess), in the search's order; nil otherwise.
-	processes [][]model.ProcessReserved
+	processes [][]schema.ProcessReserved
 	byPID     map[uint32][]whatif.Outcome // each process's own outcomes of the search, with processes
 	err       error
 }

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/pool"
@@ -40,10 +40,10 @@ func forEachInput(n int, f func(i int) error) error {
 // classes: each class gets the most slots any rank needs, the arena the largest peak of large
 // requests any rank has (whatif.Size on each rank); then the pool is simulated on each rank, and
 // its arena grown by what the ranks still had to add (fragmentation), until none has to.
-func analyzeRanks(inputs []Input, logs []*requests.Log, perFile []*model.TraceReport, combined *model.TraceReport, opts Options) (*model.Ranks, error) {
-	rk := &model.Ranks{}
+func analyzeRanks(inputs []Input, logs []*requests.Log, perFile []*schema.TraceReport, combined *schema.TraceReport, opts Options) (*schema.Ranks, error) {
+	rk := &schema.Ranks{}
 	for i, tr := range perFile {
-		row := model.RankRow{Name: inputs[i].Name, Events: tr.Events, PeakLiveBytes: tr.Requests.PeakLiveBytes}
+		row := schema.RankRow{Name: inputs[i].Name, Events: tr.Events, PeakLiveBytes: tr.Requests.PeakLiveBytes}
 		if len(tr.Simulations) > 0 {
 			s := tr.Simulations[0]
 			row.OwnReservedBytes, row.OwnFallbacks, row.MeasuredCallNs = s.PeakReservedBytes, s.Fallbacks, s.MeasuredCallNs
@@ -113,7 +113,7 @@ func sharedConfig(inputs []Input, logs []*requests.Log, base *pool.Config) (*poo
 
 // verifyShared simulates cfg on every rank into the rows, and returns the most bytes a rank
 // reserved beyond the plan (0 when none grew).
-func verifyShared(inputs []Input, logs []*requests.Log, cfg *pool.Config, rk *model.Ranks, opts Options) (uint64, error) {
+func verifyShared(inputs []Input, logs []*requests.Log, cfg *pool.Config, rk *schema.Ranks, opts Options) (uint64, error) {
 	plan := cfg.PlanBytes()
 	extra := make([]uint64, len(inputs))
 	p := whatif.Policy{Name: "every rank", Config: *cfg}
@@ -139,7 +139,7 @@ func verifyShared(inputs []Input, logs []*requests.Log, cfg *pool.Config, rk *mo
 	return slices.Max(extra), err
 }
 
-func allServed(rows []model.RankRow) bool {
+func allServed(rows []schema.RankRow) bool {
 	for _, r := range rows {
 		if r.SharedFallbacks > 0 || r.SharedFailures > 0 || r.SharedError != "" {
 			return false
@@ -150,7 +150,7 @@ func allServed(rows []model.RankRow) bool {
 
 // outliers names the rank with the highest peak live bytes, the one with the most fallbacks of
 // its own pool (none when no rank fell back) and the one with the most time inside its calls.
-func outliers(rows []model.RankRow) (peak, fallbacks, calls string) {
+func outliers(rows []schema.RankRow) (peak, fallbacks, calls string) {
 	var p, f uint64
 	var c int64 // an input without call durations is never the one with the most time in calls
 	for _, r := range rows {

@@ -5,8 +5,8 @@ import (
 	"github.com/allocscope/allocscope/internal/requests"
 	"math"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/render"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/sizeclass"
 	"github.com/allocscope/allocscope/internal/analysis/internal/stats"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
@@ -27,17 +27,17 @@ type recommendation struct {
 	st     *stats.Result
 	plan   sizeclass.Plan
 	sizing whatif.Sizing
-	splits []model.Split
+	splits []schema.Split
 	config pool.Config
 	// recordPool is the config simulated as record --pool runs it; nil when it cannot.
 	recordPool *pool.DeferredPrediction
 	// torch is the PYTORCH_CUDA_ALLOC_CONF search.
-	torch *model.TorchSearch
+	torch *schema.TorchSearch
 	// oom explains a PyTorch snapshot's out-of-memory; nil without one.
-	oom *model.OOMReport
+	oom *schema.OOMReport
 	// paged is the paged variant sizeclass.ArenaRule names beside the one-region recommendation;
 	// nil when none qualifies, or when it is the recommendation (--arena paged).
-	paged *model.PagedAlternative
+	paged *schema.PagedAlternative
 }
 
 // recommend builds the size-class pool of plan and sizing, its arena placing blocks by fit
@@ -179,7 +179,7 @@ func (r *recommendation) pagedQualifies(o whatif.Outcome, anyPageOps bool) bool 
 // every consumer runs, and --arena paged writes the variant.
 func (r *recommendation) notePaged(outs []whatif.Outcome, at int) {
 	if o := outs[at]; r.pagedQualifies(o, false) {
-		r.paged = &model.PagedAlternative{PeakReservedBytes: o.Stats.PeakReservedBytes, PageOps: o.PageOps,
+		r.paged = &schema.PagedAlternative{PeakReservedBytes: o.Stats.PeakReservedBytes, PageOps: o.PageOps,
 			SavedBytes: int64(outs[0].Stats.PeakReservedBytes) - int64(o.Stats.PeakReservedBytes)}
 	}
 }

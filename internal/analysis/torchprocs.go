@@ -3,7 +3,7 @@ package analysis
 import (
 	"errors"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/internal/requests"
 )
@@ -17,7 +17,7 @@ import (
 // own outcomes in byPID. ok is false for a
 // trace of one process, or whose processes cannot be told apart, and then the merged outcomes stand.
 func searchPerProcess(log *requests.Log, cands []whatif.Policy, opts Options) (outs []whatif.Outcome,
-	procs [][]model.ProcessReserved, byPID map[uint32][]whatif.Outcome, ok bool, err error) {
+	procs [][]schema.ProcessReserved, byPID map[uint32][]whatif.Outcome, ok bool, err error) {
 	pids, logs, err := splitByProcess(log, opts)
 	defer func() {
 		for _, l := range logs {
@@ -29,7 +29,7 @@ func searchPerProcess(log *requests.Log, cands []whatif.Policy, opts Options) (o
 	}
 	byPID = make(map[uint32][]whatif.Outcome, len(pids))
 	outs = make([]whatif.Outcome, len(cands))
-	procs = make([][]model.ProcessReserved, len(cands))
+	procs = make([][]schema.ProcessReserved, len(cands))
 	for i, c := range cands {
 		outs[i].Policy = c
 	}
@@ -41,7 +41,7 @@ func searchPerProcess(log *requests.Log, cands []whatif.Policy, opts Options) (o
 		byPID[pids[p]] = res
 		for i, o := range res {
 			addOutcome(&outs[i], o)
-			procs[i] = append(procs[i], model.ProcessReserved{PID: pids[p], PeakReservedBytes: o.Stats.PeakReservedBytes})
+			procs[i] = append(procs[i], schema.ProcessReserved{PID: pids[p], PeakReservedBytes: o.Stats.PeakReservedBytes})
 		}
 	}
 	return outs, procs, byPID, true, nil
@@ -63,11 +63,11 @@ func addOutcome(sum *whatif.Outcome, o whatif.Outcome) {
 
 // attachProcesses gives the defaults and the best settings of ts each process's peak reserved
 // bytes, from procs (searchPerProcess's, in the order of outs); nothing for a trace of one process.
-func attachProcesses(ts *model.TorchSearch, outs []whatif.Outcome, procs [][]model.ProcessReserved) {
+func attachProcesses(ts *schema.TorchSearch, outs []whatif.Outcome, procs [][]schema.ProcessReserved) {
 	if ts == nil || len(procs) != len(outs) {
 		return
 	}
-	byConf := make(map[string][]model.ProcessReserved, len(outs))
+	byConf := make(map[string][]schema.ProcessReserved, len(outs))
 	for i, o := range outs {
 		byConf[o.Policy.Settings] = procs[i]
 	}

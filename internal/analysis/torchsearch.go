@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/render"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/stats"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/pool"
@@ -43,7 +43,7 @@ const (
 // with max_split_size_mb unset or on its ladder, each with roundup_power2_divisions unset, on its
 // ladder or in one of its range forms; and backend:cudaMallocAsync, modelled as CUDA's
 // stream-ordered pool keeping all its memory. These run on unbounded memory (see
-// model.TorchSearch). With a capacity, garbage_collection_threshold on its ladder, each with
+// schema.TorchSearch). With a capacity, garbage_collection_threshold on its ladder, each with
 // max_split_size_mb unset or on its ladder, runs within the capacity (it acts only there), with
 // expandable_segments off (with them no segment is ever wholly free to collect).
 func torchCandidates(st *stats.Result, capacity uint64) []whatif.Policy {
@@ -101,11 +101,11 @@ func splitValues(st *stats.Result) []uint64 {
 // set. The defaults are among the candidates, so the best is never worse than them.
 // backend:cudaMallocAsync is not ranked: its model is CUDA's stream-ordered pool, not PyTorch's
 // own accounting under that backend, and on the H200 real runs reserved up to a third more than it
-// predicts (docs/analyze.md); it is reported apart (model.TorchSearch.AsyncBackend).
-func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
-	all := make([]model.TorchSetting, 0, len(outs))
-	var defaults model.TorchSetting
-	var async *model.TorchSetting
+// predicts (docs/analyze.md); it is reported apart (schema.TorchSearch.AsyncBackend).
+func torchSearch(outs []whatif.Outcome, capacity uint64) *schema.TorchSearch {
+	all := make([]schema.TorchSetting, 0, len(outs))
+	var defaults schema.TorchSetting
+	var async *schema.TorchSetting
 	for _, o := range outs {
 		s := torchSetting(o)
 		switch {
@@ -119,10 +119,10 @@ func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
 		}
 		all = append(all, s)
 	}
-	fits := func(s model.TorchSetting) bool {
+	fits := func(s schema.TorchSetting) bool {
 		return s.Failures == 0 && s.Retries == 0 && (capacity == 0 || s.PeakReservedBytes <= capacity)
 	}
-	slices.SortStableFunc(all, func(a, b model.TorchSetting) int {
+	slices.SortStableFunc(all, func(a, b schema.TorchSetting) int {
 		if fa, fb := fits(a), fits(b); fa != fb {
 			if fa {
 				return -1
@@ -140,7 +140,7 @@ func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
 		async.SavedBytes = int64(defaults.PeakReservedBytes) - int64(async.PeakReservedBytes)
 	}
 	defaults.SavedBytes = 0
-	ts := &model.TorchSearch{CapacityBytes: capacity, Simulated: len(outs), Defaults: defaults,
+	ts := &schema.TorchSearch{CapacityBytes: capacity, Simulated: len(outs), Defaults: defaults,
 		Best: all[:min(torchBestShown, len(all))], AsyncBackend: async}
 	if len(all) > 0 {
 		ts.Fits = fits(all[0])
@@ -153,7 +153,7 @@ func torchSearch(outs []whatif.Outcome, capacity uint64) *model.TorchSearch {
 
 // bestWithin returns the best setting (torchSearch's order) whose peak reserved stays within
 // capacity, or nil.
-func bestWithin(outs []whatif.Outcome, capacity uint64) *model.TorchSetting {
+func bestWithin(outs []whatif.Outcome, capacity uint64) *schema.TorchSetting {
 	ts := torchSearch(outs, capacity)
 	if !ts.Fits {
 		return nil
@@ -163,8 +163,8 @@ func bestWithin(outs []whatif.Outcome, capacity uint64) *model.TorchSetting {
 }
 
 // torchSetting is what one candidate did.
-func torchSetting(o whatif.Outcome) model.TorchSetting {
-	s := model.TorchSetting{Conf: o.Policy.Settings, Settings: len(pool.SplitAllocConf(o.Policy.Settings)),
+func torchSetting(o whatif.Outcome) schema.TorchSetting {
+	s := schema.TorchSetting{Conf: o.Policy.Settings, Settings: len(pool.SplitAllocConf(o.Policy.Settings)),
 		PeakReservedBytes: o.Stats.PeakReservedBytes, Segments: o.Stats.UpstreamReserves,
 		Releases: o.Stats.UpstreamReleases, Failures: o.Stats.Failures, Retries: o.Stats.UpstreamFailures}
 	if o.Err != nil {
@@ -174,7 +174,7 @@ func torchSetting(o whatif.Outcome) model.TorchSetting {
 }
 
 // searchSummary is the line the report gives a search that found nothing within the capacity.
-func searchSummary(ts *model.TorchSearch) string {
+func searchSummary(ts *schema.TorchSearch) string {
 	if ts == nil || ts.Fits || len(ts.Best) == 0 {
 		return ""
 	}

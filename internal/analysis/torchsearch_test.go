@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/stats"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
 	"github.com/allocscope/allocscope/pool"
@@ -52,7 +52,7 @@ func TestTorchSearchRanking(t *testing.T) {
 	// reported apart, with what it saves against the defaults.
 	ts = torchSearch(append(slices.Clone(outs), out(asyncBackendConf, 10<<20, 2, 0)), 0)
 	if a := ts.AsyncBackend; ts.Best[0].Conf != "roundup_power2_divisions:4" || a == nil || a.PeakReservedBytes != 10<<20 ||
-		a.SavedBytes != 90<<20 || slices.ContainsFunc(ts.Best, func(s model.TorchSetting) bool { return s.Conf == asyncBackendConf }) {
+		a.SavedBytes != 90<<20 || slices.ContainsFunc(ts.Best, func(s schema.TorchSetting) bool { return s.Conf == asyncBackendConf }) {
 		t.Errorf("with async at 10 MiB: first %q, async %+v", ts.Best[0].Conf, a)
 	}
 }

@@ -15,15 +15,15 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/allocscope/allocscope/internal/analysis"
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/render"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/trace"
 )
 
 // kvcacheReport analyzes the KV-cache generation snapshot with --arena paged (a paged arena,
 // whose address space the headline once gave as its reserved bytes; PyTorch stacks, two leaks)
 // once for the tests that load its page.
-var kvcacheReport = sync.OnceValues(func() (*model.Report, error) {
+var kvcacheReport = sync.OnceValues(func() (*schema.Report, error) {
 	path := filepath.Join("..", "..", "..", "..", "testdata", "torch", "kvcache.caching.snapshot.pickle.gz")
 	in := analysis.Input{Name: "kvcache", Open: func() (analysis.Source, error) { return trace.Open(path) }}
 	return analysis.Analyze([]analysis.Input{in}, analysis.Options{Detail: true, Arena: analysis.ArenaPaged})
@@ -63,7 +63,7 @@ type pageFigure struct {
 // headline's) against the JSON report: the same value, and of the answer at least the three
 // figures of the KV-cache run (peak live, today's and the recommendation's peak reserved; PyTorch's
 // defaults are best there, so no saving is marked).
-func checkFigures(t *testing.T, b *browserTab, r *model.Report) {
+func checkFigures(t *testing.T, b *browserTab, r *schema.Report) {
 	var js bytes.Buffer
 	if err := render.JSON(&js, r); err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func sameNumber(v any, s string) bool {
 // checkHeadline checks that the answer is the section's first block, and its first line and the
 // headline's pool line word for word: the reserved figure is the predicted peak reserved (329 MiB),
 // the paged arena's 1.2 GiB only its address space.
-func checkHeadline(t *testing.T, b *browserTab, tr *model.TraceReport) {
+func checkHeadline(t *testing.T, b *browserTab, tr *schema.TraceReport) {
 	if first := eval[string](t, b, `document.querySelector("#stream-0 h2").nextElementSibling.className`); first != "answer" {
 		t.Errorf("the section's first block is %q, want the answer", first)
 	}
@@ -194,7 +194,7 @@ func checkMapColours(t *testing.T, b *browserTab) {
 
 // checkHistogram checks that the size histogram has a bar per power of two from the smallest
 // request's bucket to the largest's, the report's count on each, 0 on the buckets it leaves out.
-func checkHistogram(t *testing.T, b *browserTab, tr *model.TraceReport) {
+func checkHistogram(t *testing.T, b *browserTab, tr *schema.TraceReport) {
 	got := eval[struct {
 		Labels []string
 		Values []float64
@@ -216,7 +216,7 @@ func checkHistogram(t *testing.T, b *browserTab, tr *model.TraceReport) {
 
 // checkRatios checks that the peak reserved over peak live bars start below the least ratio, not
 // at 0 (1.047 and 1.060 look alike from 0), and carry their values to three decimals.
-func checkRatios(t *testing.T, b *browserTab, tr *model.TraceReport) {
+func checkRatios(t *testing.T, b *browserTab, tr *schema.TraceReport) {
 	got := eval[struct {
 		Range  []float64
 		Labels []string
@@ -239,7 +239,7 @@ func checkRatios(t *testing.T, b *browserTab, tr *model.TraceReport) {
 
 // checkAnomalies checks the anomalies' tables: a row per kind that happened, a row per first
 // event with its seq, size, address and callsite.
-func checkAnomalies(t *testing.T, b *browserTab, tr *model.TraceReport) {
+func checkAnomalies(t *testing.T, b *browserTab, tr *schema.TraceReport) {
 	got := eval[[][]string](t, b, `Array.from(document.querySelectorAll("#stream-0 table.anomalies tbody tr, #stream-0 table.anomaly-kinds tbody tr"),
 		(r) => Array.from(r.cells, (c) => c.textContent))`)
 	l := tr.Anomalies.Leaks
@@ -255,7 +255,7 @@ func checkAnomalies(t *testing.T, b *browserTab, tr *model.TraceReport) {
 
 // checkStacks hovers a leak's callsite and a live block of the recommended pool's map and checks
 // that each shows its callsite's whole stack, every frame the snapshot has, innermost first.
-func checkStacks(t *testing.T, b *browserTab, tr *model.TraceReport) {
+func checkStacks(t *testing.T, b *browserTab, tr *schema.TraceReport) {
 	site := tr.Anomalies.Leaks.Events[0].Callsite
 	stack := tr.Stacks[site]
 	if len(stack) < 10 {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"html"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 )
 
 // phraser writes the answer's sentences for one report: the text report shows them as they are,
@@ -26,12 +26,12 @@ var (
 func (p phraser) line(format string, figs ...any) string { return fmt.Sprintf(p.esc(format), figs...) }
 
 // today describes the allocator the program uses now and what it reserved.
-func (p phraser) today(now model.Today) string {
+func (p phraser) today(now schema.Today) string {
 	s := now.Allocator
 	if now.Settings != "" {
 		s += " (" + now.Settings + ")"
 	}
-	from := map[string]string{model.ReservedFromTrace: "the trace's device memory", model.ReservedFromModel: "its model"}[now.ReservedFrom]
+	from := map[string]string{schema.ReservedFromTrace: "the trace's device memory", schema.ReservedFromModel: "its model"}[now.ReservedFrom]
 	if from == "" {
 		return p.esc(s + ", peak reserved n/a")
 	}
@@ -40,7 +40,7 @@ func (p phraser) today(now model.Today) string {
 }
 
 // callTime is the time inside allocation calls and its share of the wall time.
-func (p phraser) callTime(a *model.Answer) string {
+func (p phraser) callTime(a *schema.Answer) string {
 	if !a.CallTimeKnown {
 		return p.esc("n/a (the trace has no call durations)")
 	}
@@ -51,11 +51,11 @@ func (p phraser) callTime(a *model.Answer) string {
 }
 
 // unknownSaving is why a saving cannot be given for a's recommendation, or "".
-func unknownSaving(a *model.Answer) string {
+func unknownSaving(a *schema.Answer) string {
 	switch a.Recommendation.Kind {
-	case model.AdviceNoneFits:
+	case schema.AdviceNoneFits:
 		return "n/a (nothing fits)"
-	case model.AdviceRecordRequests:
+	case schema.AdviceRecordRequests:
 		return "n/a (the program's requests are not in the trace)"
 	}
 	return ""
@@ -84,7 +84,7 @@ func (p phraser) phrase(s saving) string {
 }
 
 // memorySaving says what the recommendation saves or costs in peak reserved bytes.
-func (p phraser) memorySaving(a *model.Answer) string {
+func (p phraser) memorySaving(a *schema.Answer) string {
 	s := a.Savings
 	if why := unknownSaving(a); why != "" {
 		return p.esc(why)
@@ -98,7 +98,7 @@ func (p phraser) memorySaving(a *model.Answer) string {
 }
 
 // timeSaving says what the recommendation saves or costs in time inside allocation calls.
-func (p phraser) timeSaving(a *model.Answer) string {
+func (p phraser) timeSaving(a *schema.Answer) string {
 	s := a.Savings
 	switch why := unknownSaving(a); {
 	case why != "":

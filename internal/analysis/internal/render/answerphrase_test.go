@@ -3,16 +3,16 @@ package render
 import (
 	"testing"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 )
 
 // The answer's sentences are written once: the text report shows them as they are, the HTML report
 // the same words with each number marked up as a figure of the JSON report and the rest escaped.
 func TestAnswerPhrases(t *testing.T) {
-	a := &model.Answer{CallTimeKnown: true, CallNs: 34_500_000, CallPercent: 0.735, WallNs: 4_690_000_000,
-		Today:          model.Today{Allocator: "raw cudaMalloc", ReservedFrom: model.ReservedFromTrace, PeakReservedBytes: 224 << 20},
-		Recommendation: model.Advice{Kind: model.AdvicePool},
-		Savings:        model.Savings{MemoryKnown: true, MemoryBytes: -(9 << 19), MemoryPercent: -2.01, TimeKnown: true, TimeNs: 34_400_000, TimePercent: 99.7}}
+	a := &schema.Answer{CallTimeKnown: true, CallNs: 34_500_000, CallPercent: 0.735, WallNs: 4_690_000_000,
+		Today:          schema.Today{Allocator: "raw cudaMalloc", ReservedFrom: schema.ReservedFromTrace, PeakReservedBytes: 224 << 20},
+		Recommendation: schema.Advice{Kind: schema.AdvicePool},
+		Savings:        schema.Savings{MemoryKnown: true, MemoryBytes: -(9 << 19), MemoryPercent: -2.01, TimeKnown: true, TimeNs: 34_400_000, TimePercent: 99.7}}
 	for _, c := range []struct{ got, want string }{
 		{textPhraser.memorySaving(a), "costs 4.5 MiB more (2.01% of today's 224 MiB)"},
 		{textPhraser.timeSaving(a), "saves 34.4 ms (99.7% of the 34.5 ms in allocation calls)"},
@@ -26,7 +26,7 @@ func TestAnswerPhrases(t *testing.T) {
 			t.Errorf("got  %q\nwant %q", c.got, c.want)
 		}
 	}
-	a.Recommendation.Kind = model.AdviceNoneFits
+	a.Recommendation.Kind = schema.AdviceNoneFits
 	if got := htmlPhraser.memorySaving(a); got != "n/a (nothing fits)" {
 		t.Errorf("nothing fits: %q", got)
 	}

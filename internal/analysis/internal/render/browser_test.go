@@ -13,8 +13,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/allocscope/allocscope/internal/analysis"
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/render"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -66,7 +66,7 @@ func readView(t *testing.T, b *browserTab) view {
 }
 
 // checkView checks that the page draws what expectedView computes for the range it shows.
-func checkView(t *testing.T, b *browserTab, tr *model.TraceReport) view {
+func checkView(t *testing.T, b *browserTab, tr *schema.TraceReport) view {
 	t.Helper()
 	v := readView(t, b)
 	level, points := expectedView(tr.Detail, tr.Requests.FirstTimeNs, v.Range[0], v.Range[1])
@@ -82,7 +82,7 @@ func zoom(t *testing.T, b *browserTab, a, z float64) {
 	eval[any](t, b, fmt.Sprintf("allocscope.zoom(%v, %v)", a, z))
 }
 
-func checkLevels(t *testing.T, b *browserTab, tr *model.TraceReport) {
+func checkLevels(t *testing.T, b *browserTab, tr *schema.TraceReport) {
 	end := float64(tr.Detail.Events[len(tr.Detail.Events)-1].TimeNs-tr.Requests.FirstTimeNs) / 1e9
 	peak := float64(tr.Requests.PeakTimeNs-tr.Requests.FirstTimeNs) / 1e9
 	levels := map[int]bool{}
@@ -108,7 +108,7 @@ func plotArea(t *testing.T, b *browserTab) overBox {
 		return {Left: r.left, Top: r.top, Width: r.width, Height: r.height}; })()`)
 }
 
-func checkDragAndWheel(t *testing.T, b *browserTab, tr *model.TraceReport) {
+func checkDragAndWheel(t *testing.T, b *browserTab, tr *schema.TraceReport) {
 	eval[any](t, b, `allocscope.sections[0].plot.over.scrollIntoView()`)
 	zoom(t, b, 0, 1e9) // everything
 	o, before := plotArea(t, b), readView(t, b)
@@ -134,13 +134,13 @@ func checkDragAndWheel(t *testing.T, b *browserTab, tr *model.TraceReport) {
 
 // checkHover moves the mouse onto the peak's point and onto the first free drawn after it, and
 // checks their tooltips against what the trace generator did.
-func checkHover(t *testing.T, b *browserTab, tr *model.TraceReport, events []trace.Event, reqs map[uint64]*request) {
+func checkHover(t *testing.T, b *browserTab, tr *schema.TraceReport, events []trace.Event, reqs map[uint64]*request) {
 	d, first := tr.Detail, tr.Requests.FirstTimeNs
-	peak := slices.IndexFunc(d.Events, func(e model.DetailEvent) bool { return e.Seq == tr.Requests.PeakSeq })
+	peak := slices.IndexFunc(d.Events, func(e schema.DetailEvent) bool { return e.Seq == tr.Requests.PeakSeq })
 	if peak < 0 {
 		t.Fatalf("the detail lacks the peak (seq %d)", tr.Requests.PeakSeq)
 	}
-	free := peak + slices.IndexFunc(d.Events[peak:], func(e model.DetailEvent) bool { return e.Free })
+	free := peak + slices.IndexFunc(d.Events[peak:], func(e schema.DetailEvent) bool { return e.Free })
 	at := float64(d.Events[peak].TimeNs-first) / 1e9
 	zoom(t, b, at-40e-6, at+40e-6)
 	if v := checkView(t, b, tr); v.Level != 0 {
@@ -231,7 +231,7 @@ func jsDuration(ns int64) string {
 }
 
 // checkPeak checks that the whole timeline reaches the peak and that the peak's mark is drawn there.
-func checkPeak(t *testing.T, b *browserTab, tr *model.TraceReport) {
+func checkPeak(t *testing.T, b *browserTab, tr *schema.TraceReport) {
 	zoom(t, b, 0, 1e9)
 	got := eval[struct {
 		Top, Peak float64
@@ -247,15 +247,15 @@ func checkPeak(t *testing.T, b *browserTab, tr *model.TraceReport) {
 }
 
 // checkSort clicks headers of the what-if table and checks the order of its rows.
-func checkSort(t *testing.T, b *browserTab, tr *model.TraceReport) {
-	reserved := func(s model.Simulation) float64 { return float64(s.PeakReservedBytes) }
-	ratio := func(s model.Simulation) float64 { return s.ReservedRatio }
+func checkSort(t *testing.T, b *browserTab, tr *schema.TraceReport) {
+	reserved := func(s schema.Simulation) float64 { return float64(s.PeakReservedBytes) }
+	ratio := func(s schema.Simulation) float64 { return s.ReservedRatio }
 	index := map[string]float64{}
 	for i, s := range tr.Simulations {
 		index[s.Name] = float64(i)
 	}
 	byName := slices.Clone(tr.Simulations)
-	slices.SortStableFunc(byName, func(x, y model.Simulation) int { return strings.Compare(x.Name, y.Name) })
+	slices.SortStableFunc(byName, func(x, y schema.Simulation) int { return strings.Compare(x.Name, y.Name) })
 	var names []string
 	for _, s := range byName {
 		names = append(names, s.Name)
@@ -268,7 +268,7 @@ func checkSort(t *testing.T, b *browserTab, tr *model.TraceReport) {
 		{3, sortedPolicies(tr.Simulations, reserved, false)},
 		{4, sortedPolicies(tr.Simulations, ratio, true)},
 		{2, names},
-		{1, sortedPolicies(tr.Simulations, func(s model.Simulation) float64 { return index[s.Name] }, true)},
+		{1, sortedPolicies(tr.Simulations, func(s schema.Simulation) float64 { return index[s.Name] }, true)},
 	} {
 		b.do(t, chromedp.Click(chromedp.CSS(fmt.Sprintf("table.whatif th:nth-child(%d)", c.column))))
 		got := eval[[]string](t, b, `Array.from(document.querySelectorAll("table.whatif tbody tr"), (r) => r.cells[1].textContent)`)
@@ -295,7 +295,7 @@ func TestHTMLInBrowserPlain(t *testing.T) {
 	}
 	page := writePage(t, t.TempDir(), r)
 	b.load(t, page)
-	for i, tr := range append([]*model.TraceReport{r.Combined}, r.PerFile...) {
+	for i, tr := range append([]*schema.TraceReport{r.Combined}, r.PerFile...) {
 		got := eval[[]int](t, b, fmt.Sprintf("[allocscope.sections.length, allocscope.level(%d), allocscope.visiblePoints(%d)]", i, i))
 		if want := []int{3, 0, len(tr.Requests.Timeline)}; !slices.Equal(got, want) {
 			t.Errorf("section %d (%s): sections, level, points %v; want %v", i, tr.Name, got, want)
@@ -316,8 +316,8 @@ func TestHTMLInBrowserPlain(t *testing.T) {
 // defaults, each with a row per region shown and the line of the regions left out when some are;
 // hovering the middle of a region's largest entry shows that entry: its size, offset, region and
 // callsite, as the report has them.
-func checkMaps(t *testing.T, b *browserTab, tr *model.TraceReport) {
-	var maps []model.Simulation
+func checkMaps(t *testing.T, b *browserTab, tr *schema.TraceReport) {
+	var maps []schema.Simulation
 	for _, s := range tr.Simulations {
 		if s.PeakMap != nil {
 			maps = append(maps, s)
@@ -374,7 +374,7 @@ func (a mapTip) equal(b mapTip) bool {
 }
 
 // mapLines is report.js's tooltip of map entry e of region r.
-func mapLines(r model.MapRegion, e model.MapBlock) []string {
+func mapLines(r schema.MapRegion, e schema.MapBlock) []string {
 	kind := r.Kind
 	if r.Stream != 0 {
 		kind += fmt.Sprintf(" · stream %#x", r.Stream)

@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/allocscope/allocscope/internal/analysis"
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/synth"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -104,7 +104,7 @@ func mapDrawTime(t *testing.T, b *browserTab) float64 {
 }
 
 // mapEntries counts the entries of a report's memory maps.
-func mapEntries(tr *model.TraceReport) int {
+func mapEntries(tr *schema.TraceReport) int {
 	n := 0
 	for _, s := range tr.Simulations {
 		if s.PeakMap != nil {

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/pool"
 )
 
@@ -25,16 +25,16 @@ var assets embed.FS
 // HTML writes one self-contained interactive page (no outside resources, no network fetches): for
 // each analyzed stream a zoomable live-bytes timeline with the event behind each point, the memory
 // of every simulated policy at its peak, the memory maps of the recommended pool and of PyTorch's
-// caching allocator at their peaks (model.PeakMap: a bar per region, blocks coloured by callsite),
+// caching allocator at their peaks (schema.PeakMap: a bar per region, blocks coloured by callsite),
 // the size histogram and classes, the what-if table and the callsites; then the terminal report.
-func HTML(w io.Writer, r *model.Report) error {
+func HTML(w io.Writer, r *schema.Report) error {
 	var text strings.Builder
 	if err := Text(&text, r); err != nil {
 		return err
 	}
 	page := htmlPage{Title: "allocscope analyze: " + strings.Join(r.Inputs, ", "), Text: text.String(),
 		Warnings: r.Warnings}
-	for i, tr := range append([]*model.TraceReport{r.Combined}, r.PerFile...) {
+	for i, tr := range append([]*schema.TraceReport{r.Combined}, r.PerFile...) {
 		sec, err := section(i, tr)
 		if err != nil {
 			return err
@@ -94,10 +94,10 @@ type htmlSection struct {
 	Fragmented []segmentRow
 	Answer     *answerView // the report's answer, the section's first block
 	Anomalies  anomalyView
-	Note       string // model.TraceReport.CallsiteNote
+	Note       string // schema.TraceReport.CallsiteNote
 }
 
-func section(i int, tr *model.TraceReport) (htmlSection, error) {
+func section(i int, tr *schema.TraceReport) (htmlSection, error) {
 	sec := htmlSection{Index: i, Name: tr.Name, Summary: summary(tr), Policies: policies(tr),
 		Classes: classes(tr.SizeClasses), Fragmented: fragmented(tr.OOM), Answer: answerOf(tr.Answer),
 		Anomalies: anomalies(&tr.Anomalies), Note: tr.CallsiteNote}
@@ -112,7 +112,7 @@ func section(i int, tr *model.TraceReport) (htmlSection, error) {
 	sec.Data = template.JS(buf.String()) // #nosec G203 -- JSON with <, >, & escaped
 	for _, c := range []struct {
 		title string
-		rows  []model.CallsiteTally
+		rows  []schema.CallsiteTally
 	}{{"held the most at the peak of live bytes", tr.PeakCallsites}, {"allocated the most bytes", tr.TopCallsites}} {
 		if len(c.rows) > 0 {
 			sec.Callsites = append(sec.Callsites, callsiteTable{Title: c.title, Rows: c.rows})
@@ -123,7 +123,7 @@ func section(i int, tr *model.TraceReport) (htmlSection, error) {
 
 // summary is the stream's headline figures, each number marked with where the JSON report has it
 // (figure).
-func summary(tr *model.TraceReport) []template.HTML {
+func summary(tr *schema.TraceReport) []template.HTML {
 	s := tr.Requests
 	out := []template.HTML{
 		line("%s events; %s requests (%s layer): %s allocations, %s frees", figure("events", tr.Events, Count(tr.Events)),
@@ -197,7 +197,7 @@ func line(format string, parts ...template.HTML) template.HTML {
 
 // policyRow is one simulated policy in the what-if table and the memory map at its peak.
 type policyRow struct {
-	model.Simulation
+	schema.Simulation
 	Calls              uint64
 	Requested          uint64  // bytes requested at peak reserved
 	Width              float64 // the bar's width, % of the largest peak reserved
@@ -206,7 +206,7 @@ type policyRow struct {
 	Saved              string // the "time saved" cell as the text report writes it (timeSaved)
 }
 
-func policies(tr *model.TraceReport) []policyRow {
+func policies(tr *schema.TraceReport) []policyRow {
 	var top uint64
 	for _, s := range tr.Simulations {
 		top = max(top, s.PeakReservedBytes)
@@ -231,10 +231,10 @@ func policies(tr *model.TraceReport) []policyRow {
 // classTable is the size-class plan.
 type classTable struct {
 	Line string
-	Rows []model.ClassPlan
+	Rows []schema.ClassPlan
 }
 
-func classes(p *model.SizeClassPlan) *classTable {
+func classes(p *schema.SizeClassPlan) *classTable {
 	if p == nil {
 		return nil
 	}
@@ -246,18 +246,18 @@ func classes(p *model.SizeClassPlan) *classTable {
 // callsiteTable is one list of callsites.
 type callsiteTable struct {
 	Title string
-	Rows  []model.CallsiteTally
+	Rows  []schema.CallsiteTally
 }
 
 // segmentRow is a fragmented segment of a PyTorch out-of-memory, as a bar: its blocks in use and
 // its free bytes, the largest free block apart.
 type segmentRow struct {
-	model.FragmentedSegment
+	schema.FragmentedSegment
 	Used, Largest, OtherFree float64 // % of the segment
 	Pins                     string
 }
 
-func fragmented(o *model.OOMReport) []segmentRow {
+func fragmented(o *schema.OOMReport) []segmentRow {
 	if o == nil {
 		return nil
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/internal/analysis"
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
 	"github.com/allocscope/allocscope/internal/analysis/internal/render"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -99,7 +99,7 @@ func trainingTrace(n int) ([]trace.Event, map[uint64]*request) {
 }
 
 // analyzeTrace analyzes events with the HTML report's detail.
-func analyzeTrace(t testing.TB, name string, events []trace.Event) *model.Report {
+func analyzeTrace(t testing.TB, name string, events []trace.Event) *schema.Report {
 	t.Helper()
 	in := analysis.Input{Name: name, Open: func() (analysis.Source, error) { return &namedSource{events: events}, nil }}
 	r, err := analysis.Analyze([]analysis.Input{in}, analysis.Options{Detail: true})
@@ -110,7 +110,7 @@ func analyzeTrace(t testing.TB, name string, events []trace.Event) *model.Report
 }
 
 // writePage writes the HTML report of r into dir and returns its path.
-func writePage(t testing.TB, dir string, r *model.Report) string {
+func writePage(t testing.TB, dir string, r *schema.Report) string {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := render.HTML(&buf, r); err != nil {
@@ -126,7 +126,7 @@ func writePage(t testing.TB, dir string, r *model.Report) string {
 // expectedView is the level and the number of points in [a, b] (seconds from the first event) the
 // page should draw: the finest level with at most render.PointBudget points in range, else the
 // coarsest (the rule of report.js, computed here from the same detail).
-func expectedView(d *model.Detail, first int64, a, b float64) (level, points int) {
+func expectedView(d *schema.Detail, first int64, a, b float64) (level, points int) {
 	for l, lv := range d.Levels {
 		secs := func(i int) float64 { return float64(d.Events[lv.Points[i]].TimeNs-first) / 1e9 }
 		lo := searchFirst(len(lv.Points), func(i int) bool { return secs(i) >= a })
@@ -154,9 +154,9 @@ func searchFirst(n int, f func(int) bool) int {
 
 // sortedPolicies is the what-if table's policy names after sorting by key, ascending or not:
 // a stable sort, rows without a key (errors) last.
-func sortedPolicies(sims []model.Simulation, key func(model.Simulation) float64, asc bool) []string {
+func sortedPolicies(sims []schema.Simulation, key func(schema.Simulation) float64, asc bool) []string {
 	rows := slices.Clone(sims)
-	slices.SortStableFunc(rows, func(x, y model.Simulation) int {
+	slices.SortStableFunc(rows, func(x, y schema.Simulation) int {
 		if (x.Error != "") != (y.Error != "") {
 			return map[bool]int{true: 1, false: -1}[x.Error != ""]
 		}
@@ -200,8 +200,8 @@ func TestHTMLPageContents(t *testing.T) {
 func TestHTMLFragmentedSegments(t *testing.T) {
 	events, _ := trainingTrace(2000)
 	r := analyzeTrace(t, "train", events)
-	r.Combined.OOM = &model.OOMReport{Fragmented: []model.FragmentedSegment{{Address: "0x7f00", SizeBytes: 20 << 20,
-		FreeBytes: 15 << 20, LargestFree: 10 << 20, PinnedBy: []model.PinningBlock{{SizeBytes: 4 << 20, Callsite: "fwd <x>"},
+	r.Combined.OOM = &schema.OOMReport{Fragmented: []schema.FragmentedSegment{{Address: "0x7f00", SizeBytes: 20 << 20,
+		FreeBytes: 15 << 20, LargestFree: 10 << 20, PinnedBy: []schema.PinningBlock{{SizeBytes: 4 << 20, Callsite: "fwd <x>"},
 			{SizeBytes: 1 << 20, Callsite: "bwd"}}, PinnedBlocks: 2}}}
 	var page bytes.Buffer
 	if err := render.HTML(&page, r); err != nil {

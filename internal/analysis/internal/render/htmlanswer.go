@@ -4,10 +4,10 @@ import (
 	"html/template"
 	"strings"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 )
 
-// answerView is the first block of a section: the report's model.Answer as the page shows it,
+// answerView is the first block of a section: the report's schema.Answer as the page shows it,
 // the recommendation in the user's terms on top, then a row per figure and the anomalies that
 // need action. Its numbers are figures (see figure).
 type answerView struct {
@@ -24,7 +24,7 @@ type answerRow struct {
 }
 
 // answerOf lays out a; nil without an answer.
-func answerOf(a *model.Answer) *answerView {
+func answerOf(a *schema.Answer) *answerView {
 	if a == nil {
 		return nil
 	}
@@ -50,7 +50,7 @@ func htmlPhrase(s string) template.HTML { return template.HTML(s) } // #nosec G2
 // anomalyRow is one event of an anomaly in the page's table: its kind and the event.
 type anomalyRow struct {
 	Kind string
-	model.EventRef
+	schema.EventRef
 }
 
 // anomalyView is the page's table of anomalies: a line per kind with its count and bytes, and
@@ -68,11 +68,11 @@ type anomalyKind struct {
 
 // anomalies lays out a: every kind that happened (leaks first), and the memory a framework's
 // allocator held until exit apart from the leaks.
-func anomalies(a *model.Anomalies) anomalyView {
+func anomalies(a *schema.Anomalies) anomalyView {
 	var v anomalyView
 	for _, k := range []struct {
 		name string
-		a    model.Anomaly
+		a    schema.Anomaly
 	}{{"leak (never freed)", a.Leaks}, {"double free", a.DoubleFrees}, {"free of an unknown address", a.UnknownFrees},
 		{"failed allocation", a.FailedAllocs}, {"zero-size request", a.ZeroSize}} {
 		if k.a.Count == 0 {
@@ -94,7 +94,7 @@ func anomalies(a *model.Anomalies) anomalyView {
 }
 
 // usedStacks are the stacks of the callsites the page names, by name.
-func usedStacks(tr *model.TraceReport, data *chartData) map[string][]string {
+func usedStacks(tr *schema.TraceReport, data *chartData) map[string][]string {
 	if len(tr.Stacks) == 0 {
 		return nil
 	}

@@ -3,7 +3,7 @@ package render
 import (
 	"fmt"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 )
 
 // PointBudget is the most timeline points the HTML report draws at once: it shows the finest level
@@ -22,7 +22,7 @@ type chartData struct {
 	Stacks map[string][]string `json:"stacks,omitempty"`
 }
 
-// timelineData is a model.Detail in columns. Times are nanoseconds from the stream's first event;
+// timelineData is a schema.Detail in columns. Times are nanoseconds from the stream's first event;
 // T, N, Seq and every level's P are delta-coded (each value is the difference to the one before).
 type timelineData struct {
 	Budget  int         `json:"budget"`
@@ -65,13 +65,13 @@ type xyData struct {
 }
 
 // charts gathers the chart data of one stream.
-func charts(tr *model.TraceReport) chartData {
+func charts(tr *schema.TraceReport) chartData {
 	s := tr.Requests
 	return chartData{Timeline: timeline(s, tr.Detail), Hist: histogram(s), Ratios: ratios(tr), CDF: lifetimeCDF(s)}
 }
 
 // timeline lays out d, or the report's downsampled timeline when there is no detail.
-func timeline(s *model.Stats, d *model.Detail) timelineData {
+func timeline(s *schema.Stats, d *schema.Detail) timelineData {
 	td := timelineData{Budget: PointBudget, PeakT: s.PeakTimeNs - s.FirstTimeNs, PeakV: s.PeakLiveBytes}
 	if d == nil || len(d.Levels) == 0 {
 		d = plainDetail(s)
@@ -114,13 +114,13 @@ func timeline(s *model.Stats, d *model.Detail) timelineData {
 }
 
 // plainDetail is the report's downsampled timeline as a detail of one level without events.
-func plainDetail(s *model.Stats) *model.Detail {
-	d := &model.Detail{Levels: []model.DetailLevel{{BucketEvents: 1}}}
+func plainDetail(s *schema.Stats) *schema.Detail {
+	d := &schema.Detail{Levels: []schema.DetailLevel{{BucketEvents: 1}}}
 	for _, p := range s.Timeline {
-		d.Events = append(d.Events, model.DetailEvent{TimeNs: int64(p.X), LiveBytes: uint64(p.Y)})
+		d.Events = append(d.Events, schema.DetailEvent{TimeNs: int64(p.X), LiveBytes: uint64(p.Y)})
 	}
 	if len(d.Events) == 0 {
-		d.Events = []model.DetailEvent{{TimeNs: s.FirstTimeNs}}
+		d.Events = []schema.DetailEvent{{TimeNs: s.FirstTimeNs}}
 	}
 	return d
 }
@@ -139,7 +139,7 @@ func intern(index map[string]int32, list *[]string, s string) int32 {
 // histogram is the request count of every log2 size bucket from the smallest request's to the
 // largest's, the empty ones between them as 0: one bar per power of two, so that the x axis is a
 // log2 axis (the report's histogram lists only the buckets that have requests).
-func histogram(s *model.Stats) barsData {
+func histogram(s *schema.Stats) barsData {
 	var b barsData
 	for _, h := range log2Buckets(s.Histogram) {
 		b.Labels = append(b.Labels, Bytes(h.Lo))
@@ -152,12 +152,12 @@ func histogram(s *model.Stats) barsData {
 
 // log2Buckets fills the gaps of hist (non-empty log2 buckets, ascending: [0, 1), [1, 2), [2, 4),
 // …) with empty buckets.
-func log2Buckets(hist []model.SizeBucket) []model.SizeBucket {
-	var out []model.SizeBucket
+func log2Buckets(hist []schema.SizeBucket) []schema.SizeBucket {
+	var out []schema.SizeBucket
 	for i, h := range hist {
 		if i > 0 {
 			for lo := hist[i-1].Hi; lo < h.Lo && lo > 0; lo <<= 1 {
-				out = append(out, model.SizeBucket{Lo: lo, Hi: lo << 1})
+				out = append(out, schema.SizeBucket{Lo: lo, Hi: lo << 1})
 			}
 		}
 		out = append(out, h)
@@ -166,7 +166,7 @@ func log2Buckets(hist []model.SizeBucket) []model.SizeBucket {
 }
 
 // ratios is each policy's peak reserved bytes over the peak of live bytes.
-func ratios(tr *model.TraceReport) barsData {
+func ratios(tr *schema.TraceReport) barsData {
 	var b barsData
 	for _, s := range tr.Simulations {
 		if s.Error != "" {
@@ -181,7 +181,7 @@ func ratios(tr *model.TraceReport) barsData {
 }
 
 // lifetimeCDF is the lifetime CDF with lifetimes in microseconds.
-func lifetimeCDF(s *model.Stats) xyData {
+func lifetimeCDF(s *schema.Stats) xyData {
 	var d xyData
 	for _, p := range s.LifetimeCDF {
 		d.X = append(d.X, max(p.X/1e3, 1e-3))

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 )
 
 // mapPalette colours the live blocks of the memory maps by callsite: the callsites that hold the
@@ -53,7 +53,7 @@ type mapData struct {
 	Regions []mapRegionData `json:"regions"`
 }
 
-// mapRegionData is one region of a map and its entries (model.MapBlock) in columns.
+// mapRegionData is one region of a map and its entries (schema.MapBlock) in columns.
 type mapRegionData struct {
 	Address string   `json:"a"`
 	Label   string   `json:"k"`
@@ -70,8 +70,8 @@ type mapRegionData struct {
 
 // peakMaps returns the views and the chart data of the simulations' memory maps, in their order
 // (the recommended pool first), a callsite of the same colour in all of them (siteColors).
-func peakMaps(sims []model.Simulation) ([]mapView, []mapData) {
-	var maps []model.Simulation
+func peakMaps(sims []schema.Simulation) ([]mapView, []mapData) {
+	var maps []schema.Simulation
 	for _, s := range sims {
 		if s.PeakMap != nil && s.Error == "" {
 			maps = append(maps, s)
@@ -90,7 +90,7 @@ func peakMaps(sims []model.Simulation) ([]mapView, []mapData) {
 
 // siteColors gives the callsites with the most live bytes in the blocks the maps show, all maps
 // together, the palette's colours, by callsite name.
-func siteColors(maps []model.Simulation) map[string]string {
+func siteColors(maps []schema.Simulation) map[string]string {
 	live := map[string]uint64{}
 	for _, s := range maps {
 		for _, r := range s.PeakMap.Shown {
@@ -115,7 +115,7 @@ func siteColors(maps []model.Simulation) map[string]string {
 
 // mapViewOf is the view of simulation s's map, the index-th of the page's section, with the
 // legend of its callsites' colours.
-func mapViewOf(index int, s model.Simulation, legend []legendItem) mapView {
+func mapViewOf(index int, s schema.Simulation, legend []legendItem) mapView {
 	m := s.PeakMap
 	title := s.Name + " (" + s.Settings + ")"
 	if strings.HasPrefix(s.Settings, "(") {
@@ -143,7 +143,7 @@ func mapViewOf(index int, s model.Simulation, legend []legendItem) mapView {
 }
 
 // regionLabel names a region's kind: "large · stream 0x7", "plan", "small · expandable".
-func regionLabel(r model.MapRegion) string {
+func regionLabel(r schema.MapRegion) string {
 	s := r.Kind
 	if r.Stream != 0 {
 		s += fmt.Sprintf(" · stream %#x", r.Stream)
@@ -157,7 +157,7 @@ func regionLabel(r model.MapRegion) string {
 // mapColumns lays out map m for the script, its callsites in the colours of colors (by name; the
 // others mapOther), and returns the legend of its colours: its callsites that have one, most live
 // bytes in m first, then mapOther's line when some of its live bytes have that colour.
-func mapColumns(m *model.PeakMap, colors map[string]string) (mapData, []legendItem) {
+func mapColumns(m *schema.PeakMap, colors map[string]string) (mapData, []legendItem) {
 	d := mapData{Free: mapFree, Other: mapOther}
 	index := map[string]int32{}
 	var liveBy []uint64

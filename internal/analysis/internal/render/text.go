@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/units"
 	"github.com/allocscope/allocscope/pool"
 )
@@ -19,11 +19,11 @@ type TextOptions struct {
 }
 
 // Text writes the terminal report without the sizing rules (TextWith).
-func Text(w io.Writer, r *model.Report) error { return TextWith(w, r, TextOptions{}) }
+func Text(w io.Writer, r *schema.Report) error { return TextWith(w, r, TextOptions{}) }
 
 // TextWith writes the terminal report: all inputs together, then each input alone; each trace's
-// answer (model.Answer) first, its details after it.
-func TextWith(w io.Writer, r *model.Report, opts TextOptions) error {
+// answer (schema.Answer) first, its details after it.
+func TextWith(w io.Writer, r *schema.Report, opts TextOptions) error {
 	tw := &textWriter{w: w, explain: opts.Explain}
 	if len(r.PerFile) > 0 {
 		tw.printf("inputs: %s\n\n", wrap(strings.Join(r.Inputs, ", "), 96, "  "))
@@ -44,7 +44,7 @@ func TextWith(w io.Writer, r *model.Report, opts TextOptions) error {
 }
 
 // callsites writes a table of callsites, the label cut to fit 100 columns.
-func (t *textWriter) callsites(title string, rows []model.CallsiteTally) {
+func (t *textWriter) callsites(title string, rows []schema.CallsiteTally) {
 	if len(rows) == 0 {
 		return
 	}
@@ -62,7 +62,7 @@ func (t *textWriter) callsites(title string, rows []model.CallsiteTally) {
 }
 
 // ranks writes the inputs side by side and the pool for every rank.
-func (t *textWriter) ranks(rk *model.Ranks) {
+func (t *textWriter) ranks(rk *schema.Ranks) {
 	if rk == nil {
 		return
 	}
@@ -134,7 +134,7 @@ func (t *textWriter) table(rows []string) {
 	t.err = tab.Flush()
 }
 
-func (t *textWriter) trace(tr *model.TraceReport) {
+func (t *textWriter) trace(tr *schema.TraceReport) {
 	head := fmt.Sprintf("%s events, requests from the %s layer", Count(tr.Events), tr.RequestLayer)
 	if line := "trace " + tr.Name + ": " + head; len([]rune(line)) <= 100 {
 		t.printf("%s\n", line)
@@ -173,14 +173,14 @@ func (t *textWriter) trace(tr *model.TraceReport) {
 	t.sizeClasses(tr.SizeClasses)
 	t.simulations(tr.Simulations, tr.RequestLayer)
 	t.fidelity(tr.Fidelity)
-	if tr.Answer == nil || slices.Contains(tr.Answer.Equivalents, model.EquivalentPyTorch) {
+	if tr.Answer == nil || slices.Contains(tr.Answer.Equivalents, schema.EquivalentPyTorch) {
 		t.torchSearch(tr.TorchSearch) // not for a program that does not run PyTorch
 	}
 	t.oom(tr.OOM)
 	t.config(tr)
 }
 
-func (t *textWriter) summary(title string, s *model.Stats) {
+func (t *textWriter) summary(title string, s *schema.Stats) {
 	t.printf("\n%s\n", strings.ToUpper(title))
 	t.printf("  allocs %s (%s), frees %s (%s), live at end %s\n", Count(s.Allocs), Bytes(s.AllocBytes),
 		Count(s.Frees), Bytes(s.FreedBytes), Bytes(s.EndLiveBytes))
@@ -207,7 +207,7 @@ func (t *textWriter) summary(title string, s *model.Stats) {
 	}
 }
 
-func (t *textWriter) ops(s *model.Stats) {
+func (t *textWriter) ops(s *schema.Stats) {
 	t.printf("\nOPERATIONS\n")
 	rows := []string{"  op\tmemory\tcount\tfailed\tbytes"}
 	for _, o := range s.Ops {
@@ -217,7 +217,7 @@ func (t *textWriter) ops(s *model.Stats) {
 	t.table(rows)
 }
 
-func (t *textWriter) groups(gs []*model.Stats) {
+func (t *textWriter) groups(gs []*schema.Stats) {
 	t.printf("\nPER PROCESS, DEVICE AND STREAM\n")
 	rows := []string{"  pid\tdev\tstream\tallocs\tfrees\tpeak live\tend live\tp50 life\tcall%\twaited"}
 	for _, g := range gs {
@@ -232,7 +232,7 @@ func (t *textWriter) groups(gs []*model.Stats) {
 	t.table(rows)
 }
 
-func (t *textWriter) histogram(s *model.Stats) {
+func (t *textWriter) histogram(s *schema.Stats) {
 	t.printf("\nSIZE HISTOGRAM (log2 buckets)\n")
 	var most uint64
 	for _, b := range s.Histogram {
@@ -247,7 +247,7 @@ func (t *textWriter) histogram(s *model.Stats) {
 	t.table(rows)
 }
 
-func (t *textWriter) topSizes(s *model.Stats) {
+func (t *textWriter) topSizes(s *schema.Stats) {
 	t.printf("\nMOST FREQUENT SIZES\n")
 	rows := []string{"  size\tbytes\tcount"}
 	for _, c := range s.TopSizes {
@@ -256,11 +256,11 @@ func (t *textWriter) topSizes(s *model.Stats) {
 	t.table(rows)
 }
 
-func (t *textWriter) anomalies(a *model.Anomalies) {
+func (t *textWriter) anomalies(a *schema.Anomalies) {
 	t.printf("\nANOMALIES\n")
 	kinds := []struct {
 		name string
-		a    *model.Anomaly
+		a    *schema.Anomaly
 	}{{"leaks (never freed)", &a.Leaks}, {"double frees", &a.DoubleFrees},
 		{"frees of unknown addresses", &a.UnknownFrees}, {"failed allocations", &a.FailedAllocs},
 		{"zero-size requests", &a.ZeroSize}}
@@ -281,7 +281,7 @@ func (t *textWriter) anomalies(a *model.Anomalies) {
 }
 
 // events lists an anomaly's first events.
-func (t *textWriter) events(refs []model.EventRef) {
+func (t *textWriter) events(refs []schema.EventRef) {
 	for _, e := range refs {
 		line := fmt.Sprintf("    seq %-9d %-22s %10s  addr %-14s", e.Seq, e.Function, Bytes(e.Size), e.Address)
 		if from := "  from " + e.Callsite; len([]rune(line+from)) <= 100 {
@@ -293,7 +293,7 @@ func (t *textWriter) events(refs []model.EventRef) {
 }
 
 // framework writes the note on a framework's allocator found among the driver calls.
-func (t *textWriter) framework(n *model.FrameworkNote) {
+func (t *textWriter) framework(n *schema.FrameworkNote) {
 	if n == nil || n.Layer != "driver" {
 		return
 	}
@@ -308,7 +308,7 @@ func (t *textWriter) framework(n *model.FrameworkNote) {
 }
 
 // arenaNote says what JAX's preallocated arena is.
-func arenaNote(n *model.FrameworkNote) string {
+func arenaNote(n *schema.FrameworkNote) string {
 	share := ""
 	if n.ArenaFraction > 0 {
 		share = fmt.Sprintf(" (%.0f%% of the GPU's memory)", 100*n.ArenaFraction)
@@ -317,7 +317,7 @@ func arenaNote(n *model.FrameworkNote) string {
 		"inside it", Bytes(n.ArenaBytes), share)
 }
 
-func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
+func (t *textWriter) sizeClasses(p *schema.SizeClassPlan) {
 	t.printf("\nSIZE CLASSES: k = %d of %d distinct aligned sizes <= %s\n", p.K, p.DistinctSizes,
 		Bytes(p.LargeThreshold))
 	if t.explain {
@@ -357,7 +357,7 @@ func (t *textWriter) sizeClasses(p *model.SizeClassPlan) {
 		Bytes(p.PeakLiveBytes))
 }
 
-func (t *textWriter) fidelity(f *model.Fidelity) {
+func (t *textWriter) fidelity(f *schema.Fidelity) {
 	if f == nil {
 		return
 	}
@@ -367,7 +367,7 @@ func (t *textWriter) fidelity(f *model.Fidelity) {
 		Bytes(f.ModelBytes), f.BytesMatch)
 }
 
-func (t *textWriter) torchSearch(ts *model.TorchSearch) {
+func (t *textWriter) torchSearch(ts *schema.TorchSearch) {
 	if ts == nil || len(ts.Best) == 0 {
 		return
 	}
@@ -381,7 +381,7 @@ func (t *textWriter) torchSearch(ts *model.TorchSearch) {
 			Bytes(ts.Best[0].PeakReservedBytes), Bytes(ts.MissBytes), Bytes(ts.CapacityBytes))
 	}
 	rows := ts.Best
-	if !slices.ContainsFunc(rows, func(s model.TorchSetting) bool { return s.Conf == "" }) {
+	if !slices.ContainsFunc(rows, func(s schema.TorchSetting) bool { return s.Conf == "" }) {
 		rows = append(rows[:len(rows):len(rows)], ts.Defaults)
 	}
 	for i, s := range rows {
@@ -413,7 +413,7 @@ func (t *textWriter) torchSearch(ts *model.TorchSearch) {
 
 // processesReserved gives, for a setting of a trace of several processes, each process's own
 // peak reserved (the peak above is their sum).
-func (t *textWriter) processesReserved(procs []model.ProcessReserved) {
+func (t *textWriter) processesReserved(procs []schema.ProcessReserved) {
 	if len(procs) == 0 {
 		return
 	}
@@ -424,7 +424,7 @@ func (t *textWriter) processesReserved(procs []model.ProcessReserved) {
 	t.printf("     the sum of each process's own allocator: %s\n", strings.Join(parts, ", "))
 }
 
-func (t *textWriter) oom(r *model.OOMReport) {
+func (t *textWriter) oom(r *schema.OOMReport) {
 	if r == nil {
 		return
 	}
@@ -486,7 +486,7 @@ func vsDefaults(saved int64) string {
 	return "as the defaults"
 }
 
-func (t *textWriter) config(tr *model.TraceReport) {
+func (t *textWriter) config(tr *schema.TraceReport) {
 	c := tr.Config
 	if c == nil || c.Prediction == nil || c.Equivalents == nil {
 		return
@@ -523,26 +523,26 @@ func (t *textWriter) config(tr *model.TraceReport) {
 	t.equivalents(tr)
 }
 
-// equivalents writes the other allocators' settings that apply to the program (model.Answer's
+// equivalents writes the other allocators' settings that apply to the program (schema.Answer's
 // Equivalents; all of them for a report without an answer).
-func (t *textWriter) equivalents(tr *model.TraceReport) {
+func (t *textWriter) equivalents(tr *schema.TraceReport) {
 	e := tr.Config.Equivalents
 	applies := func(name string) bool { return tr.Answer == nil || slices.Contains(tr.Answer.Equivalents, name) }
-	if applies(model.EquivalentPyTorch) {
+	if applies(schema.EquivalentPyTorch) {
 		t.printf("  PYTORCH_CUDA_ALLOC_CONF=%s\n", torchConfLine(tr))
 	}
-	if applies(model.EquivalentRMM) && e.RMMInitialPoolBytes > 0 {
+	if applies(schema.EquivalentRMM) && e.RMMInitialPoolBytes > 0 {
 		t.printf("  RMM pool_memory_resource: initial %d, maximum %d bytes\n", e.RMMInitialPoolBytes,
 			e.RMMMaximumPoolBytes)
 	}
-	if applies(model.EquivalentMemPool) && e.CudaMemPoolReleaseThreshold > 0 {
+	if applies(schema.EquivalentMemPool) && e.CudaMemPoolReleaseThreshold > 0 {
 		t.printf("  cudaMemPoolAttrReleaseThreshold: %d bytes\n", e.CudaMemPoolReleaseThreshold)
 	}
 }
 
 // torchConfLine is the PYTORCH_CUDA_ALLOC_CONF value the recommendation names, or why it names
 // none.
-func torchConfLine(tr *model.TraceReport) string {
+func torchConfLine(tr *schema.TraceReport) string {
 	fw := tr.Framework
 	ts := tr.TorchSearch
 	switch {
@@ -560,7 +560,7 @@ func torchConfLine(tr *model.TraceReport) string {
 }
 
 // segmentsNote says that the pool below serves a framework's segments, not the program's requests.
-func segmentsNote(n *model.FrameworkNote) string {
+func segmentsNote(n *schema.FrameworkNote) string {
 	s := fmt.Sprintf("not a pool for the program's requests: this one is sized to %s's segments (what "+
 		"record --pool would serve); the right pool and allocator settings need %s's requests (FRAMEWORK "+
 		"above).", n.Framework, n.Framework)
@@ -571,7 +571,7 @@ func segmentsNote(n *model.FrameworkNote) string {
 }
 
 // frameworkSetting leads the recommendation with the framework's own setting for its requests.
-func (t *textWriter) frameworkSetting(n *model.FrameworkNote) {
+func (t *textWriter) frameworkSetting(n *schema.FrameworkNote) {
 	setting := n.Setting
 	if setting == "PYTORCH_CUDA_ALLOC_CONF=" {
 		setting += " (unset: the defaults are best)"

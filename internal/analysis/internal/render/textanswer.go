@@ -3,7 +3,7 @@ package render
 import (
 	"strings"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 )
 
 // answerLabel is the width of the labels of the ANSWER section; its values start after it.
@@ -11,7 +11,7 @@ const answerLabel = 18
 
 // answer writes the report's first screen: what the program does with memory, the
 // recommendation and what it saves against today, the anomalies that need action.
-func (t *textWriter) answer(a *model.Answer) {
+func (t *textWriter) answer(a *schema.Answer) {
 	if a == nil {
 		return
 	}
@@ -20,7 +20,7 @@ func (t *textWriter) answer(a *model.Answer) {
 	t.answerLine("allocator today", textPhraser.today(a.Today))
 	t.answerLine("time in calls", textPhraser.callTime(a))
 	t.answerLine("recommendation", a.Recommendation.Summary)
-	if a.Recommendation.Kind == model.AdviceRecordRequests {
+	if a.Recommendation.Kind == schema.AdviceRecordRequests {
 		t.answerLine("", a.Recommendation.Setting)
 	}
 	t.answerLine("memory vs today", textPhraser.memorySaving(a))

@@ -3,14 +3,14 @@ package render
 import (
 	"fmt"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 )
 
 // simulations writes the what-if table and each policy's settings. Its "saved" column is the time
 // inside allocation calls the trace measured minus what the policy's model predicts: n/a when the
 // trace has no call durations; for raw cudaMalloc on a trace of device calls, the program's own
 // allocator, "today" (nothing to save against itself).
-func (t *textWriter) simulations(sims []model.Simulation, layer string) {
+func (t *textWriter) simulations(sims []schema.Simulation, layer string) {
 	t.printf("\nWHAT-IF SIMULATION (peak reserved, its ratio to peak live, fragmentation at that peak,\n" +
 		"upstream calls, failed requests, fallbacks beyond the plan, allocator time saved)\n")
 	rows := []string{"  policy\treserved\tx live\tint frag\text frag\tcalls\tfails\tfallbk\tsaved"}
@@ -40,7 +40,7 @@ func (t *textWriter) simulations(sims []model.Simulation, layer string) {
 }
 
 // timeSaved is a simulation's "saved" cell.
-func timeSaved(s model.Simulation, layer string) string {
+func timeSaved(s schema.Simulation, layer string) string {
 	switch {
 	case s.MeasuredCallNs == 0:
 		return "n/a"
@@ -52,7 +52,7 @@ func timeSaved(s model.Simulation, layer string) string {
 
 // policyNote is a policy's settings, its page operations, and for a PyTorch model other than the
 // defaults' that reserves more than them, by how much.
-func policyNote(s model.Simulation, sims []model.Simulation) string {
+func policyNote(s schema.Simulation, sims []schema.Simulation) string {
 	note := s.Settings
 	if s.PageOps > 0 {
 		note += fmt.Sprintf("; %s page operation", Count(s.PageOps))

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/requests"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -119,10 +119,10 @@ func (c *Collector) nativeCall(e *trace.Event, fn int32) {
 type Result struct {
 	Events       uint64
 	RequestLayer requests.Layer // whose events are the requests (requests.LayerChoice)
-	Requests     *model.Stats
-	Upstream     *model.Stats // nil unless the requests are framework events
-	Groups       []*model.Stats
-	Anomalies    model.Anomalies
+	Requests     *schema.Stats
+	Upstream     *schema.Stats // nil unless the requests are framework events
+	Groups       []*schema.Stats
+	Anomalies    schema.Anomalies
 	Sizes        []SizeTally // request sizes, ascending
 	// LargePeakLiveBytes[i] is the peak of live bytes of the requests above thresholds[i].
 	LargePeakLiveBytes []uint64
@@ -133,11 +133,11 @@ type Result struct {
 	Warnings                                       []string
 	// TopCallsites are the callsites that allocated the most bytes; PeakCallsites those that held
 	// the most at the peak of live bytes.
-	TopCallsites, PeakCallsites []model.CallsiteTally
+	TopCallsites, PeakCallsites []schema.CallsiteTally
 	// Sites is every callsite of the requests, the first allocated first (package framework reads
 	// them).
 	Sites  []SiteSummary
-	Detail *model.Detail // the HTML report's timeline, when kept (KeepDetail)
+	Detail *schema.Detail // the HTML report's timeline, when kept (KeepDetail)
 }
 
 // Finish ends the stage and returns its result; top is the number of exact sizes to list.
@@ -156,13 +156,13 @@ func (c *Collector) Finish(top int) *Result {
 	r.TopCallsites, r.PeakCallsites = req.sites.result(c.fns.callsite)
 	r.Sites = req.sites.summaries(c.fns.callsite, c.fns.name)
 	for _, p := range req.timeline.Points() {
-		r.Requests.Timeline = append(r.Requests.Timeline, model.Point{X: p[0], Y: p[1]})
+		r.Requests.Timeline = append(r.Requests.Timeline, schema.Point{X: p[0], Y: p[1]})
 	}
 	if req.detail != nil {
 		r.Detail = req.detail.finish(c.fns.callsite)
 	}
 	for _, p := range req.overall.lifetime.CDF(200) {
-		r.Requests.LifetimeCDF = append(r.Requests.LifetimeCDF, model.Point{X: p[0], Y: p[1]})
+		r.Requests.LifetimeCDF = append(r.Requests.LifetimeCDF, schema.Point{X: p[0], Y: p[1]})
 	}
 	if up != nil && up.events > 0 {
 		up.materialize()
@@ -174,7 +174,7 @@ func (c *Collector) Finish(top int) *Result {
 		}
 		r.Groups = append(r.Groups, g.result(scopeName(g.pid, g.device, g.stream), top, req.medianFree(), req.sizes))
 	}
-	slices.SortFunc(r.Groups, func(a, b *model.Stats) int {
+	slices.SortFunc(r.Groups, func(a, b *schema.Stats) int {
 		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Stream, b.Stream))
 	})
 	r.Sizes = req.sizes.tallies()

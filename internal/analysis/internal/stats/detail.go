@@ -1,7 +1,7 @@
 package stats
 
 import (
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -186,11 +186,11 @@ func (b *detailBucket) points(out []*detailPoint) []*detailPoint {
 }
 
 // finish returns the timeline's levels, naming callsites with name; nil when it saw no request.
-func (d *detailTimeline) finish(name func(pid uint32, id uint64) string) *model.Detail {
+func (d *detailTimeline) finish(name func(pid uint32, id uint64) string) *schema.Detail {
 	if len(d.buckets) == 0 {
 		return nil
 	}
-	out := &model.Detail{Events: make([]model.DetailEvent, 0, 2*len(d.buckets))}
+	out := &schema.Detail{Events: make([]schema.DetailEvent, 0, 2*len(d.buckets))}
 	names := map[[2]uint64]string{}
 	var pts []*detailPoint
 	for i := range d.buckets {
@@ -205,7 +205,7 @@ func (d *detailTimeline) finish(name func(pid uint32, id uint64) string) *model.
 	}
 	width := d.width
 	for level := d.buckets; ; {
-		dl := model.DetailLevel{BucketEvents: width, Points: make([]int32, 0, 2*len(level))}
+		dl := schema.DetailLevel{BucketEvents: width, Points: make([]int32, 0, 2*len(level))}
 		for i := range level {
 			for _, p := range level[i].points(pts[:0]) {
 				dl.Points = append(dl.Points, p.idx)
@@ -221,7 +221,7 @@ func (d *detailTimeline) finish(name func(pid uint32, id uint64) string) *model.
 
 // event is p as the report holds it, its lifetime resolved where it was freed after its bucket closed.
 func (d *detailTimeline) event(p *detailPoint, names map[[2]uint64]string,
-	name func(pid uint32, id uint64) string) model.DetailEvent {
+	name func(pid uint32, id uint64) string) schema.DetailEvent {
 	lifetime := p.lifetime
 	if v, ok := d.lifetimes[p.ref()]; ok && !p.free && lifetime < 0 {
 		lifetime = v
@@ -236,6 +236,6 @@ func (d *detailTimeline) event(p *detailPoint, names map[[2]uint64]string,
 		}
 		site = s
 	}
-	return model.DetailEvent{Request: p.n, Seq: p.seq, TimeNs: p.time, LiveBytes: p.live, Free: p.free, SizeBytes: p.size,
+	return schema.DetailEvent{Request: p.n, Seq: p.seq, TimeNs: p.time, LiveBytes: p.live, Free: p.free, SizeBytes: p.size,
 		PID: p.pid, Device: p.device, Stream: p.stream, Callsite: site, LifetimeNs: lifetime}
 }

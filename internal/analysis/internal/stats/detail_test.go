@@ -7,22 +7,22 @@ import (
 	"testing"
 
 	"github.com/allocscope/allocscope/internal/analysis/internal/benchutil"
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/synth"
 	"github.com/allocscope/allocscope/trace"
 )
 
 // bruteForce replays the synthetic trace (every event a request) with a map of live blocks.
-func bruteForce(events []trace.Event) []model.DetailEvent {
+func bruteForce(events []trace.Event) []schema.DetailEvent {
 	type block struct {
 		i    int
 		time int64
 	}
 	live := map[uint64]block{}
 	var bytes uint64
-	out := make([]model.DetailEvent, len(events))
+	out := make([]schema.DetailEvent, len(events))
 	for i, e := range events {
-		o := model.DetailEvent{Request: uint64(i + 1), Seq: e.Seq, TimeNs: e.TimeNs, PID: e.PID, Device: e.Device,
+		o := schema.DetailEvent{Request: uint64(i + 1), Seq: e.Seq, TimeNs: e.TimeNs, PID: e.PID, Device: e.Device,
 			Stream: e.Stream, LifetimeNs: -1}
 		if e.Op == trace.OpFree {
 			b := live[e.Address]
@@ -44,7 +44,7 @@ func bruteForce(events []trace.Event) []model.DetailEvent {
 
 // wantPoints returns the requests a bucket of requests [lo, hi) keeps: the first with the least
 // live bytes and the first with the most, in order.
-func wantPoints(all []model.DetailEvent, lo, hi int) []uint64 {
+func wantPoints(all []schema.DetailEvent, lo, hi int) []uint64 {
 	mn, mx := lo, lo
 	for i := lo; i < hi; i++ {
 		if all[i].LiveBytes < all[mn].LiveBytes {
@@ -86,7 +86,7 @@ func TestDetailTimeline(t *testing.T) {
 	}
 }
 
-func checkDetail(t *testing.T, res *Result, all []model.DetailEvent, levels int) {
+func checkDetail(t *testing.T, res *Result, all []schema.DetailEvent, levels int) {
 	t.Helper()
 	d := res.Detail
 	if d == nil || len(d.Levels) != levels {

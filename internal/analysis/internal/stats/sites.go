@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 )
 
 // sitesShown is how many callsites the report lists, by bytes allocated and by bytes held at peak.
@@ -26,7 +26,7 @@ type siteTally struct {
 	fn                          uint16 // the function of its first allocation
 	// Allocations whose size is not a multiple of 2 MiB, not of 512 B; of exactly 2 MiB, 20 MiB.
 	not2MiB, not512, exact2MiB, exact20MiB uint64
-	oldest                                 []model.EventRef // its oldest blocks live at the end
+	oldest                                 []schema.EventRef // its oldest blocks live at the end
 }
 
 // Sizes that tell a framework's segments (package framework).
@@ -146,19 +146,19 @@ func (s *siteTable) snapshot() {
 // result lists the callsites that allocated the most bytes and those that held the most at peak,
 // named by name; sites with the same name in a process (stacks that differ deeper down) count as
 // one.
-func (s *siteTable) result(name func(pid uint32, addr uint64) string) (byBytes, atPeak []model.CallsiteTally) {
+func (s *siteTable) result(name func(pid uint32, addr uint64) string) (byBytes, atPeak []schema.CallsiteTally) {
 	type named struct {
 		pid   uint32
 		label string
 	}
-	merged := map[named]*model.CallsiteTally{}
-	var rows []*model.CallsiteTally
+	merged := map[named]*schema.CallsiteTally{}
+	var rows []*schema.CallsiteTally
 	for k, i := range s.index {
 		t := s.tallies[i]
 		n := named{k.pid, name(k.pid, k.addr)}
 		r := merged[n]
 		if r == nil {
-			r = &model.CallsiteTally{Callsite: n.label, PID: n.pid}
+			r = &schema.CallsiteTally{Callsite: n.label, PID: n.pid}
 			merged[n] = r
 			rows = append(rows, r)
 		}
@@ -167,12 +167,12 @@ func (s *siteTable) result(name func(pid uint32, addr uint64) string) (byBytes, 
 		r.AtPeakBytes += t.atPeak
 		r.EndLiveBytes += t.live
 	}
-	top := func(by func(*model.CallsiteTally) uint64) []model.CallsiteTally {
+	top := func(by func(*schema.CallsiteTally) uint64) []schema.CallsiteTally {
 		order := slices.Clone(rows)
-		slices.SortFunc(order, func(a, b *model.CallsiteTally) int {
+		slices.SortFunc(order, func(a, b *schema.CallsiteTally) int {
 			return cmp.Or(cmp.Compare(by(b), by(a)), cmp.Compare(a.PID, b.PID), strings.Compare(a.Callsite, b.Callsite))
 		})
-		out := []model.CallsiteTally{}
+		out := []schema.CallsiteTally{}
 		for _, r := range order {
 			if len(out) == sitesShown || by(r) == 0 {
 				break
@@ -181,8 +181,8 @@ func (s *siteTable) result(name func(pid uint32, addr uint64) string) (byBytes, 
 		}
 		return out
 	}
-	return top(func(r *model.CallsiteTally) uint64 { return r.Bytes }),
-		top(func(r *model.CallsiteTally) uint64 { return r.AtPeakBytes })
+	return top(func(r *schema.CallsiteTally) uint64 { return r.Bytes }),
+		top(func(r *schema.CallsiteTally) uint64 { return r.AtPeakBytes })
 }
 
 // SiteSummary is what one callsite of the requests allocated and still held at the end: the
@@ -199,7 +199,7 @@ type SiteSummary struct {
 	// Allocations whose size is not a multiple of 2 MiB, not one of 512 B; of exactly 2 MiB, 20 MiB.
 	Not2MiB, Not512, Exact2MiB, Exact20MiB uint64
 	EndLiveBlocks, EndLiveBytes            uint64
-	Oldest                                 []model.EventRef // its oldest blocks live at the end, at most 5
+	Oldest                                 []schema.EventRef // its oldest blocks live at the end, at most 5
 }
 
 // summaries lists every callsite, the first allocated first, named by name and fnName.
@@ -210,7 +210,7 @@ func (s *siteTable) summaries(name func(pid uint32, addr uint64) string, fnName 
 		out = append(out, SiteSummary{PID: k.pid, Callsite: name(k.pid, k.addr), Function: fnName(t.fn),
 			FirstSeq: t.firstSeq, Allocs: t.allocs, Frees: t.frees, Bytes: t.bytes, MaxSize: t.maxSize,
 			Not2MiB: t.not2MiB, Not512: t.not512, Exact2MiB: t.exact2MiB, Exact20MiB: t.exact20MiB,
-			EndLiveBlocks: t.liveBlocks, EndLiveBytes: t.live, Oldest: append([]model.EventRef{}, t.oldest...)})
+			EndLiveBlocks: t.liveBlocks, EndLiveBytes: t.live, Oldest: append([]schema.EventRef{}, t.oldest...)})
 	}
 	slices.SortFunc(out, func(a, b SiteSummary) int {
 		return cmp.Or(cmp.Compare(a.FirstSeq, b.FirstSeq), cmp.Compare(a.PID, b.PID), strings.Compare(a.Callsite, b.Callsite))

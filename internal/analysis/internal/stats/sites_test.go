@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 )
 
 // Two callsites of one process and one of another: the bytes each allocated, held at the peak
@@ -23,7 +23,7 @@ func TestSiteTable(t *testing.T) {
 	s.alloc(1, 0xa1, 10, 0, 0) // named like 0xa0
 	name := func(pid uint32, addr uint64) string { return fmt.Sprintf("f%x", addr&^1) }
 	byBytes, atPeak := s.result(name)
-	wantBytes := []model.CallsiteTally{
+	wantBytes := []schema.CallsiteTally{
 		{Callsite: "fb0", PID: 1, Allocs: 1, Bytes: 300, AtPeakBytes: 300},
 		{Callsite: "fa0", PID: 1, Allocs: 3, Bytes: 160, AtPeakBytes: 100, EndLiveBytes: 60},
 		{Callsite: "fa0", PID: 2, Allocs: 1, Bytes: 70, EndLiveBytes: 70},

@@ -6,7 +6,7 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/trace"
 )
 
@@ -124,8 +124,8 @@ func (t *tally) free(e *trace.Event, b *liveBlock) {
 
 // result converts the tally into its report form; medianFree is the median free duration the
 // waited-free rule compares with, sizes the tracker's size table.
-func (t *tally) result(scope string, top int, medianFree int64, sizes *sizeTable) *model.Stats {
-	s := &model.Stats{Scope: scope, PID: t.pid, Device: t.device, Stream: t.stream,
+func (t *tally) result(scope string, top int, medianFree int64, sizes *sizeTable) *schema.Stats {
+	s := &schema.Stats{Scope: scope, PID: t.pid, Device: t.device, Stream: t.stream,
 		Allocs: t.allocs, Frees: t.frees, AllocBytes: t.allocBytes, FreedBytes: t.freedBytes,
 		PeakLiveBytes: t.peak, PeakLiveBlocks: t.peakBlocks, PeakSeq: t.peakSeq,
 		PeakTimeNs: t.peakTime, EndLiveBytes: t.live, FirstTimeNs: t.first, CallNs: t.callNs}
@@ -151,12 +151,12 @@ func (t *tally) result(scope string, top int, medianFree int64, sizes *sizeTable
 	return s
 }
 
-func (t *tally) opCounts() []model.OpCount {
-	var out []model.OpCount
+func (t *tally) opCounts() []schema.OpCount {
+	var out []schema.OpCount
 	for op := range numOps {
 		for mem := range numMemory {
 			if c := t.ops[op][mem]; c.count > 0 {
-				out = append(out, model.OpCount{Op: trace.Op(op).String(),
+				out = append(out, schema.OpCount{Op: trace.Op(op).String(),
 					Memory: trace.Memory(mem).String(), Count: c.count, Failed: c.failed, Bytes: c.bytes})
 			}
 		}
@@ -164,8 +164,8 @@ func (t *tally) opCounts() []model.OpCount {
 	return out
 }
 
-func (t *tally) histogram() []model.SizeBucket {
-	var out []model.SizeBucket
+func (t *tally) histogram() []schema.SizeBucket {
+	var out []schema.SizeBucket
 	for i, b := range t.hist {
 		if b.count == 0 {
 			continue
@@ -178,7 +178,7 @@ func (t *tally) histogram() []model.SizeBucket {
 				hi = ^uint64(0)
 			}
 		}
-		out = append(out, model.SizeBucket{Lo: lo, Hi: hi, Count: b.count, Bytes: b.bytes})
+		out = append(out, schema.SizeBucket{Lo: lo, Hi: hi, Count: b.count, Bytes: b.bytes})
 	}
 	return out
 }
@@ -201,14 +201,14 @@ func (t *tally) waitedFrees(median int64) (waited uint64, threshold int64) {
 }
 
 // topSizes lists the top most requested sizes (sizes[i] requested counts[i] times).
-func topSizes(sizes, counts []uint64, top int) []model.SizeCount {
-	out := make([]model.SizeCount, 0, len(sizes))
+func topSizes(sizes, counts []uint64, top int) []schema.SizeCount {
+	out := make([]schema.SizeCount, 0, len(sizes))
 	for i, c := range counts {
 		if c > 0 {
-			out = append(out, model.SizeCount{Size: sizes[i], Count: c})
+			out = append(out, schema.SizeCount{Size: sizes[i], Count: c})
 		}
 	}
-	slices.SortFunc(out, func(a, b model.SizeCount) int {
+	slices.SortFunc(out, func(a, b schema.SizeCount) int {
 		if c := cmp.Compare(b.Count, a.Count); c != 0 {
 			return c
 		}
@@ -220,8 +220,8 @@ func topSizes(sizes, counts []uint64, top int) []model.SizeCount {
 	return out
 }
 
-func quantiles(s *Sketch) model.Quantiles {
-	return model.Quantiles{Count: s.Count(), Exact: s.Exact(), Min: s.Quantile(0), P50: s.Quantile(0.5),
+func quantiles(s *Sketch) schema.Quantiles {
+	return schema.Quantiles{Count: s.Count(), Exact: s.Exact(), Min: s.Quantile(0), P50: s.Quantile(0.5),
 		P90: s.Quantile(0.9), P99: s.Quantile(0.99), Max: s.Quantile(1)}
 }
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/allocscope/allocscope/internal/analysis/internal/model"
+	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/slots"
 	"github.com/allocscope/allocscope/trace"
 )
@@ -49,10 +49,10 @@ type groupKey struct {
 type anomaly struct {
 	count  uint64
 	bytes  uint64
-	events []model.EventRef
+	events []schema.EventRef
 }
 
-func (a *anomaly) add(ref model.EventRef, bytes uint64) {
+func (a *anomaly) add(ref schema.EventRef, bytes uint64) {
 	a.count++
 	a.bytes += bytes
 	if len(a.events) < maxExamples {
@@ -60,8 +60,8 @@ func (a *anomaly) add(ref model.EventRef, bytes uint64) {
 	}
 }
 
-func (a *anomaly) result() model.Anomaly {
-	return model.Anomaly{Count: a.count, Bytes: a.bytes, Events: append([]model.EventRef{}, a.events...)}
+func (a *anomaly) result() schema.Anomaly {
+	return schema.Anomaly{Count: a.count, Bytes: a.bytes, Events: append([]schema.EventRef{}, a.events...)}
 }
 
 // tracker follows the blocks of one layer (framework requests, or native calls).
@@ -123,8 +123,8 @@ func (t *tracker) newGroup(k groupKey) int32 {
 	return i
 }
 
-func (t *tracker) ref(e *trace.Event) model.EventRef {
-	return model.EventRef{Seq: e.Seq, TimeNs: e.TimeNs, PID: e.PID, Device: e.Device,
+func (t *tracker) ref(e *trace.Event) schema.EventRef {
+	return schema.EventRef{Seq: e.Seq, TimeNs: e.TimeNs, PID: e.PID, Device: e.Device,
 		Function: e.Function, Size: e.Size, Address: fmt.Sprintf("%#x", e.Address),
 		Callsite: t.fns.callsite(e.PID, e.Callsite), Result: e.Result}
 }
@@ -317,8 +317,8 @@ func (t *tracker) finishLeaks() {
 }
 
 // leakRef is the report's reference to a block live at the end.
-func (t *tracker) leakRef(l leak) model.EventRef {
-	return model.EventRef{Seq: l.b.seq, TimeNs: l.b.time, PID: l.k.PID, Device: l.k.Device,
+func (t *tracker) leakRef(l leak) schema.EventRef {
+	return schema.EventRef{Seq: l.b.seq, TimeNs: l.b.time, PID: l.k.PID, Device: l.k.Device,
 		Function: t.fns.name(l.b.fn), Size: l.b.size, Address: fmt.Sprintf("%#x", l.k.Addr),
 		Callsite: t.fns.callsite(l.k.PID, l.b.callsite)}
 }
@@ -343,8 +343,8 @@ func (t *tracker) oldestPerSite() {
 	}
 }
 
-func (t *tracker) anomalies() model.Anomalies {
-	return model.Anomalies{Leaks: t.leaks.result(), DoubleFrees: t.doubleFrees.result(),
+func (t *tracker) anomalies() schema.Anomalies {
+	return schema.Anomalies{Leaks: t.leaks.result(), DoubleFrees: t.doubleFrees.result(),
 		UnknownFrees: t.unknownFrees.result(), FailedAllocs: t.failed.result(), ZeroSize: t.zeroSize.result()}
 }
 

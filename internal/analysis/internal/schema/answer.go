@@ -1,4 +1,4 @@
-package model
+package schema
 
 // Answer is what a report says first, in the program's terms: what the program does with memory
 // today, what to change, what that saves against today, and the anomalies that need action. The

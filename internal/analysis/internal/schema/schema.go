@@ -1,6 +1,6 @@
-// Package model holds the data types of an analysis report. Their JSON field names are the stable
+// Package schema holds the data types of an analysis report. Their JSON field names are the stable
 // contract of `analyze --json`; the analysis package re-exports them.
-package model
+package schema
 
 import "github.com/allocscope/allocscope/pool"
 

@@ -1,4 +1,4 @@
-package model
+package schema
 
 // TorchSearch is the search of PYTORCH_CUDA_ALLOC_CONF settings: every setting simulated with
 // PyTorch's caching allocator (pool.PolicyPyTorch) and ranked, and backend:cudaMallocAsync
