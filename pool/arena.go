@@ -7,11 +7,12 @@ import (
 
 	"github.com/allocscope/allocscope/internal/addrindex"
 	"github.com/allocscope/allocscope/internal/spans"
+	"github.com/allocscope/allocscope/internal/upstreams"
 )
 
 // base holds what every policy shares: the lock, the counters, the counted Upstream.
 type base struct {
-	mu     optionalMutex
+	mu     upstreams.OptionalMutex
 	c      counters
 	up     tracked
 	closed bool
@@ -19,7 +20,7 @@ type base struct {
 
 func (b *base) init(up Upstream, o options) {
 	b.up = tracked{up: up, c: &b.c}
-	b.mu.off = o.singleGoroutine
+	b.mu.Off = o.singleGoroutine
 }
 
 // closeOnce is every policy's Close: under the lock, the first call marks the allocator closed and

@@ -1,7 +1,5 @@
 package pool
 
-import "sync"
-
 // Option changes how New builds an allocator.
 type Option func(*options)
 
@@ -21,23 +19,4 @@ func collect(opts []Option) options {
 		opt(&o)
 	}
 	return o
-}
-
-// optionalMutex is a mutex that can be switched off (SingleGoroutine): Lock and Unlock then do
-// nothing. The switch is set before the owner is first used and never changes.
-type optionalMutex struct {
-	mu  sync.Mutex
-	off bool
-}
-
-func (m *optionalMutex) Lock() {
-	if !m.off {
-		m.mu.Lock()
-	}
-}
-
-func (m *optionalMutex) Unlock() {
-	if !m.off {
-		m.mu.Unlock()
-	}
 }

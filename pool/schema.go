@@ -1,5 +1,7 @@
 package pool
 
+import "github.com/allocscope/allocscope/internal/upstreams"
+
 // The types of this file are the schema of pool.json, the contract between analyze (which writes
 // it), record --pool and replay (which read it) and a user's own program: docs/pool-json.md
 // describes the file with an example. validate.go checks a Config, configfile.go reads and writes
@@ -30,12 +32,7 @@ const DefaultAlignment = 512
 // AlignUp rounds n up to a multiple of align, which must be above 0: AlignUp(1000,
 // DefaultAlignment) is 1024. A power of two (an alignment, a page) costs a mask, any other align a
 // division. Like n + align - 1, the result wraps past the largest uint64.
-func AlignUp(n, align uint64) uint64 {
-	if align&(align-1) == 0 {
-		return (n + align - 1) &^ (align - 1)
-	}
-	return (n + align - 1) / align * align
-}
+func AlignUp(n, align uint64) uint64 { return upstreams.AlignUp(n, align) }
 
 // DefaultGrowBytes is the size a class grows by when SizeClassConfig.GrowSlots is 0 (the class
 // grows by as many slots as fit in it, at least one): 2 MiB, cudaMalloc's granularity.

@@ -1,7 +1,5 @@
 package poolsim
 
-import "sync"
-
 // Option changes how NewUpstream builds a simulated address space.
 type Option func(*options)
 
@@ -24,27 +22,3 @@ func collect(opts []Option) options {
 	}
 	return o
 }
-
-// optionalMutex is a mutex that can be switched off (SingleGoroutine): Lock and Unlock then do
-// nothing. The switch is set before the owner is first used and never changes.
-type optionalMutex struct {
-	mu  sync.Mutex
-	off bool
-}
-
-// Lock locks the mutex unless it is switched off.
-func (m *optionalMutex) Lock() {
-	if !m.off {
-		m.mu.Lock()
-	}
-}
-
-// Unlock unlocks the mutex unless it is switched off.
-func (m *optionalMutex) Unlock() {
-	if !m.off {
-		m.mu.Unlock()
-	}
-}
-
-// alignUp rounds n up to a multiple of align (above 0), as pool.AlignUp does.
-func alignUp(n, align uint64) uint64 { return (n + align - 1) / align * align }

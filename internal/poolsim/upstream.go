@@ -25,7 +25,7 @@ const Base = 1 << 32
 // mapped pages) would exceed the capacity (0 = unbounded); address space is not counted against
 // it. It is safe for concurrent use unless made with SingleGoroutine.
 type Upstream struct {
-	mu          optionalMutex
+	mu          upstreams.OptionalMutex
 	capacity    uint64
 	granularity uint64
 	top         uint64                      // the lowest address above every range handed out
@@ -66,10 +66,10 @@ const simSpaceBytes = 1 << 63
 func NewUpstream(capacity, granularity uint64, opts ...Option) *Upstream {
 	granularity = max(granularity, 1)
 	u := &Upstream{
-		mu:          optionalMutex{off: collect(opts).singleGoroutine},
+		mu:          upstreams.OptionalMutex{Off: collect(opts).singleGoroutine},
 		capacity:    capacity,
 		granularity: granularity,
-		top:         alignUp(Base, granularity),
+		top:         upstreams.AlignUp(Base, granularity),
 		reusable:    make(map[uint64][]uint64),
 		regions:     addrindex.New[simRegion](),
 		byAddr:      spans.NewTree(spans.ByAddr),
@@ -266,7 +266,7 @@ func (u *Upstream) rounded(size uint64) (uint64, error) {
 	if size > math.MaxUint64-u.granularity {
 		return 0, fmt.Errorf("size too large: %w", upstreams.OutOfMemory)
 	}
-	return alignUp(size, u.granularity), nil
+	return upstreams.AlignUp(size, u.granularity), nil
 }
 
 // maxReusable bounds the freed ranges kept for reuse, so that memory follows the live regions:
@@ -285,7 +285,7 @@ func (u *Upstream) take(r uint64, addressOnly bool) (uint64, error) {
 		}
 		u.nReusable--
 	} else {
-		limit := alignUp(Base, u.granularity) + simSpaceBytes
+		limit := upstreams.AlignUp(Base, u.granularity) + simSpaceBytes
 		if r > limit-u.top {
 			return 0, fmt.Errorf("simulated address space of %d bytes exhausted: %w", uint64(simSpaceBytes), upstreams.OutOfMemory)
 		}

@@ -2,7 +2,8 @@
 // sentinel errors an upstream wraps (pool exports them as its own ErrOutOfMemory and
 // ErrUnknownAddress, so errors.Is holds for an error of either) and Counts, the one rule by which
 // memory gained from an upstream is counted, by pool's Stats and by internal/poolmeter's Meter
-// alike. It imports nothing of allocscope, so that the simulated address space of
+// alike; AlignUp, their one rounding to an alignment or granularity; and OptionalMutex, the lock
+// both switch off for single-goroutine use. It imports nothing of allocscope, so that the simulated address space of
 // internal/poolsim can wrap the same errors without importing pool.
 package upstreams
 
