@@ -15,7 +15,7 @@ func TestSingleGoroutineSameResults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		single, err := New(c.cfg, poolsim.NewUpstream(0, 0, poolsim.SingleGoroutine()), SingleGoroutine())
+		single, err := New(c.cfg, poolsim.NewSingleGoroutineUpstream(0, 0), SingleGoroutine())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -216,7 +216,7 @@ type liveSite struct {
 }
 
 func newOOMProbe(t pool.PyTorchConfig, layer requests.Layer, name func(uint32, uint64) string) (*oomProbe, error) {
-	up := poolsim.NewUpstream(t.CapacityBytes, pool.DefaultAlignment, poolsim.SingleGoroutine())
+	up := poolsim.NewSingleGoroutineUpstream(t.CapacityBytes, pool.DefaultAlignment)
 	a, err := pool.New(pool.Config{Version: pool.ConfigVersion, Policy: pool.PolicyPyTorch, PyTorch: &t}, up,
 		pool.SingleGoroutine())
 	if err != nil {

@@ -413,11 +413,10 @@ type modelRun struct {
 	models int // policies of modelPolicies; the search's follow
 	done   chan struct{}
 	outs   []whatif.Outcome
-	// processes is, for a trace of several processes, each process's peak reserved under each
-	// candidate of the search (searchPerProcess), in the search's order; nil otherwise.
-	processes [][]schema.ProcessReserved
-	byPID     map[uint32][]whatif.Outcome // each process's own outcomes of the search, with processes
-	err       error
+	// byPID is, for a trace of several processes, each process's own outcomes of the search
+	// (searchPerProcess), in the search's order; nil otherwise.
+	byPID map[uint32][]whatif.Outcome
+	err   error
 }
 
 // startModels starts the simulation of the policies that need only the statistics.
@@ -433,7 +432,7 @@ func startModels(log *requests.Log, stream requests.Layer, st *stats.Result, opt
 		if len(search) > 0 {
 			var summed []whatif.Outcome
 			var ok bool
-			if summed, m.processes, m.byPID, ok, m.err = searchPerProcess(log, search, opts); m.err != nil {
+			if summed, m.byPID, ok, m.err = searchPerProcess(log, search, opts); m.err != nil {
 				return
 			}
 			if ok {
@@ -478,7 +477,7 @@ func simulate(log *requests.Log, stream requests.Layer, rec *recommendation, st 
 		return nil, err
 	}
 	rec.torch = torchSearch(search, opts.Capacity)
-	attachProcesses(rec.torch, search, models.processes)
+	attachProcesses(rec.torch, search, models.byPID)
 	if o := rec.oom; o != nil && o.RequestedBytes < o.CapacityBytes {
 		// conservative: the setting's peak and the failed request together within what PyTorch could hold
 		own := search // the failing process's own allocator, in a trace of several

@@ -2,6 +2,8 @@ package analysis
 
 import (
 	"errors"
+	"maps"
+	"slices"
 
 	"github.com/allocscope/allocscope/internal/analysis/internal/schema"
 	"github.com/allocscope/allocscope/internal/analysis/internal/whatif"
@@ -13,11 +15,11 @@ import (
 // merged requests of two processes in one simulated allocator would share segments no real process
 // shares. Each outcome it returns is one candidate summed over the processes (peak reserved: the
 // sum of each process's peak, what their torch.cuda.max_memory_reserved() add up to; segments,
-// releases, failures and retries: sums), with each process's peak in procs[i] and each process's
-// own outcomes in byPID. ok is false for a
-// trace of one process, or whose processes cannot be told apart, and then the merged outcomes stand.
+// releases, failures and retries: sums), and byPID holds each process's own outcomes, in the
+// order of cands. ok is false for a trace of one process, or whose processes cannot be told apart,
+// and then the merged outcomes stand.
 func searchPerProcess(log *requests.Log, cands []whatif.Policy, opts Options) (outs []whatif.Outcome,
-	procs [][]schema.ProcessReserved, byPID map[uint32][]whatif.Outcome, ok bool, err error) {
+	byPID map[uint32][]whatif.Outcome, ok bool, err error) {
 	pids, logs, err := splitByProcess(log, opts)
 	defer func() {
 		for _, l := range logs {
@@ -25,26 +27,24 @@ func searchPerProcess(log *requests.Log, cands []whatif.Policy, opts Options) (o
 		}
 	}()
 	if err != nil || len(pids) < 2 {
-		return nil, nil, nil, false, err
+		return nil, nil, false, err
 	}
 	byPID = make(map[uint32][]whatif.Outcome, len(pids))
 	outs = make([]whatif.Outcome, len(cands))
-	procs = make([][]schema.ProcessReserved, len(cands))
 	for i, c := range cands {
 		outs[i].Policy = c
 	}
 	for p, pl := range logs {
 		res, err := whatif.Run(pl, cands, opts.Capacity, nil, nil)
 		if err != nil {
-			return nil, nil, nil, false, err
+			return nil, nil, false, err
 		}
 		byPID[pids[p]] = res
 		for i, o := range res {
 			addOutcome(&outs[i], o)
-			procs[i] = append(procs[i], schema.ProcessReserved{PID: pids[p], PeakReservedBytes: o.Stats.PeakReservedBytes})
 		}
 	}
-	return outs, procs, byPID, true, nil
+	return outs, byPID, true, nil
 }
 
 // addOutcome adds what one process did under a candidate to the sum: the statistics the search
@@ -62,14 +62,18 @@ func addOutcome(sum *whatif.Outcome, o whatif.Outcome) {
 }
 
 // attachProcesses gives the defaults and the best settings of ts each process's peak reserved
-// bytes, from procs (searchPerProcess's, in the order of outs); nothing for a trace of one process.
-func attachProcesses(ts *schema.TorchSearch, outs []whatif.Outcome, procs [][]schema.ProcessReserved) {
-	if ts == nil || len(procs) != len(outs) {
+// bytes, ascending by pid, from byPID (searchPerProcess's, each in the order of outs); nothing for
+// a trace of one process.
+func attachProcesses(ts *schema.TorchSearch, outs []whatif.Outcome, byPID map[uint32][]whatif.Outcome) {
+	if ts == nil || len(byPID) == 0 {
 		return
 	}
 	byConf := make(map[string][]schema.ProcessReserved, len(outs))
-	for i, o := range outs {
-		byConf[o.Policy.Settings] = procs[i]
+	for _, pid := range slices.Sorted(maps.Keys(byPID)) {
+		for i, o := range byPID[pid] {
+			conf := outs[i].Policy.Settings
+			byConf[conf] = append(byConf[conf], schema.ProcessReserved{PID: pid, PeakReservedBytes: o.Stats.PeakReservedBytes})
+		}
 	}
 	ts.Defaults.Processes = byConf[ts.Defaults.Conf]
 	for i := range ts.Best {

@@ -23,7 +23,7 @@ const Base = 1 << 32
 // counts bytes, not address space. The same calls always give the same addresses. Reserve and
 // Map fail with an error wrapping pool.ErrOutOfMemory when the memory held (reserved regions plus
 // mapped pages) would exceed the capacity (0 = unbounded); address space is not counted against
-// it. It is safe for concurrent use unless made with SingleGoroutine.
+// it. It is safe for concurrent use unless made by NewSingleGoroutineUpstream.
 type Upstream struct {
 	mu          upstreams.OptionalMutex
 	capacity    uint64
@@ -61,12 +61,23 @@ type simRegion struct {
 const simSpaceBytes = 1 << 63
 
 // NewUpstream returns an empty simulated address space holding at most capacity bytes
-// (0 = unbounded) whose ranges are multiples of granularity bytes (0 means 1). Of the options,
-// SingleGoroutine applies.
-func NewUpstream(capacity, granularity uint64, opts ...Option) *Upstream {
+// (0 = unbounded) whose ranges are multiples of granularity bytes (0 means 1), safe for
+// concurrent use.
+func NewUpstream(capacity, granularity uint64) *Upstream {
+	return newUpstream(capacity, granularity, false)
+}
+
+// NewSingleGoroutineUpstream is NewUpstream for use by one goroutine at a time, each use ordered
+// after the previous one, so it takes no lock: analyze's simulation, which replays each policy on
+// a goroutine of its own, uses it (with pool.SingleGoroutine for the allocator on top).
+func NewSingleGoroutineUpstream(capacity, granularity uint64) *Upstream {
+	return newUpstream(capacity, granularity, true)
+}
+
+func newUpstream(capacity, granularity uint64, singleGoroutine bool) *Upstream {
 	granularity = max(granularity, 1)
 	u := &Upstream{
-		mu:          upstreams.OptionalMutex{Off: collect(opts).singleGoroutine},
+		mu:          upstreams.OptionalMutex{Off: singleGoroutine},
 		capacity:    capacity,
 		granularity: granularity,
 		top:         upstreams.AlignUp(Base, granularity),

@@ -53,7 +53,7 @@ type peakMapper struct {
 // reading log, or nil when its allocator cannot list its layout (or cannot be built: the policy's
 // replayer says why).
 func newPeakMapper(cfg pool.Config, capacity uint64, log *requests.Log) *peakMapper {
-	up := poolsim.NewUpstream(capacity, pool.DefaultAlignment, poolsim.SingleGoroutine())
+	up := poolsim.NewSingleGoroutineUpstream(capacity, pool.DefaultAlignment)
 	a, err := pool.New(cfg, up, pool.SingleGoroutine())
 	if err != nil {
 		return nil

@@ -48,6 +48,6 @@ func newUpstream(capacity uint64, est Durations, policy pool.Policy) *upstream {
 			}
 		}
 	}
-	u.meter, u.up = poolmeter.New(poolsim.NewUpstream(capacity, pool.DefaultAlignment, poolsim.SingleGoroutine()), opts)
+	u.meter, u.up = poolmeter.New(poolsim.NewSingleGoroutineUpstream(capacity, pool.DefaultAlignment), opts)
 	return u
 }
