@@ -4,12 +4,15 @@
 # the pool; the outputs must be identical, and analyze --compare says what the pool changed.
 # Programs: the nvcc checksum loop (static cudart), PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1
 # (deterministic), CuPy with its pool off, CuPy on cudaMallocAsync with two streams, and the nvcc
-# loop's stream-ordered pairs on a stream of their own beside cudaMalloc (alloc_loop 300 3000). Needs bin/record, bin/analyze (bench/build_bin.sh).
+# loop's stream-ordered pairs on a stream of their own beside cudaMalloc (alloc_loop 300 3000), a
+# small GPT trainer and a batched generator with a growing KV cache (torch_pool.py gpt, generate;
+# caching off) and 8 threads on four kinds of stream in an order that varies (mt_streams.cu). Needs bin/record, bin/analyze (bench/build_bin.sh).
 # HEADROOM (default 8) is analyze's --pool-headroom; ONLY (e.g. "torch_mlp cupy") runs only the programs
 # named; STEPS (training steps, default the workload's) and ARRAYS (CuPy, default 2000) make runs longer. Writes everything under OUT (default /tmp/pool_bars).
 set -u
 OUT=${OUT:-/tmp/pool_bars}; RUNS=${RUNS:-3}; HEADROOM=${HEADROOM:-8}; mkdir -p "$OUT"; B=$PWD/bin
 nvcc -O2 -o "$OUT/alloc_loop" bench/alloc_loop.cu || exit 1
+nvcc -O2 -o "$OUT/mt_streams" bench/mt_streams.cu || echo "mt_streams: nvcc failed"
 export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTORCH_NO_CUDA_MEMORY_CACHING=1
 nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$OUT/mem_before.txt"
 
@@ -54,6 +57,9 @@ bars torch_cnn "$HEADROOM" python3 bench/torch_pool.py cnn ${STEPS:-}
 bars cupy "$HEADROOM" python3 bench/cupy_pool.py ${ARRAYS:-2000}
 bars cupy_streams "$HEADROOM" python3 bench/cupy_streams.py ${ARRAYS:-2000}
 bars nvcc_async "$HEADROOM" "$OUT/alloc_loop" 300 3000
+bars torch_gpt "$HEADROOM" python3 bench/torch_pool.py gpt ${STEPS:-}
+bars torch_generate "$HEADROOM" python3 bench/torch_pool.py generate ${STEPS:-}
+bars mt_streams "$HEADROOM" "$OUT/mt_streams" ${ROUNDS:-150} ${THREADS:-8}
 nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$OUT/mem_after.txt"
 rm -f "$OUT"/*.arrow.tmp
 for f in "$OUT"/*.compare1.txt; do echo "== $f"; cat "$f"; done
