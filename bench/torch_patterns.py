@@ -262,7 +262,7 @@ def main():
     dev = torch.device("cuda")
     install_markers()
     if snapshot:
-        torch.cuda.memory._record_memory_history(max_entries=10_000_000)
+        torch.cuda.memory._record_memory_history(context=None, max_entries=10_000_000)
     model = WORKLOADS[name](dev)
     torch.cuda.synchronize()
     h = hashlib.sha256()
