@@ -51,17 +51,19 @@ def install_markers():
     begin, end, reset = graph_cls.capture_begin, graph_cls.capture_end, graph_cls.reset
 
     def capture_begin(self, *args, **kwargs):
-        mark("capture_begin_call", stream=torch.cuda.current_stream().cuda_stream)
+        pool = kwargs.get("pool", args[0] if args else None)
+        mark("capture_begin_call", pool=list(pool) if pool else None, graph=id(self),
+             stream=torch.cuda.current_stream().cuda_stream)
         out = begin(self, *args, **kwargs)
-        pool = list(self.pool())
-        mark("capture_begin", pool=pool, stream=torch.cuda.current_stream().cuda_stream, graph=id(self))
-        weakref.finalize(self, mark, "graph_deleted", pool=pool, graph=id(self))
+        mark("capture_begin", graph=id(self), stream=torch.cuda.current_stream().cuda_stream)
         return out
 
     def capture_end(self, *args, **kwargs):
         mark("capture_end_call", graph=id(self))
         out = end(self, *args, **kwargs)
-        mark("capture_end", pool=list(self.pool()), graph=id(self))
+        pool = list(self.pool())  # known once a capture has ended
+        mark("capture_end", pool=pool, graph=id(self))
+        weakref.finalize(self, mark, "graph_deleted", pool=pool, graph=id(self))
         return out
 
     def graph_reset(self, *args, **kwargs):
